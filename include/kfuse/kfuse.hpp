@@ -1,0 +1,11 @@
+/** \file kfuse.hpp
+ * Umbrella header of the kfuse public API.
+ */
+#pragma once
+#include "kfuse/device.hpp"
+#include "kfuse/dtype.hpp"
+#include "kfuse/error.hpp"
+#include "kfuse/node.hpp"
+#include "kfuse/op.hpp"
+#include "kfuse/shape.hpp"
+#include "kfuse/tensor.hpp"

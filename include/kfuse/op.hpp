@@ -1,0 +1,58 @@
+/** \file op.hpp
+ * The Op enum (generated from ops.def plus the structural ops) and the op-kind lattice.
+ */
+#pragma once
+#include <cstdint>
+
+namespace kfuse {
+
+/// Every op a graph node can hold.
+enum class Op : uint8_t {
+  // sources
+  Buffer,  ///< a host buffer (leaf); attrs.ints = {buffer id}
+  Const,   ///< a scalar constant of shape []; attrs.reals = {value}
+  Iota,    ///< start + step * i over a 1-D shape (arange, linspace); attrs.reals = {start, step}
+  Rand,    ///< counter-based random numbers; attrs.ints = {seed, kind (0 uniform, 1 normal)}
+// element-wise, from the op table
+#define KFUSE_UNARY_OP(name, str, rule, expr, tol) name,
+#define KFUSE_BINARY_OP(name, str, rule, expr, tol) name,
+#include "kfuse/ops.def"
+  Cast,   ///< dtype conversion (the node's dtype is the target)
+  Where,  ///< where(cond, a, b)
+  // reductions over attrs.ints = axes (sorted); the node keeps reduced dims with size 1
+  ReduceSum,
+  ReduceProd,
+  ReduceMax,
+  ReduceMin,
+  ArgMax,  ///< index of the first maximum within the reduced sub-space (row-major), i64
+  ArgMin,
+  // views and data movement
+  Reshape,  ///< attrs: none (the node's shape is the new shape)
+  Permute,  ///< attrs.ints = permutation
+  Expand,   ///< broadcast size-1 dims to the node's shape
+  Slice,    ///< attrs.ints = (start, step) per axis; the node's shape gives the count
+  Pad,      ///< attrs.ints = (before, after) per axis; attrs.reals = {value}
+  Concat,   ///< attrs.ints = {axis}
+  // opaque
+  Matmul,  ///< batched matmul with broadcasting over batch dims
+  Count_
+};
+
+/// The fusion lattice (TVM's OpPatternKind): joining two kinds takes the max; a group's kind is
+/// the worst op in it. Sources are never fused (they are kernel inputs), Opaque ops run alone.
+enum class OpKind : uint8_t { ElemWise = 0, Broadcast = 1, Injective = 2, Reduce = 3, Source = 7, Opaque = 8 };
+
+const char* op_name(Op op);
+OpKind op_kind(Op op);
+const char* op_kind_name(OpKind k);
+/// Number of inputs; -1 for variadic (Concat).
+int op_arity(Op op);
+bool is_unary_elementwise(Op op);
+bool is_binary_elementwise(Op op);
+bool is_elementwise(Op op);
+bool is_reduction(Op op);
+bool is_view(Op op);
+/// f32 relative tolerance of one application of an element-wise op (see ops.def).
+double op_tolerance_f32(Op op);
+
+}  // namespace kfuse

@@ -1,0 +1,125 @@
+// Composite ops, written once in terms of primitives. They need no backend code: the fusion
+// partitioner turns each into one kernel.
+#include "record.hpp"
+
+namespace kfuse {
+using namespace detail;
+
+namespace {
+Tensor float_input(const char* op, const Tensor& x) {
+  require_defined(op, x);
+  return is_float(x.dtype()) ? x : x.cast(kDefaultFloat);
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x_in, int64_t axis) {
+  Tensor x = float_input("softmax", x_in);
+  int64_t a = normalize_axis("softmax", axis, x.ndim() == 0 ? 1 : x.ndim());
+  if (x.ndim() == 0) return ones({}, x.dtype());
+  Tensor e = exp(x - max(x, a, true));
+  return e / sum(e, a, true);
+}
+
+Tensor log_softmax(const Tensor& x_in, int64_t axis) {
+  Tensor x = float_input("log_softmax", x_in);
+  int64_t a = normalize_axis("log_softmax", axis, x.ndim() == 0 ? 1 : x.ndim());
+  if (x.ndim() == 0) return zeros({}, x.dtype());
+  Tensor s = x - max(x, a, true);
+  return s - log(sum(exp(s), a, true));
+}
+
+Tensor layer_norm(const Tensor& x_in, Shape normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor x = float_input("layer_norm", x_in);
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool ok = k >= 1 && k <= x.ndim();
+  for (int64_t i = 0; ok && i < k; ++i) ok = x.shape()[x.ndim() - k + i] == normalized_shape[i];
+  if (!ok)
+    throw UserError("layer_norm(" + describe(x) + ", normalized_shape " + shape_str(normalized_shape) +
+                    "): the normalized shape must equal the trailing dimensions of the input");
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined() && p->shape() != normalized_shape)
+      throw UserError("layer_norm(" + describe(x) + "): weight/bias has shape " + shape_str(p->shape()) +
+                      ", expected the normalized shape " + shape_str(normalized_shape));
+  Axes axes;
+  for (int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
+  Tensor xc = x - mean(x, axes, true);
+  Tensor y = xc * rsqrt(mean(square(xc), axes, true) + eps);
+  if (weight.defined()) y = y * weight.cast(y.dtype());
+  if (bias.defined()) y = y + bias.cast(y.dtype());
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps) {
+  Tensor x = float_input("rms_norm", x_in);
+  if (x.ndim() == 0) throw UserError("rms_norm(" + describe(x) + "): needs at least one dimension");
+  if (weight.defined() && weight.shape() != Shape{x.shape().back()})
+    throw UserError("rms_norm(" + describe(x) + "): weight has shape " + shape_str(weight.shape()) + ", expected [" +
+                    std::to_string(x.shape().back()) + "]");
+  Tensor y = x * rsqrt(mean(square(x), -1, true) + eps);
+  if (weight.defined()) y = y * weight.cast(y.dtype());
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels) {
+  Tensor logits = float_input("cross_entropy", logits_in);
+  require_defined("cross_entropy", labels);
+  if (logits.ndim() != 2 || labels.ndim() != 1 || labels.shape()[0] != logits.shape()[0] || !is_integer(labels.dtype()))
+    throw UserError(describe_call("cross_entropy", {logits, labels}) +
+                    ": expects logits [B, C] and integer labels [B]");
+  int64_t c = logits.shape()[1];
+  // The label picks its logit through a one-hot mask: this keeps the whole loss a row
+  // reduction that fuses with log_softmax (no gather kernel).
+  Tensor onehot = eq(arange(0, static_cast<double>(c), 1, labels.dtype()).reshape({1, c}),
+                     labels.reshape({labels.shape()[0], 1}));
+  Tensor picked = sum(where(onehot, log_softmax(logits, 1), zeros({}, logits.dtype())), 1);
+  return neg(mean(picked));
+}
+
+Tensor normalize(const Tensor& x_in, int64_t axis, double eps) {
+  Tensor x = float_input("normalize", x_in);
+  Tensor n = sqrt(sum(square(x), Axes{axis}, true));
+  return x / maximum(n, eps);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  require_defined("matmul", a);
+  require_defined("matmul", b);
+  common_device("matmul", {a, b});
+  if (a.ndim() < 1 || b.ndim() < 1)
+    throw UserError(describe_call("matmul", {a, b}) + ": operands must have at least one dimension");
+  if (a.dtype() == DType::Bool || b.dtype() == DType::Bool)
+    throw UserError(describe_call("matmul", {a, b}) + ": bool operands are not supported; cast them first");
+  Tensor A = a.ndim() == 1 ? a.reshape({1, a.shape()[0]}) : a;
+  Tensor B = b.ndim() == 1 ? b.reshape({b.shape()[0], 1}) : b;
+  int64_t k1 = A.shape().back(), k2 = B.shape()[B.ndim() - 2];
+  if (k1 != k2)
+    throw UserError(describe_call("matmul", {a, b}) + ": inner dimensions differ (" + std::to_string(k1) + " vs " +
+                    std::to_string(k2) + "); the last axis of the first operand must equal the second-to-last of the "
+                    "second (transpose one operand?)");
+  DType dt = promote_types(A.dtype(), B.dtype());
+  // Broadcast the batch dims.
+  Shape ba(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
+  Tensor ta = Tensor(make_node(Op::Const, dt, ba, {}, Attrs{{}, {0.0}}));
+  Tensor tb = Tensor(make_node(Op::Const, dt, bb, {}, Attrs{{}, {0.0}}));
+  Shape batch = broadcast_shapes("matmul", ta, tb);
+  Shape sa = batch, sb = batch;
+  sa.push_back(A.shape()[A.ndim() - 2]);
+  sa.push_back(k1);
+  sb.push_back(k2);
+  sb.push_back(B.shape().back());
+  Tensor ea = broadcast_to_shape(cast_if_needed(A, dt), sa);
+  Tensor eb = broadcast_to_shape(cast_if_needed(B, dt), sb);
+  Shape out = batch;
+  out.push_back(sa[sa.size() - 2]);
+  out.push_back(sb.back());
+  Tensor r = record(Op::Matmul, dt, out, {ea, eb});
+  if (a.ndim() == 1 || b.ndim() == 1) {
+    Shape o = batch;
+    if (a.ndim() > 1) o.push_back(sa[sa.size() - 2]);
+    if (b.ndim() > 1) o.push_back(sb.back());
+    r = r.reshape(o);
+  }
+  return r;
+}
+
+}  // namespace kfuse

@@ -1,0 +1,88 @@
+// Creation of tensors: host data (copied or borrowed), constants, ranges and random numbers.
+#include <cmath>
+#include <cstring>
+
+#include "record.hpp"
+
+namespace kfuse {
+using namespace detail;
+
+namespace {
+void check_shape(const char* op, const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0)
+      throw UserError(std::string(op) + ": shape " + shape_str(shape) + " has a negative dimension; sizes must be >= 0");
+}
+}  // namespace
+
+Shape Tensor::check_count(size_t n, Shape shape) {
+  check_shape("from_vector", shape);
+  if (static_cast<int64_t>(n) != shape_numel(shape))
+    throw UserError("from_vector: " + std::to_string(n) + " values cannot fill shape " + shape_str(shape) + " (" +
+                    std::to_string(shape_numel(shape)) + " elements); pass exactly that many values");
+  return shape;
+}
+
+Tensor Tensor::from_bytes(const void* data, DType dtype, Shape shape) {
+  check_shape("from_data", shape);
+  auto st = Storage::allocate(dtype, shape_numel(shape));
+  if (st->bytes()) {
+    if (!data) throw UserError("from_data: null data pointer for " + shape_str(shape) + "; pass a valid buffer");
+    std::memcpy(st->data, data, st->bytes());
+  }
+  return Tensor(make_buffer_node(std::move(st), std::move(shape)));
+}
+
+Tensor Tensor::borrow_bytes(void* data, DType dtype, Shape shape) {
+  check_shape("borrow", shape);
+  auto st = std::make_shared<Storage>();
+  st->dtype = dtype;
+  st->numel = shape_numel(shape);
+  st->data = data;
+  if (!data && st->numel)
+    throw UserError("borrow: null data pointer for " + shape_str(shape) + "; pass a valid buffer");
+  return Tensor(make_buffer_node(std::move(st), std::move(shape)));
+}
+
+Tensor full(Shape shape, double value, DType dtype) {
+  check_shape("full", shape);
+  return make_const(value, dtype, shape);
+}
+Tensor zeros(Shape shape, DType dtype) { return full(std::move(shape), 0.0, dtype); }
+Tensor ones(Shape shape, DType dtype) { return full(std::move(shape), 1.0, dtype); }
+Tensor scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor arange(double start, double stop, double step, DType dtype) {
+  if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
+    throw UserError("arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
+                    "): bounds and step must be finite and step non-zero");
+  double n = std::ceil((stop - start) / step);
+  int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
+  Attrs at;
+  at.reals = {start, step};
+  return Tensor(make_node(Op::Iota, dtype, {count}, {}, at));
+}
+Tensor arange(int64_t stop) { return arange(0.0, static_cast<double>(stop), 1.0, DType::I64); }
+
+Tensor linspace(double start, double stop, int64_t count, DType dtype) {
+  if (count < 0) throw UserError("linspace: count " + std::to_string(count) + " is negative; pass count >= 0");
+  Attrs at;
+  at.reals = {start, count > 1 ? (stop - start) / static_cast<double>(count - 1) : 0.0};
+  return Tensor(make_node(Op::Iota, dtype, {count}, {}, at));
+}
+
+namespace {
+Tensor random(const char* name, Shape shape, uint64_t seed, DType dtype, int kind) {
+  check_shape(name, shape);
+  if (!is_float(dtype))
+    throw UserError(std::string(name) + ": dtype " + dtype_name(dtype) + " is not a float type; use f32 or f64");
+  Attrs at;
+  at.ints = {static_cast<int64_t>(seed), kind};
+  return Tensor(make_node(Op::Rand, dtype, std::move(shape), {}, at));
+}
+}  // namespace
+
+Tensor rand(Shape shape, uint64_t seed, DType dtype) { return random("rand", std::move(shape), seed, dtype, 0); }
+Tensor randn(Shape shape, uint64_t seed, DType dtype) { return random("randn", std::move(shape), seed, dtype, 1); }
+
+}  // namespace kfuse

@@ -1,0 +1,207 @@
+// Recording of element-wise ops: dtype rules (from ops.def), broadcasting, scalar operands.
+#include <cmath>
+
+#include "record.hpp"
+
+namespace kfuse {
+using namespace detail;
+
+namespace {
+
+enum class Rule { Arith, ArithBool, FloatMath, Compare, Logical, Rounding };
+
+Rule rule_of(Op op) {
+  switch (op) {
+#define KFUSE_UNARY_OP(name, str, rule, expr, tol) \
+  case Op::name: return Rule::rule;
+#define KFUSE_BINARY_OP(name, str, rule, expr, tol) \
+  case Op::name: return Rule::rule;
+#include "kfuse/ops.def"
+    default: throw InternalError(std::string("rule_of: not an element-wise op: ") + op_name(op));
+  }
+}
+
+// The dtype the operands are converted to before the op, and the result dtype.
+struct Typing {
+  DType operand;
+  DType result;
+};
+
+Typing type_op(Op op, DType promoted, const std::vector<Tensor>& args) {
+  switch (rule_of(op)) {
+    case Rule::Arith:
+    case Rule::Rounding:
+      if (promoted == DType::Bool)
+        throw UserError(describe_call(op_name(op), args) +
+                        ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
+      return {promoted, promoted};
+    case Rule::ArithBool: return {promoted, promoted};
+    case Rule::FloatMath: {
+      DType f = is_float(promoted) ? promoted : kDefaultFloat;
+      return {f, f};
+    }
+    case Rule::Compare: return {promoted, DType::Bool};
+    case Rule::Logical: return {DType::Bool, DType::Bool};
+  }
+  throw InternalError("type_op: bad rule");
+}
+
+Tensor unary(Op op, const Tensor& x) {
+  require_defined(op_name(op), x);
+  Typing ty = type_op(op, x.dtype(), {x});
+  if (rule_of(op) == Rule::Rounding && is_integer(ty.operand)) return x;  // floor/ceil/round of ints
+  return record(op, ty.result, x.shape(), {cast_if_needed(x, ty.operand)});
+}
+
+Tensor binary_typed(Op op, const Tensor& a, const Tensor& b, DType promoted) {
+  common_device(op_name(op), {a, b});
+  Typing ty = type_op(op, promoted, {a, b});
+  Shape out = broadcast_shapes(op_name(op), a, b);
+  Tensor ca = broadcast_to_shape(cast_if_needed(a, ty.operand), out);
+  Tensor cb = broadcast_to_shape(cast_if_needed(b, ty.operand), out);
+  return record(op, ty.result, out, {ca, cb});
+}
+
+Tensor binary(Op op, const Tensor& a, const Tensor& b) {
+  require_defined(op_name(op), a);
+  require_defined(op_name(op), b);
+  return binary_typed(op, a, b, promote_types(a.dtype(), b.dtype()));
+}
+
+DTypeCategory scalar_category(double v) {
+  return (std::isfinite(v) && v == std::nearbyint(v)) ? DTypeCategory::Integer : DTypeCategory::Float;
+}
+
+// Tensor-scalar op: the scalar is weak (promote_with_scalar) and becomes a constant node.
+Tensor binary_scalar(Op op, const Tensor& a, double s, bool scalar_first = false) {
+  require_defined(op_name(op), a);
+  DType promoted = promote_with_scalar(a.dtype(), scalar_category(s));
+  Tensor c = make_const(s, promoted, a.shape(), a.device());
+  return scalar_first ? binary_typed(op, c, a, promoted) : binary_typed(op, a, c, promoted);
+}
+
+}  // namespace
+
+#define KFUSE_DEFINE_UNARY(fn, op) \
+  Tensor fn(const Tensor& x) { return unary(Op::op, x); }
+KFUSE_DEFINE_UNARY(neg, Neg)
+KFUSE_DEFINE_UNARY(abs, Abs)
+KFUSE_DEFINE_UNARY(exp, Exp)
+KFUSE_DEFINE_UNARY(exp2, Exp2)
+KFUSE_DEFINE_UNARY(log, Log)
+KFUSE_DEFINE_UNARY(log2, Log2)
+KFUSE_DEFINE_UNARY(log1p, Log1p)
+KFUSE_DEFINE_UNARY(expm1, Expm1)
+KFUSE_DEFINE_UNARY(sqrt, Sqrt)
+KFUSE_DEFINE_UNARY(rsqrt, Rsqrt)
+KFUSE_DEFINE_UNARY(reciprocal, Recip)
+KFUSE_DEFINE_UNARY(square, Square)
+KFUSE_DEFINE_UNARY(sin, Sin)
+KFUSE_DEFINE_UNARY(cos, Cos)
+KFUSE_DEFINE_UNARY(tanh, Tanh)
+KFUSE_DEFINE_UNARY(sigmoid, Sigmoid)
+KFUSE_DEFINE_UNARY(relu, Relu)
+KFUSE_DEFINE_UNARY(silu, Silu)
+KFUSE_DEFINE_UNARY(erf, Erf)
+KFUSE_DEFINE_UNARY(floor, Floor)
+KFUSE_DEFINE_UNARY(ceil, Ceil)
+KFUSE_DEFINE_UNARY(round, Round)
+KFUSE_DEFINE_UNARY(sign, Sign)
+KFUSE_DEFINE_UNARY(logical_not, Not)
+#undef KFUSE_DEFINE_UNARY
+
+Tensor gelu(const Tensor& x, bool approximate_tanh) { return unary(approximate_tanh ? Op::GeluTanh : Op::GeluErf, x); }
+
+#define KFUSE_DEFINE_BINARY(fn, op) \
+  Tensor fn(const Tensor& a, const Tensor& b) { return binary(Op::op, a, b); }
+KFUSE_DEFINE_BINARY(add, Add)
+KFUSE_DEFINE_BINARY(sub, Sub)
+KFUSE_DEFINE_BINARY(mul, Mul)
+KFUSE_DEFINE_BINARY(div, Div)
+KFUSE_DEFINE_BINARY(pow, Pow)
+KFUSE_DEFINE_BINARY(maximum, Maximum)
+KFUSE_DEFINE_BINARY(minimum, Minimum)
+KFUSE_DEFINE_BINARY(eq, Eq)
+KFUSE_DEFINE_BINARY(ne, Ne)
+KFUSE_DEFINE_BINARY(lt, Lt)
+KFUSE_DEFINE_BINARY(le, Le)
+KFUSE_DEFINE_BINARY(gt, Gt)
+KFUSE_DEFINE_BINARY(ge, Ge)
+KFUSE_DEFINE_BINARY(logical_and, And)
+KFUSE_DEFINE_BINARY(logical_or, Or)
+#undef KFUSE_DEFINE_BINARY
+
+Tensor add(const Tensor& a, double b) { return binary_scalar(Op::Add, a, b); }
+Tensor sub(const Tensor& a, double b) { return binary_scalar(Op::Sub, a, b); }
+Tensor mul(const Tensor& a, double b) { return binary_scalar(Op::Mul, a, b); }
+Tensor div(const Tensor& a, double b) { return binary_scalar(Op::Div, a, b); }
+Tensor maximum(const Tensor& a, double b) { return binary_scalar(Op::Maximum, a, b); }
+Tensor minimum(const Tensor& a, double b) { return binary_scalar(Op::Minimum, a, b); }
+Tensor pow(const Tensor& a, double e) {
+  if (e == 2.0) {
+    Tensor f = is_float(a.dtype()) ? a : cast_if_needed(a, kDefaultFloat);
+    return square(f);
+  }
+  return binary_scalar(Op::Pow, a, e);
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  require_defined("clamp", x);
+  if (lo && hi && *lo > *hi)
+    throw UserError("clamp(" + describe(x) + "): lower bound " + std::to_string(*lo) + " exceeds upper bound " +
+                    std::to_string(*hi) + "; pass lo <= hi");
+  Tensor r = x;
+  if (lo) r = maximum(r, *lo);
+  if (hi) r = minimum(r, *hi);
+  return r;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  require_defined("where", cond);
+  require_defined("where", a);
+  require_defined("where", b);
+  common_device("where", {cond, a, b});
+  if (cond.dtype() != DType::Bool)
+    throw UserError(describe_call("where", {cond, a, b}) +
+                    ": the condition must be bool; compare it (x != 0) or cast it to bool first");
+  DType dt = promote_types(a.dtype(), b.dtype());
+  Shape s = broadcast_shapes("where", a, b);
+  Shape out = broadcast_shapes("where", cond, Tensor(make_node(Op::Const, dt, s, {}, Attrs{{}, {0.0}})));
+  return record(Op::Where, dt, out,
+                {broadcast_to_shape(cond, out), broadcast_to_shape(cast_if_needed(a, dt), out),
+                 broadcast_to_shape(cast_if_needed(b, dt), out)});
+}
+
+Tensor cast(const Tensor& x, DType t) {
+  require_defined("cast", x);
+  if (x.dtype() == t) return x;
+  return record(Op::Cast, t, x.shape(), {x});
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return binary_scalar(Op::Add, b, a, true); }
+Tensor operator-(double a, const Tensor& b) { return binary_scalar(Op::Sub, b, a, true); }
+Tensor operator*(double a, const Tensor& b) { return binary_scalar(Op::Mul, b, a, true); }
+Tensor operator/(double a, const Tensor& b) { return binary_scalar(Op::Div, b, a, true); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, double b) { return binary_scalar(Op::Eq, a, b); }
+Tensor operator!=(const Tensor& a, double b) { return binary_scalar(Op::Ne, a, b); }
+Tensor operator<(const Tensor& a, double b) { return binary_scalar(Op::Lt, a, b); }
+Tensor operator<=(const Tensor& a, double b) { return binary_scalar(Op::Le, a, b); }
+Tensor operator>(const Tensor& a, double b) { return binary_scalar(Op::Gt, a, b); }
+Tensor operator>=(const Tensor& a, double b) { return binary_scalar(Op::Ge, a, b); }
+
+}  // namespace kfuse

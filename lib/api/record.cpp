@@ -1,0 +1,110 @@
+#include "record.hpp"
+
+#include <algorithm>
+
+namespace kfuse::detail {
+
+std::string describe(const Tensor& t) { return shape_str(t.shape()) + " " + dtype_name(t.dtype()); }
+
+std::string describe_call(const char* op, const std::vector<Tensor>& args) {
+  std::string s = std::string(op) + "(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i) s += ", ";
+    s += args[i].defined() ? describe(args[i]) : std::string("<undefined>");
+  }
+  return s + ")";
+}
+
+void require_defined(const char* op, const Tensor& t) {
+  if (!t.defined())
+    throw UserError(std::string(op) + ": an operand is an undefined (default-constructed) Tensor; create it with "
+                                      "from_vector, full, rand or another op first");
+}
+
+Device common_device(const char* op, const std::vector<Tensor>& args) {
+  Device d = args.empty() ? Device::cpu() : args[0].device();
+  for (const auto& t : args)
+    if (t.device() != d)
+      throw UserError(std::string(op) + ": operands live on different devices (" + d.str() + " and " +
+                      t.device().str() + "); move them to one device with .to(device) first");
+  return d;
+}
+
+Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  size_t n = std::max(sa.size(), sb.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < sa.size() ? sa[sa.size() - 1 - i] : 1;
+    int64_t db = i < sb.size() ? sb[sb.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) {
+      throw UserError(std::string(op) + ": cannot broadcast " + shape_str(sa) + " " + dtype_name(a.dtype()) +
+                      " with " + shape_str(sb) + " " + dtype_name(b.dtype()) + ": dimension -" + std::to_string(i + 1) +
+                      " is " + std::to_string(da) + " vs " + std::to_string(db) +
+                      "; sizes must be equal or 1 (reshape or expand an operand)");
+    }
+    out[n - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor broadcast_to_shape(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  Tensor r = t;
+  if (r.ndim() < static_cast<int64_t>(shape.size())) {
+    Shape s(shape.size() - r.shape().size(), 1);
+    s.insert(s.end(), r.shape().begin(), r.shape().end());
+    r = r.reshape(s);
+  }
+  return r.shape() == shape ? r : r.expand(shape);
+}
+
+Tensor make_const(double value, DType dtype, const Shape& shape, Device dev) {
+  // Normalise the value to the dtype so equal constants intern to one node.
+  double v = value;
+  if (dtype == DType::Bool) v = value != 0.0 ? 1.0 : 0.0;
+  else if (is_integer(dtype)) {
+    int64_t i = 0;
+    convert_to(&value, DType::F64, &i, DType::I64, 1);
+    if (dtype == DType::I32) {
+      int32_t j = 0;
+      convert_to(&i, DType::I64, &j, DType::I32, 1);
+      i = j;
+    }
+    v = static_cast<double>(i);
+  } else if (dtype == DType::F32) {
+    v = static_cast<double>(static_cast<float>(value));
+  }
+  Attrs a;
+  a.reals.push_back(v);
+  return Tensor(make_node(Op::Const, dtype, shape, {}, std::move(a), dev));
+}
+
+Tensor record(Op op, DType dtype, Shape shape, std::vector<Tensor> inputs, Attrs attrs) {
+  std::vector<NodeRef> ins;
+  ins.reserve(inputs.size());
+  Device dev = inputs.empty() ? Device::cpu() : inputs[0].device();
+  for (auto& t : inputs) ins.push_back(t.node());
+  return Tensor(make_node(op, dtype, std::move(shape), std::move(ins), std::move(attrs), dev));
+}
+
+std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, int64_t ndim) {
+  std::vector<int64_t> out;
+  if (axes.empty()) {
+    for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t a : axes) {
+    int64_t n = normalize_axis(op, a, ndim);
+    if (std::find(out.begin(), out.end(), n) != out.end())
+      throw UserError(std::string(op) + ": axis " + std::to_string(a) + " is given twice; list each axis once");
+    out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Tensor cast_if_needed(const Tensor& t, DType dt) { return t.dtype() == dt ? t : t.cast(dt); }
+
+}  // namespace kfuse::detail

@@ -1,0 +1,38 @@
+// Helpers shared by the files that record ops (lib/api/*.cpp): operand descriptions for error
+// messages, broadcasting and node construction.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kfuse/error.hpp"
+#include "kfuse/tensor.hpp"
+
+namespace kfuse::detail {
+
+/// "[4, 3] f32"
+std::string describe(const Tensor& t);
+/// "add([4, 3] f32, [5] f32)"
+std::string describe_call(const char* op, const std::vector<Tensor>& args);
+/// Throws UserError("<op>: <msg>") when `t` is undefined.
+void require_defined(const char* op, const Tensor& t);
+/// All operands must live on one device; throws UserError otherwise.
+Device common_device(const char* op, const std::vector<Tensor>& args);
+
+/// NumPy broadcast of two shapes; throws UserError naming `op` when incompatible.
+Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b);
+/// Reshape (prepend 1s) and Expand `t` to `shape`; identity when already equal.
+Tensor broadcast_to_shape(const Tensor& t, const Shape& shape);
+
+/// A constant tensor of `shape` (hash-consed: equal constants are one node).
+Tensor make_const(double value, DType dtype, const Shape& shape, Device dev = Device::cpu());
+
+/// Records a node with the given inputs.
+Tensor record(Op op, DType dtype, Shape shape, std::vector<Tensor> inputs, Attrs attrs = {});
+
+/// Sorted, unique, normalised axes (empty input = all axes).
+std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, int64_t ndim);
+
+/// Casts when the dtype differs (no node otherwise).
+Tensor cast_if_needed(const Tensor& t, DType dt);
+
+}  // namespace kfuse::detail

@@ -1,0 +1,34 @@
+// Counter-based random numbers: element i of rand(shape, seed) is a pure function of
+// (seed, i), so values never depend on evaluation order, kernel boundaries or thread count.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kfuse/dtype.hpp"
+
+namespace kfuse::detail {
+
+inline uint64_t mix64(uint64_t x) {  // the splitmix64 finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+inline uint64_t counter_bits(uint64_t seed, uint64_t i) { return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ i); }
+
+/// Uniform in [0, 1) with the precision of `dt` (24 bits for f32, 53 for f64).
+inline double counter_uniform(uint64_t seed, uint64_t i, DType dt) {
+  uint64_t b = counter_bits(seed, i);
+  return dt == DType::F32 ? static_cast<double>(b >> 40) * 0x1p-24 : static_cast<double>(b >> 11) * 0x1p-53;
+}
+
+/// Standard normal by Box-Muller over the uniforms of counters 2i and 2i+1.
+inline double counter_normal(uint64_t seed, uint64_t i) {
+  double u1 = static_cast<double>(counter_bits(seed, 2 * i) >> 11) * 0x1p-53;
+  double u2 = static_cast<double>(counter_bits(seed, 2 * i + 1) >> 11) * 0x1p-53;
+  return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace kfuse::detail

@@ -1,0 +1,15 @@
+// The executor entry points used by the Tensor API.
+#pragma once
+#include <vector>
+
+#include "kfuse/tensor.hpp"
+
+namespace kfuse::detail {
+
+/// Computes every root and stores its value as the node's realized storage.
+void execute(const std::vector<const Node*>& roots);
+
+/// Copies a tensor's value to another device (evaluating it first).
+Tensor transfer(const Tensor& t, Device to);
+
+}  // namespace kfuse::detail
