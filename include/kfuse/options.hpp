@@ -1,0 +1,46 @@
+/** \file options.hpp
+ * Run-time options, read from the environment once (first use) into one value. Tests and tools
+ * may replace them with set_options(). Variables:
+ *   KFUSE_BACKEND      comma list in order of preference (xbyak,llvm,opencl,cuda,reference);
+ *                      default: every CPU backend built in, fastest first, reference last
+ *   KFUSE_ISA          avx512 | avx2: force the x86 ISA level (avx2 on an AVX-512 machine)
+ *   KFUSE_NUM_THREADS  CPU threads (default: hardware concurrency)
+ *   KFUSE_LOG          comma list of channels: fusion, patterns, cache, codegen, passes, backend
+ *   KFUSE_DUMP         directory for per-kernel graph, IR, source and binary dumps
+ *   KFUSE_CACHE        off | memory | disk (default disk)
+ *   KFUSE_CACHE_DIR    default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse
+ *   KFUSE_CACHE_MAX_BYTES  disk cache bound (default 1 GiB)
+ *   KFUSE_PLUGINS      colon-separated plugin .so paths loaded at start
+ */
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kfuse {
+
+struct Options {
+  std::vector<std::string> backends;  ///< empty: default order
+  std::string isa;                    ///< empty: detect
+  int num_threads = 0;                ///< 0: hardware concurrency
+  std::vector<std::string> log;       ///< enabled log channels
+  std::string dump_dir;
+  std::string cache_mode = "disk";
+  std::string cache_dir;
+  uint64_t cache_max_bytes = uint64_t{1} << 30;
+  std::vector<std::string> plugins;
+
+  bool logging(const char* channel) const;
+  /// Options from the environment (ignores the current process-wide value).
+  static Options from_env();
+};
+
+/// The process-wide options (from the environment on first use).
+const Options& options();
+/// Replaces the process-wide options (for tests and tools; not while evaluating).
+void set_options(const Options& o);
+
+/// Writes one log line "[kfuse:<channel>] <msg>" to stderr when the channel is enabled.
+void log(const char* channel, const std::string& msg);
+
+}  // namespace kfuse

@@ -1,0 +1,76 @@
+#include "kfuse/options.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+namespace kfuse {
+
+namespace {
+std::vector<std::string> split(const char* s, char sep) {
+  std::vector<std::string> out;
+  if (!s) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+const char* env(const char* k) {
+  const char* v = std::getenv(k);
+  return v && *v ? v : nullptr;
+}
+
+std::mutex g_mu;
+std::shared_ptr<const Options> g_opts;
+}  // namespace
+
+bool Options::logging(const char* channel) const {
+  return std::find(log.begin(), log.end(), channel) != log.end() ||
+         std::find(log.begin(), log.end(), "all") != log.end();
+}
+
+Options Options::from_env() {
+  Options o;
+  o.backends = split(env("KFUSE_BACKEND"), ',');
+  if (auto v = env("KFUSE_ISA")) o.isa = v;
+  if (auto v = env("KFUSE_NUM_THREADS")) o.num_threads = std::max(0, std::atoi(v));
+  o.log = split(env("KFUSE_LOG"), ',');
+  if (auto v = env("KFUSE_DUMP")) o.dump_dir = v;
+  if (auto v = env("KFUSE_CACHE")) o.cache_mode = v;
+  if (auto v = env("KFUSE_CACHE_DIR")) {
+    o.cache_dir = v;
+  } else if (auto x = env("XDG_CACHE_HOME")) {
+    o.cache_dir = std::string(x) + "/kfuse";
+  } else if (auto h = env("HOME")) {
+    o.cache_dir = std::string(h) + "/.cache/kfuse";
+  } else {
+    o.cache_dir = "/tmp/kfuse-cache";
+  }
+  if (auto v = env("KFUSE_CACHE_MAX_BYTES")) o.cache_max_bytes = std::strtoull(v, nullptr, 10);
+  o.plugins = split(env("KFUSE_PLUGINS"), ':');
+  return o;
+}
+
+const Options& options() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!g_opts) g_opts = std::make_shared<const Options>(Options::from_env());
+  return *g_opts;  // replaced values are kept alive below: set_options is test-only
+}
+
+void set_options(const Options& o) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  static std::vector<std::shared_ptr<const Options>> retired;  // references may still be held
+  if (g_opts) retired.push_back(g_opts);
+  g_opts = std::make_shared<const Options>(o);
+}
+
+void log(const char* channel, const std::string& msg) {
+  if (!options().logging(channel)) return;
+  std::fprintf(stderr, "[kfuse:%s] %s\n", channel, msg.c_str());
+}
+
+}  // namespace kfuse
