@@ -1,0 +1,66 @@
+// The narrow interface between the engine and its code generators. A backend sees kernel IR
+// (lib/ir/kernel.hpp) and nothing else of the engine.
+//
+// Registration is explicit and ordered (registry.cpp): the order of Options::backends, or the
+// default order (xbyak, llvm, then the reference interpreter last). The executor asks each
+// backend in order; a backend that does not support a kernel DECLINES with a reason (logged on
+// the `backend` channel), one whose compiler fails throws BackendError (logged with the
+// compiler's log), and the next backend takes the kernel.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/kernel.hpp"
+#include "kfuse/device.hpp"
+
+namespace kfuse::detail {
+
+class CompiledKernel {
+ public:
+  virtual ~CompiledKernel() = default;
+  /// Runs the kernel over its whole outer domain (the backend parallelises as it sees fit,
+  /// through parallel_for for CPU backends). Must be callable from several threads at once.
+  virtual void run(const ir::LaunchArgs& args) const = 0;
+
+  std::string backend;              ///< e.g. "llvm"
+  std::string target;               ///< e.g. "x86_64 znver5 +avx512f" or "sm_90"
+  std::string source;               ///< generated source text (LLVM IR, CUDA/OpenCL C, asm listing)
+  std::string source_kind;          ///< "llvm-ir", "cuda", "opencl", "asm", ...
+  std::vector<uint8_t> binary;      ///< serialised code for the disk cache (may be empty)
+  std::string binary_kind;          ///< "elf-object", "x86-raw", "ptx", "cubin", ...
+  double compile_ms = 0;
+};
+
+struct CompileResult {
+  std::shared_ptr<CompiledKernel> kernel;  ///< null when declined
+  std::string declined;                    ///< why the backend does not take this kernel
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "reference", "llvm", "xbyak", "opencl", "cuda".
+  virtual std::string name() const = 0;
+  /// Everything about the target that changes generated code (ISA features, GPU arch,
+  /// compiler version); part of every cache key.
+  virtual std::string target() const = 0;
+  virtual Device device() const { return Device::cpu(); }
+  /// Compiles `k`, or declines (CompileResult::declined) when unsupported. Throws BackendError
+  /// (with the compiler's log) when the compiler itself fails.
+  virtual CompileResult compile(const ir::Kernel& k) = 0;
+  /// Re-creates a kernel from CompiledKernel::binary (disk cache). Null if unsupported.
+  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) {
+    return nullptr;
+  }
+};
+
+/// The backends for `device` in preference order (from Options::backends when set).
+std::vector<std::shared_ptr<Backend>> backends_for(Device device);
+/// A backend by name, or null when not built in / not available.
+std::shared_ptr<Backend> find_backend(const std::string& name);
+/// Names of every backend built into this library.
+std::vector<std::string> builtin_backend_names();
+
+}  // namespace kfuse::detail

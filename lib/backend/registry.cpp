@@ -1,0 +1,94 @@
+// Explicit, ordered backend registration (DESIGN rule 9: no static self-registration; the
+// reference backend is always last for its device).
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/factories.hpp"
+#include "kfuse/options.hpp"
+
+namespace kfuse::detail {
+
+namespace {
+
+struct Entry {
+  const char* name;
+  Device::Kind device;
+  std::function<std::shared_ptr<Backend>()> make;
+};
+
+// Default preference order: fastest compile and code first.
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> e = {
+#ifdef KFUSE_HAVE_XBYAK
+      {"xbyak", Device::Kind::CPU, make_xbyak_backend},
+#endif
+#ifdef KFUSE_HAVE_LLVM
+      {"llvm", Device::Kind::CPU, make_llvm_backend},
+#endif
+#ifdef KFUSE_HAVE_OPENCL
+      {"opencl", Device::Kind::OpenCL, make_opencl_backend},
+#endif
+#ifdef KFUSE_HAVE_CUDA
+      {"cuda", Device::Kind::CUDA, make_cuda_backend},
+#endif
+      {"reference", Device::Kind::CPU, make_reference_backend},
+  };
+  return e;
+}
+
+// Backends are created once, on first use (creation may probe hardware or load drivers).
+std::shared_ptr<Backend> instance(const Entry& e) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<Backend>> made;
+  static std::unordered_map<std::string, bool> tried;
+  std::lock_guard<std::mutex> lk(mu);
+  if (!tried[e.name]) {
+    tried[e.name] = true;
+    try {
+      made[e.name] = e.make();
+    } catch (const std::exception& ex) {
+      log("backend", std::string(e.name) + ": unavailable: " + ex.what());
+    }
+  }
+  return made[e.name];
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_backend_names() {
+  std::vector<std::string> n;
+  for (const auto& e : entries()) n.push_back(e.name);
+  return n;
+}
+
+std::shared_ptr<Backend> find_backend(const std::string& name) {
+  for (const auto& e : entries())
+    if (name == e.name) return instance(e);
+  return nullptr;
+}
+
+std::vector<std::shared_ptr<Backend>> backends_for(Device device) {
+  std::vector<std::shared_ptr<Backend>> out;
+  const auto& wanted = options().backends;
+  auto add = [&](const Entry& e) {
+    if (e.device != device.kind()) return;
+    if (auto b = instance(e)) out.push_back(b);
+  };
+  if (!wanted.empty()) {
+    for (const auto& w : wanted)
+      for (const auto& e : entries())
+        if (w == e.name) add(e);
+  } else {
+    for (const auto& e : entries()) add(e);
+  }
+  // The reference interpreter always closes the CPU chain, so every kernel can run.
+  if (device.kind() == Device::Kind::CPU) {
+    bool has_ref = false;
+    for (const auto& b : out) has_ref |= b->name() == "reference";
+    if (!has_ref) out.push_back(find_backend("reference"));
+  }
+  return out;
+}
+
+}  // namespace kfuse::detail

@@ -1,0 +1,305 @@
+// Kernel IR builders, canonical printer and verifier.
+#include "kernel.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+
+#include "kfuse/error.hpp"
+
+namespace kfuse::ir {
+
+namespace {
+ExprRef make(ExprKind k, DType dt) {
+  auto e = std::make_shared<Expr>();
+  e->kind = k;
+  e->dtype = dt;
+  return e;
+}
+bool const_value(const ExprRef& e, double& v) {
+  if (e->kind != ExprKind::Const) return false;
+  v = e->value;
+  return true;
+}
+}  // namespace
+
+ExprRef constant(double v, DType dt) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Const;
+  e->dtype = dt;
+  e->value = v;
+  return e;
+}
+ExprRef iconst(int64_t v) { return constant(static_cast<double>(v), DType::I64); }
+ExprRef var(Space s, int dim) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Var;
+  e->dtype = DType::I64;
+  e->space = s;
+  e->index = dim;
+  return e;
+}
+ExprRef param(int id) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Param;
+  e->dtype = DType::I64;
+  e->index = id;
+  return e;
+}
+ExprRef load(int buffer, DType dt, ExprRef index, ExprRef mask) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Load;
+  e->dtype = dt;
+  e->index = buffer;
+  e->args.push_back(std::move(index));
+  if (mask) e->args.push_back(std::move(mask));
+  return e;
+}
+ExprRef acc(int id, DType dt) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Acc;
+  e->dtype = dt;
+  e->index = id;
+  return e;
+}
+ExprRef op(Op o, DType dt, std::vector<ExprRef> args) {
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Op;
+  e->dtype = dt;
+  e->op = o;
+  e->args = std::move(args);
+  return e;
+}
+bool is_const(const ExprRef& e, double v) { return e->kind == ExprKind::Const && e->value == v; }
+
+ExprRef iadd(ExprRef a, ExprRef b) {
+  double x, y;
+  if (const_value(a, x) && const_value(b, y)) return iconst(static_cast<int64_t>(x + y));
+  if (is_const(a, 0)) return b;
+  if (is_const(b, 0)) return a;
+  return op(Op::Add, DType::I64, {std::move(a), std::move(b)});
+}
+ExprRef isub(ExprRef a, ExprRef b) {
+  double x, y;
+  if (const_value(a, x) && const_value(b, y)) return iconst(static_cast<int64_t>(x - y));
+  if (is_const(b, 0)) return a;
+  return op(Op::Sub, DType::I64, {std::move(a), std::move(b)});
+}
+ExprRef imul(ExprRef a, ExprRef b) {
+  double x, y;
+  if (const_value(a, x) && const_value(b, y)) return iconst(static_cast<int64_t>(x * y));
+  if (is_const(a, 0) || is_const(b, 0)) return iconst(0);
+  if (is_const(a, 1)) return b;
+  if (is_const(b, 1)) return a;
+  return op(Op::Mul, DType::I64, {std::move(a), std::move(b)});
+}
+ExprRef idiv(ExprRef a, ExprRef b) {
+  double x, y;
+  if (const_value(a, x) && const_value(b, y) && y != 0) return iconst(static_cast<int64_t>(std::floor(x / y)));
+  if (is_const(b, 1)) return a;
+  auto e = make(ExprKind::IDiv, DType::I64);
+  auto* m = const_cast<Expr*>(e.get());
+  m->args = {std::move(a), std::move(b)};
+  return e;
+}
+ExprRef imod(ExprRef a, ExprRef b) {
+  double x, y;
+  if (const_value(a, x) && const_value(b, y) && y != 0)
+    return iconst(static_cast<int64_t>(x) % static_cast<int64_t>(y));
+  if (is_const(b, 1)) return iconst(0);
+  auto e = make(ExprKind::IMod, DType::I64);
+  const_cast<Expr*>(e.get())->args = {std::move(a), std::move(b)};
+  return e;
+}
+
+const char* acc_kind_name(AccKind k) {
+  switch (k) {
+    case AccKind::Sum: return "sum";
+    case AccKind::Prod: return "prod";
+    case AccKind::Max: return "max";
+    case AccKind::Min: return "min";
+    case AccKind::ArgMax: return "argmax";
+    case AccKind::ArgMin: return "argmin";
+  }
+  return "?";
+}
+
+int Kernel::num_inputs() const {
+  int n = 0;
+  for (const auto& b : buffers) n += b.output ? 0 : 1;
+  return n;
+}
+int Kernel::num_outputs() const { return static_cast<int>(buffers.size()) - num_inputs(); }
+int64_t Kernel::reduce_numel() const {
+  int64_t n = 1;
+  for (int64_t r : reduce) n *= r;
+  return n;
+}
+std::vector<int64_t> Kernel::param_values() const {
+  std::vector<int64_t> v;
+  v.reserve(params.size());
+  for (const auto& p : params) v.push_back(p.value);
+  return v;
+}
+
+namespace {
+
+std::string fmt_const(double v, DType dt) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (!is_float(dt)) return std::to_string(static_cast<int64_t>(v));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Prints expressions; non-leaf subexpressions used more than once are bound to names (t0, t1,
+// ...) on their own lines, so shared work is visible and the text stays linear in DAG size.
+class Printer {
+ public:
+  Printer(const Kernel& k, std::ostringstream& os) : k_(k), os_(os) {}
+
+  void count(const ExprRef& e) {
+    if (++uses_[e.get()] > 1) return;
+    for (const auto& a : e->args) count(a);
+  }
+
+  std::string str(const ExprRef& e, const std::string& indent) {
+    auto it = names_.find(e.get());
+    if (it != names_.end()) return it->second;
+    std::string s;
+    switch (e->kind) {
+      case ExprKind::Const: return fmt_const(e->value, e->dtype);
+      case ExprKind::Var: return std::string(e->space == Space::Outer ? "o" : "r") + std::to_string(e->index);
+      case ExprKind::Param: return "$" + std::to_string(e->index);
+      case ExprKind::Acc: return "acc" + std::to_string(e->index);
+      case ExprKind::Load:
+        s = "load " + k_.buffers.at(e->index).name + "[" + str(e->args[0], indent) + "]";
+        if (e->args.size() > 1) s += " if " + str(e->args[1], indent);
+        s = "(" + s + ")";
+        break;
+      case ExprKind::IDiv: s = "(idiv " + str(e->args[0], indent) + " " + str(e->args[1], indent) + ")"; break;
+      case ExprKind::IMod: s = "(imod " + str(e->args[0], indent) + " " + str(e->args[1], indent) + ")"; break;
+      case ExprKind::Op:
+        s = std::string("(") + op_name(e->op) + "." + dtype_name(e->dtype);
+        for (const auto& a : e->args) s += " " + str(a, indent);
+        s += ")";
+        break;
+    }
+    if (uses_[e.get()] > 1) {
+      std::string name = "t" + std::to_string(next_++);
+      os_ << indent << name << " = " << s << "\n";
+      names_[e.get()] = name;
+      return name;
+    }
+    return s;
+  }
+
+  void reset_scope() { names_.clear(); }
+
+ private:
+  const Kernel& k_;
+  std::ostringstream& os_;
+  std::unordered_map<const Expr*, int> uses_;
+  std::unordered_map<const Expr*, std::string> names_;
+  int next_ = 0;
+};
+
+}  // namespace
+
+std::string print_kernel(const Kernel& k) {
+  std::ostringstream os;
+  os << "kernel " << k.name << " (" << k.kind << ")\n";
+  os << "  buffers:";
+  for (const auto& b : k.buffers) os << " " << b.name << ":" << dtype_name(b.dtype);
+  os << "\n  params:";
+  for (size_t i = 0; i < k.params.size(); ++i) os << " $" << i << "=" << k.params[i].name;
+  os << "\n  outer: [";
+  Printer pr(k, os);
+  for (const auto& a : k.accs) pr.count(a.value);
+  for (const auto& ph : k.phases)
+    for (const auto& s : ph.stores) {
+      pr.count(s.index);
+      pr.count(s.value);
+    }
+  for (size_t i = 0; i < k.outer.size(); ++i) os << (i ? ", " : "") << pr.str(k.outer[i], "");
+  os << "]  reduce: [";
+  for (size_t i = 0; i < k.reduce.size(); ++i) os << (i ? ", " : "") << k.reduce[i];
+  os << "]\n";
+  for (size_t p = 0; p < k.phases.size(); ++p) {
+    const Phase& ph = k.phases[p];
+    // Bindings are scoped per phase: a value computed in one loop is recomputed in the next.
+    pr.reset_scope();
+    os << "  phase " << p << (ph.over_reduce ? " over reduce" : " once") << ":\n";
+    for (int a : ph.accs) {
+      const Accumulator& ac = k.accs.at(a);
+      std::string v = pr.str(ac.value, "    ");
+      os << "    acc" << a << " = " << acc_kind_name(ac.kind) << "." << dtype_name(ac.dtype) << " " << v << "\n";
+    }
+    for (const auto& s : ph.stores) {
+      std::string idx = pr.str(s.index, "    ");
+      std::string val = pr.str(s.value, "    ");
+      os << "    store " << k.buffers.at(s.buffer).name << "[" << idx << "] = " << val << "\n";
+    }
+  }
+  return os.str();
+}
+
+void verify_kernel(const Kernel& k) {
+  auto fail = [&](const std::string& why) {
+    throw InternalError("kernel IR verification failed: " + why + "\n" + print_kernel(k));
+  };
+  std::vector<int> acc_phase(k.accs.size(), -1);
+  for (size_t p = 0; p < k.phases.size(); ++p)
+    for (int a : k.phases[p].accs) {
+      if (a < 0 || a >= static_cast<int>(k.accs.size())) fail("accumulator id out of range");
+      if (!k.phases[p].over_reduce) fail("accumulator folded in a phase that does not loop over reduce");
+      if (acc_phase[a] >= 0) fail("accumulator folded in two phases");
+      acc_phase[a] = static_cast<int>(p);
+    }
+  for (size_t a = 0; a < k.accs.size(); ++a)
+    if (acc_phase[a] < 0) fail("accumulator acc" + std::to_string(a) + " is never folded");
+  std::function<void(const ExprRef&, int, bool)> check = [&](const ExprRef& e, int phase, bool in_reduce) {
+    if (!e) fail("null expression");
+    switch (e->kind) {
+      case ExprKind::Var:
+        if (e->space == Space::Reduce && (!in_reduce || e->index >= static_cast<int>(k.reduce.size())))
+          fail("reduce index r" + std::to_string(e->index) + " used outside a reduce loop");
+        if (e->space == Space::Outer && e->index >= static_cast<int>(k.outer.size()))
+          fail("outer index o" + std::to_string(e->index) + " out of range");
+        break;
+      case ExprKind::Param:
+        if (e->index < 0 || e->index >= static_cast<int>(k.params.size())) fail("param id out of range");
+        break;
+      case ExprKind::Acc:
+        if (e->index < 0 || e->index >= static_cast<int>(k.accs.size())) fail("acc id out of range");
+        if (acc_phase[e->index] >= phase) fail("acc" + std::to_string(e->index) + " read before its phase completes");
+        break;
+      case ExprKind::Load:
+        if (e->index < 0 || e->index >= static_cast<int>(k.buffers.size()) || k.buffers[e->index].output)
+          fail("load from a non-input buffer");
+        if (k.buffers[e->index].dtype != e->dtype) fail("load dtype differs from its buffer's");
+        if (e->args[0]->dtype != DType::I64) fail("load index is not i64");
+        if (e->args.size() > 1 && e->args[1]->dtype != DType::Bool) fail("load mask is not bool");
+        break;
+      default: break;
+    }
+    for (const auto& a : e->args) check(a, phase, in_reduce);
+  };
+  for (const auto& o : k.outer) check(o, 0, false);
+  for (size_t p = 0; p < k.phases.size(); ++p) {
+    const Phase& ph = k.phases[p];
+    for (int a : ph.accs) check(k.accs[a].value, static_cast<int>(p), true);
+    for (const auto& s : ph.stores) {
+      if (s.buffer < 0 || s.buffer >= static_cast<int>(k.buffers.size()) || !k.buffers[s.buffer].output)
+        fail("store to a non-output buffer");
+      if (s.value->dtype != k.buffers[s.buffer].dtype) fail("stored value dtype differs from its buffer's");
+      check(s.index, static_cast<int>(p), ph.over_reduce);
+      check(s.value, static_cast<int>(p), ph.over_reduce);
+    }
+  }
+}
+
+}  // namespace kfuse::ir

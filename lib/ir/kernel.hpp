@@ -1,0 +1,133 @@
+// The kernel IR: a backend-neutral description of one fused kernel.
+//
+// Model (DESIGN.md section 3): an OUTER domain of independent points (run-time extents, the
+// parallel axis) and an optional REDUCE domain per outer point (compile-time extents). The body
+// is an ordered list of PHASES executed for every outer point:
+//   - a phase with over_reduce = true loops over the whole reduce domain (row-major order) and
+//     folds values into its accumulators, and may store element outputs at each point;
+//   - a phase with over_reduce = false runs once per outer point (stores per-row values, or the
+//     whole body of a pointwise kernel).
+// Accumulator k's final value is available as Acc(k) to every later phase.
+//
+// Scalar and index arithmetic share one expression type (Expr, an immutable DAG). Index
+// expressions have dtype i64 and reach shapes only through Param (a run-time int64 parameter:
+// outer extents, and strides derived from them) or Const (compile-time, e.g. reduce extents).
+// The canonical print (print_kernel) names params but never their values, so two kernels that
+// differ only in outer extents print alike: that print is the cache key's main input.
+//
+// Semantics every backend must implement:
+//   Load(buffer, index[, mask]): element `index` of input buffer `buffer` (contiguous, row-major
+//     in its dtype); when `mask` (bool) is false the load must not touch memory and yields 0.
+//   Op: an element-wise kfuse::Op (unary/binary from ops.def, Where, Cast) with the fp64
+//     reference semantics rounded to the expression's dtype; integer ops wrap; float -> int casts
+//     truncate and give the dtype minimum for NaN/out-of-range (x86 cvtt behaviour).
+//   IDiv/IMod: floor division and modulo of non-negative i64 values.
+//   Var(outer k) / Var(reduce k): the current index along that domain dimension.
+//   Acc(k): the final value of accumulator k (phase order guarantees it is complete).
+// Accumulators: Sum/Prod fold with + and *; Max/Min propagate NaN; ArgMax/ArgMin give the
+// row-major index (over the reduce domain) of the first extreme value, a NaN counting as the
+// extreme; their dtype is i64 and `value` is the compared value.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kfuse/dtype.hpp"
+#include "kfuse/op.hpp"
+
+namespace kfuse::ir {
+
+struct Expr;
+using ExprRef = std::shared_ptr<const Expr>;
+
+enum class ExprKind : uint8_t { Const, Var, Param, Load, Acc, Op, IDiv, IMod };
+enum class Space : uint8_t { Outer, Reduce };
+
+struct Expr {
+  ExprKind kind;
+  DType dtype;
+  Op op = Op::Count_;         ///< ExprKind::Op: the element-wise op
+  double value = 0;           ///< ExprKind::Const (integers are exact up to 2^53)
+  int index = 0;              ///< Var: dimension; Param: param id; Load: buffer id; Acc: accumulator id
+  Space space = Space::Outer; ///< Var only
+  std::vector<ExprRef> args;  ///< Op: operands; Load: {index} or {index, mask}; IDiv/IMod: {a, b}
+};
+
+// ---- builders (fold constants and trivial identities in index arithmetic) ----
+ExprRef constant(double v, DType dt);
+ExprRef iconst(int64_t v);  ///< i64 constant
+ExprRef var(Space s, int dim);
+ExprRef param(int id);
+ExprRef load(int buffer, DType dt, ExprRef index, ExprRef mask = nullptr);
+ExprRef acc(int id, DType dt);
+ExprRef op(Op o, DType dt, std::vector<ExprRef> args);
+ExprRef iadd(ExprRef a, ExprRef b);
+ExprRef imul(ExprRef a, ExprRef b);
+ExprRef isub(ExprRef a, ExprRef b);
+ExprRef idiv(ExprRef a, ExprRef b);
+ExprRef imod(ExprRef a, ExprRef b);
+bool is_const(const ExprRef& e, double v);
+
+enum class AccKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin };
+const char* acc_kind_name(AccKind k);
+
+struct Accumulator {
+  AccKind kind;
+  DType dtype;    ///< result dtype (i64 for ArgMax/ArgMin)
+  ExprRef value;  ///< evaluated at every reduce point of its phase
+};
+
+struct Store {
+  int buffer;     ///< an output buffer id
+  ExprRef index;  ///< i64 element index into that buffer
+  ExprRef value;  ///< of the buffer's dtype
+};
+
+struct Phase {
+  bool over_reduce = false;
+  std::vector<int> accs;      ///< accumulators folded in this phase (over_reduce only)
+  std::vector<Store> stores;  ///< executed at every reduce point (over_reduce) or once
+};
+
+struct BufferParam {
+  std::string name;  ///< in0, in1, ..., out0, ...
+  DType dtype;
+  bool output = false;
+};
+
+struct ParamInfo {
+  std::string name;   ///< what it is, e.g. "outer0" (part of the print)
+  int64_t value = 0;  ///< this instance's value (NOT part of the print or the key)
+};
+
+struct Kernel {
+  std::string name;  ///< readable stem, e.g. k_log_softmax_f32
+  std::string kind;  ///< pointwise | row | column | global
+  std::vector<BufferParam> buffers;  ///< inputs first, then outputs
+  std::vector<ParamInfo> params;
+  std::vector<ExprRef> outer;   ///< extents (Param or Const)
+  std::vector<int64_t> reduce;  ///< extents, specialised at compile time
+  std::vector<Accumulator> accs;
+  std::vector<Phase> phases;
+
+  int num_inputs() const;
+  int num_outputs() const;
+  int64_t reduce_numel() const;
+  /// Run-time parameter values in id order (what a launch passes).
+  std::vector<int64_t> param_values() const;
+};
+
+/// Canonical text; stable across runs; excludes param values. Golden tests and cache keys use it.
+std::string print_kernel(const Kernel& k);
+/// Checks the invariants (ids in range, dtypes consistent, Acc only after its phase, Var spaces
+/// valid, stores target outputs). Throws InternalError with the printed kernel on violation.
+void verify_kernel(const Kernel& k);
+
+/// Arguments of one launch.
+struct LaunchArgs {
+  std::vector<void*> buffers;   ///< one per Kernel::buffers entry
+  std::vector<int64_t> params;  ///< one per Kernel::params entry
+};
+
+}  // namespace kfuse::ir
