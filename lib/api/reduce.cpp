@@ -101,9 +101,11 @@ Tensor var(const Tensor& x, Axes axes_in, int64_t correction, bool keepdim) {
                     " is negative; use 0 (population) or 1 (sample)");
   int64_t n = reduced_count(x.shape(), axes);
   Tensor d = x - mean(x, axes, true);
-  double denom = static_cast<double>(n - correction);
+  // The divisor is max(0, n - correction) (as torch): n <= correction divides by zero, giving NaN
+  // (all deviations zero, and for an empty reduction) or inf.
+  double denom = static_cast<double>(std::max<int64_t>(0, n - correction));
   Tensor ss = sum(square(d), axes, true);
-  Tensor v = denom > 0 ? ss * (1.0 / denom) : ss / denom;  // n <= correction gives inf/NaN, as torch
+  Tensor v = denom > 0 ? ss * (1.0 / denom) : ss / denom;
   return finish(v, x.shape(), axes, keepdim);
 }
 
