@@ -9,12 +9,15 @@ namespace kfuse::detail {
 
 namespace {
 
-// Shortest text that reads back to the same double; nan/inf spelled as such.
-std::string real_str(double v) {
+// Shortest text that reads back to the same value (as a float when `dt` is f32 and the value
+// is one, so f32 constants print as 2.7182817, not 2.7182817459106445); nan/inf spelled so.
+std::string real_str(double v, DType dt = DType::F64) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  auto f = static_cast<float>(v);
+  auto r = dt == DType::F32 && static_cast<double>(f) == v ? std::to_chars(buf, buf + sizeof buf, f)
+                                                           : std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
 
@@ -35,7 +38,7 @@ std::string attrs_str(const Node& n) {
   std::string s;
   switch (n.op) {
     case Op::Buffer: break;
-    case Op::Const: s += ' ', s += real_str(reals.at(0)); break;
+    case Op::Const: s += ' ', s += real_str(reals.at(0), n.dtype); break;
     case Op::Iota: s += " start=", s += real_str(reals.at(0)), s += " step=", s += real_str(reals.at(1)); break;
     case Op::Rand: s += " seed=", s += std::to_string(ints.at(0)), s += ints.at(1) == 0 ? " uniform" : " normal"; break;
     case Op::ReduceSum:
@@ -48,7 +51,7 @@ std::string attrs_str(const Node& n) {
     case Op::Slice: s += " starts=", s += list_str(ints, 0, 2), s += " steps=", s += list_str(ints, 1, 2); break;
     case Op::Pad:
       s += " before=", s += list_str(ints, 0, 2), s += " after=", s += list_str(ints, 1, 2);
-      s += " value=", s += real_str(reals.at(0));
+      s += " value=", s += real_str(reals.at(0), n.dtype);
       break;
     case Op::Concat: s += " axis=", s += std::to_string(ints.at(0)); break;
     default:  // ops without documented attributes print whatever they carry

@@ -50,6 +50,23 @@ inline void expect_same_values(const std::vector<NodeRef>& before, const std::ve
   }
 }
 
+using PassFn = std::vector<NodeRef> (*)(const std::vector<NodeRef>&);
+
+/// Runs `pass` on `roots`, checks the values are unchanged (within `rel`) and returns the text
+/// of the result.
+inline std::string run_checked(PassFn pass, const std::vector<Tensor>& roots, double rel = 0) {
+  auto before = nodes(roots);
+  auto after = pass(before);
+  expect_same_values(before, after, rel);
+  return text(after);
+}
+
+/// `pass` leaves the graph under `roots` alone (returns the same root nodes).
+inline void expect_unchanged(PassFn pass, const std::vector<Tensor>& roots) {
+  auto before = nodes(roots);
+  EXPECT_EQ(pass(before), before) << text(before);
+}
+
 /// Node `op` with the given inputs, built directly (the API collapses some views at record time).
 inline Tensor raw(Op op, Shape shape, std::vector<Tensor> inputs, std::vector<int64_t> ints = {},
                   std::vector<double> reals = {}) {

@@ -8,17 +8,8 @@ using namespace kfuse::passes_test;
 using detail::simplify_algebra;
 
 namespace {
-std::string run(const std::vector<Tensor>& roots) {
-  auto before = nodes(roots);
-  auto after = simplify_algebra(before);
-  expect_same_values(before, after);
-  return text(after);
-}
-// The pass leaves the graph alone (same root nodes).
-void expect_unchanged(const std::vector<Tensor>& roots) {
-  auto before = nodes(roots);
-  EXPECT_EQ(simplify_algebra(before), before) << text(before);
-}
+std::string run(const std::vector<Tensor>& roots) { return run_checked(simplify_algebra, roots); }
+void expect_unchanged(const std::vector<Tensor>& roots) { passes_test::expect_unchanged(simplify_algebra, roots); }
 }  // namespace
 
 TEST(SimplifyAlgebra, IdentityElementsDisappear) {
