@@ -1,0 +1,509 @@
+// kfuse_compare: kfuse (each backend) against LibTorch, oneDNN and Eigen on the workloads of
+// PERFORMANCE.md, with a STREAM-style triad ceiling measured in the same run.
+//
+//   kfuse_compare [--quick] [--filter SUBSTR[,SUBSTR...]] [--json FILE] [--threads 1,2]
+//                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen]
+//                 [--min-time SECONDS] [--max-reps N] [--strict] [--list]
+//
+// Every result is checked against kfuse::reference_values (fp64) before it is timed; a result
+// that fails is reported as FAIL and not timed.
+#include <kfuse/kfuse.hpp>
+#include <kfuse/reference.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "kfuse_impl.hpp"
+#include "peers/peers.hpp"
+#include "triad.hpp"
+#include "workload.hpp"
+
+using namespace kbench;
+
+namespace {
+
+#ifdef KFUSE_BENCH_HAVE_TORCH
+constexpr bool kHaveTorch = true;
+#else
+constexpr bool kHaveTorch = false;
+#endif
+#ifdef KFUSE_BENCH_HAVE_DNNL
+constexpr bool kHaveDnnl = true;
+#else
+constexpr bool kHaveDnnl = false;
+#endif
+#ifdef KFUSE_BENCH_HAVE_EIGEN
+constexpr bool kHaveEigen = true;
+#else
+constexpr bool kHaveEigen = false;
+#endif
+
+struct Cli {
+  bool quick = false;
+  bool strict = false;
+  bool list = false;
+  std::vector<std::string> filters;
+  std::string json;
+  std::vector<int> threads{1, 2};
+  std::vector<std::string> backends{"xbyak", "llvm", "opencl", "reference"};
+  std::vector<std::string> peers{"torch", "onednn", "eigen"};
+  double min_time = -1;
+  int max_reps = -1;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+[[noreturn]] void usage(int rc) {
+  std::printf(
+      "usage: kfuse_compare [options]\n"
+      "  --quick              small sizes, few repetitions (smoke test)\n"
+      "  --filter S[,S...]    run workloads whose name contains any S\n"
+      "  --json FILE          write every row as JSON\n"
+      "  --threads LIST       thread counts (default 1,2)\n"
+      "  --backends LIST      kfuse backends (default xbyak,llvm,opencl,reference)\n"
+      "  --peers LIST         peers to run (default torch,onednn,eigen)\n"
+      "  --min-time S         seconds of sampling per row (default 0.5, quick 0.02)\n"
+      "  --max-reps N         samples per row at most (default 200, quick 10)\n"
+      "  --strict             exit 1 when any result fails verification or errors\n"
+      "  --list               list the workloads and exit\n");
+  std::exit(rc);
+}
+
+Cli parse(int argc, char** argv) {
+  Cli c;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kfuse_compare: %s needs a value\n", a.c_str());
+        usage(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") c.quick = true;
+    else if (a == "--strict") c.strict = true;
+    else if (a == "--list") c.list = true;
+    else if (a == "--filter") c.filters = split(val(), ',');
+    else if (a == "--json") c.json = val();
+    else if (a == "--threads") {
+      c.threads.clear();
+      for (auto& t : split(val(), ',')) c.threads.push_back(std::max(1, std::atoi(t.c_str())));
+    } else if (a == "--backends") c.backends = split(val(), ',');
+    else if (a == "--peers") c.peers = split(val(), ',');
+    else if (a == "--min-time") c.min_time = std::atof(val().c_str());
+    else if (a == "--max-reps") c.max_reps = std::atoi(val().c_str());
+    else if (a == "-h" || a == "--help") usage(0);
+    else {
+      std::fprintf(stderr, "kfuse_compare: unknown argument %s\n", a.c_str());
+      usage(2);
+    }
+  }
+  return c;
+}
+
+Workload wl(std::string name, Kind k, int64_t r, int64_t c, Target t = Target::None) {
+  Workload w;
+  w.name = std::move(name);
+  w.kind = k;
+  w.rows = r;
+  w.cols = c;
+  w.target = t;
+  return w;
+}
+
+std::string shape2(int64_t r, int64_t c) { return "[" + std::to_string(r) + "," + std::to_string(c) + "]"; }
+std::string count_str(int64_t n) {
+  if (n >= (1 << 20) && n % (1 << 20) == 0) return std::to_string(n >> 20) + "M";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + "K";
+  return std::to_string(n);
+}
+
+std::vector<Workload> workloads(bool quick) {
+  std::vector<Workload> v;
+  auto rc = [&](int64_t full, int64_t q) { return quick ? q : full; };
+  auto rowwise = [&](const char* op, Kind k, int64_t r, int64_t c, Target t = Target::None) {
+    v.push_back(wl(std::string(op) + " " + shape2(r, c), k, r, c, t));
+  };
+  rowwise("log_softmax", Kind::LogSoftmax, 256, 10);
+  rowwise("log_softmax", Kind::LogSoftmax, 1024, 10);
+  rowwise("log_softmax", Kind::LogSoftmax, 4096, 10, Target::FasterThanBestPeer4x);
+  rowwise("log_softmax", Kind::LogSoftmax, rc(4096, 256), 1024);
+  rowwise("log_softmax", Kind::LogSoftmax, rc(32768, 512), 512, Target::Ceiling75);
+  rowwise("log_softmax", Kind::LogSoftmax, rc(1024, 16), 32000);
+  rowwise("softmax", Kind::Softmax, rc(4096, 256), 1024);
+  rowwise("layer_norm", Kind::LayerNorm, rc(4096, 256), 1024);
+  rowwise("layer_norm", Kind::LayerNorm, rc(32768, 512), 512, Target::Ceiling75);
+  struct Ew {
+    const char* name;
+    Kind k;
+  };
+  for (Ew e : {Ew{"relu(a*b+c)", Kind::ReluFma}, Ew{"gelu_tanh(x)", Kind::Gelu},
+               Ew{"tanh(a*0.5+b)*sigmoid(c)-exp(-a*a)", Kind::Chain3}}) {
+    for (int64_t n : {rc(1 << 20, 1 << 14), rc(1 << 24, 1 << 16)}) {
+      Target t = (!quick && n == (1 << 24)) || (quick && n == (1 << 16)) ? Target::Chain16M : Target::None;
+      v.push_back(wl(std::string(e.name) + " " + count_str(n), e.k, 1, n, t));
+    }
+  }
+  for (int64_t s : {int64_t{256}, rc(1024, 512)}) {
+    v.push_back(wl("add " + shape2(s, s), Kind::Add, s, s));
+    v.push_back(wl("relu " + shape2(s, s), Kind::Relu, s, s));
+    v.push_back(wl("add+relu " + shape2(s, s), Kind::AddRelu, s, s));
+  }
+  const int64_t S = rc(4096, 256);
+  v.push_back(wl("sum axis 0 " + shape2(S, S), Kind::SumAxis0, S, S, Target::Ceiling90));
+  v.push_back(wl("sum axis 1 " + shape2(S, S), Kind::SumAxis1, S, S, Target::Ceiling90));
+  v.push_back(wl("sum all " + shape2(S, S), Kind::SumAll, S, S, Target::Ceiling90));
+  v.push_back(wl("chain10 8 floats (record+eval)", Kind::Chain10, 1, 8, Target::Under1us));
+  v.push_back(wl("compile time per kernel", Kind::Compile, 1, 1024, Target::Compile100us));
+  v.push_back(wl("cache-hit overhead 8 floats", Kind::CacheHit, 1, 8));
+  return v;
+}
+
+bool selected(const Workload& w, const Cli& c) {
+  if (c.filters.empty()) return true;
+  for (auto& f : c.filters)
+    if (w.name.find(f) != std::string::npos) return true;
+  return false;
+}
+
+bool want_peer(const Cli& c, const char* p) { return std::find(c.peers.begin(), c.peers.end(), p) != c.peers.end(); }
+
+bool is_kfuse(const Row& r) { return r.impl.rfind("kfuse", 0) == 0; }
+
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", f * 100);
+  return b;
+}
+std::string ratio(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", x);
+  return b;
+}
+
+// Fills Row::target of the kfuse rows of one (workload, threads) group.
+void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
+  if (w.target == Target::None) return;
+  const Row* best = nullptr;
+  const Row* eigen = nullptr;
+  const Row* torch_nat = nullptr;
+  for (const Row& r : group) {
+    if (is_kfuse(r) || r.status != "ok") continue;
+    if (!best || r.st.median < best->st.median) best = &r;
+    if (r.impl == "eigen") eigen = &r;
+    if (r.impl == "torch natural") torch_nat = &r;
+  }
+  for (Row& r : group) {
+    if (!is_kfuse(r)) continue;
+    if (quick) {
+      r.target = "target n/a (--quick)";
+      continue;
+    }
+    if (r.status != "ok") {
+      r.target = "MISS (no result)";
+      continue;
+    }
+    std::vector<std::string> why;
+    bool pass = true;
+    auto need = [&](bool ok, const std::string& what) {
+      pass = pass && ok;
+      why.push_back(what);
+    };
+    switch (w.target) {
+      case Target::FasterThanBestPeer4x:
+        if (!best) {
+          r.target = "n/a (no peer ran)";
+          continue;
+        }
+        need(r.st.median * 4 <= best->st.median,
+             ratio(best->st.median / r.st.median) + " vs best peer " + best->impl + " (need >=4x)");
+        break;
+      case Target::Ceiling75: need(r.frac >= 0.75, pct(r.frac) + " of ceiling (need 75%)"); break;
+      case Target::Ceiling90: need(r.frac >= 0.90, pct(r.frac) + " of ceiling (need 90%)"); break;
+      case Target::Chain16M:
+        need(r.frac >= 0.90, pct(r.frac) + " of ceiling (need 90%)");
+        if (eigen)
+          need(r.st.median <= eigen->st.median, ratio(eigen->st.median / r.st.median) + " vs eigen (need >=1x)");
+        else
+          why.push_back("eigen n/a");
+        if (torch_nat)
+          need(r.st.median * 4 <= torch_nat->st.median,
+               ratio(torch_nat->st.median / r.st.median) + " vs torch natural (need >=4x)");
+        else
+          why.push_back("torch natural n/a");
+        break;
+      case Target::Under1us: need(r.st.median <= 1e-6, fmt_time(r.st.median) + " (need <=1 us)"); break;
+      case Target::Compile100us:
+        if (r.impl != "kfuse[xbyak]") continue;
+        if (r.kernels <= 0) {
+          r.target = "MISS (no kernel compiled: xbyak not in use)";
+          continue;
+        }
+        need(r.st.median <= 100e-6, fmt_time(r.st.median) + " median (need <=100 us)");
+        break;
+      case Target::None: break;
+    }
+    std::string s = pass ? "PASS" : "MISS";
+    for (size_t i = 0; i < why.size(); ++i) s += (i ? ", " : " ") + why[i];
+    r.target = s;
+  }
+}
+
+// Verifies, then times one implementation. `after` fills implementation-specific fields.
+Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int threads, double ceiling,
+             const TimingConfig& cfg, const std::function<void(Row&)>& after = {}) {
+  Row r;
+  r.workload = w.name;
+  r.impl = im.name;
+  r.threads = threads;
+  r.note = im.note;
+  r.bytes = w.compulsory_bytes;
+  r.ceiling_gbps = ceiling;
+  try {
+    if (im.setup) im.setup();
+    im.run();
+    const double rtol = 1e-4, atol = 1e-5;
+    Verdict v = verify(im.result(), ref, atol, rtol);
+    r.max_abs_err = v.max_abs_err;
+    if (!v.ok) {
+      r.status = "FAIL";
+      r.note = "verification failed, not timed: " + v.message;
+      if (after) after(r);
+      return r;
+    }
+    r.st = measure(im.run, cfg);
+    r.status = "ok";
+    r.gbps = r.bytes / r.st.median / 1e9;
+    r.frac = ceiling > 0 ? r.gbps / ceiling : 0;
+    if (after) after(r);
+  } catch (const std::exception& e) {
+    r.status = "ERROR";
+    r.note = e.what();
+  }
+  return r;
+}
+
+void print_group(const std::vector<Row>& g) {
+  for (const Row& r : g) print_row(r);
+}
+
+Row skipped_row(const Workload& w, const char* impl, int threads, const char* peer) {
+  Row r;
+  r.workload = w.name;
+  r.impl = impl;
+  r.threads = threads;
+  r.status = "skipped";
+  r.note = std::string(": ") + peer + " not installed (scripts/bench.sh --install-peers)";
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli cli = parse(argc, argv);
+  auto all = workloads(cli.quick);
+  if (cli.list) {
+    for (auto& w : all) std::printf("%s\n", w.name.c_str());
+    return 0;
+  }
+  TimingConfig cfg;
+  if (cli.quick) {
+    cfg.min_time_s = 0.02;
+    cfg.min_reps = 3;
+    cfg.max_reps = 10;
+    cfg.warmup = 1;
+  }
+  if (cli.min_time >= 0) cfg.min_time_s = cli.min_time;
+  if (cli.max_reps > 0) cfg.max_reps = cli.max_reps;
+  const int64_t triad_n = cli.quick ? (int64_t{1} << 22) : (int64_t{1} << 25);
+  const int triad_passes = cli.quick ? 3 : 5;
+
+  const kfuse::Options base = kfuse::options();
+  const std::string machine = machine_description();
+  std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf("kfuse_compare  %s\nmachine: %s\n", date, machine.c_str());
+  std::printf("peers: LibTorch %s, oneDNN %s, Eigen %s\n",
+#ifdef KFUSE_BENCH_HAVE_TORCH
+              torch_version().c_str(),
+#else
+              "(not installed)",
+#endif
+#ifdef KFUSE_BENCH_HAVE_DNNL
+              dnnl_version_string().c_str(),
+#else
+              "(not installed)",
+#endif
+#ifdef KFUSE_BENCH_HAVE_EIGEN
+              eigen_version().c_str()
+#else
+              "(not installed)"
+#endif
+  );
+  if (!kHaveTorch || !kHaveDnnl || !kHaveEigen)
+    std::printf("missing peers are skipped; install them with scripts/bench.sh --install-peers\n");
+  std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n",
+              cfg.min_reps, cfg.min_time_s);
+  std::printf("ceiling: STREAM triad (%s, %s floats per array, best of %d), re-measured per workload\n",
+              triad_kind(), count_str(triad_n).c_str(), triad_passes);
+  std::vector<std::pair<int, double>> ceilings0;
+  for (int t : cli.threads) {
+    double g = triad_gbps(t, triad_n, triad_passes);
+    ceilings0.push_back({t, g});
+    std::printf("  triad %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", g);
+  }
+  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median; %%ceil = GB/s / triad "
+              "with the same thread count; kern = kfuse kernels launched per call\n");
+
+  std::vector<Row> rows;
+  bool any_bad = false;
+  for (Workload& w : all) {
+    if (!selected(w, cli)) continue;
+    std::printf("\n== %s\n", w.name.c_str());
+
+    if (w.kind == Kind::Compile) {
+      print_header();
+      std::vector<Row> g;
+      for (auto& b : cli.backends) {
+        Row r = kfuse_compile_row(b, cli.quick ? 5 : 50, base);
+        r.workload = w.name;
+        g.push_back(r);
+      }
+      apply_targets(w, g, cli.quick);
+      print_group(g);
+      rows.insert(rows.end(), g.begin(), g.end());
+      continue;
+    }
+    if (w.kind == Kind::CacheHit) {
+      print_header();
+      for (auto& b : cli.backends) {
+        auto g = kfuse_cache_rows(b, cfg, base);
+        for (auto& r : g) r.workload = w.name;
+        print_group(g);
+        rows.insert(rows.end(), g.begin(), g.end());
+      }
+      continue;
+    }
+
+    make_inputs(w, 42);
+    double t0 = now_s();
+    std::vector<double> ref;
+    try {
+      auto in = kfuse_inputs(w);
+      ref = kfuse::reference_values(kfuse_build(w, in));
+    } catch (const std::exception& e) {
+      std::printf("  reference failed: %s\n", e.what());
+      any_bad = true;
+      continue;
+    }
+    std::map<int, double> ceil;
+    std::string ceil_txt;
+    for (int t : cli.threads) {
+      ceil[t] = triad_gbps(t, triad_n, triad_passes);
+      char b[64];
+      std::snprintf(b, sizeof b, "%s%dT %.1f GB/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+      ceil_txt += b;
+    }
+    std::printf("   compulsory %s; fp64 reference in %s; triad %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
+                fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
+    print_header();
+
+    for (int t : cli.threads) {
+      std::vector<Row> g;
+      std::map<std::string, std::string> seen_backends;  // reported backend set -> first row
+      for (auto& b : cli.backends) {
+        Impl im = kfuse_impl(w, b, t, base);
+        auto after = [&](Row& r) {
+          auto c0 = kfuse::counters();
+          im.run();
+          auto c1 = kfuse::counters();
+          r.kernels = static_cast<double>(c1.kernels_launched - c0.kernels_launched);
+          KfusePlan p = kfuse_plan(w);
+          r.planned = p.planned;
+          r.backend = p.backends;
+          std::string n = p.planned < 0 ? std::string("planned n/a")
+                                         : "planned " + std::to_string(p.planned) + " kernel" + (p.planned == 1 ? "" : "s");
+          n += p.backends.empty() ? ", backend: (not reported)" : ", backend: " + p.backends;
+          if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
+          if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
+          if (!p.error.empty()) n += " (" + p.error + ")";
+          r.note = r.note.empty() ? n : r.note + "; " + n;
+        };
+        Row r = run_impl(im, w, ref, t, ceil[t], cfg, after);
+        kfuse::set_options(base);
+        if (r.status == "ok" && !r.backend.empty()) {
+          auto it = seen_backends.find(r.backend);
+          if (it != seen_backends.end()) r.note += " (same backend as " + it->second + ")";
+          else seen_backends[r.backend] = r.impl;
+        }
+        g.push_back(r);
+      }
+      auto add_peer = [&](const char* peer, bool have, const char* label,
+                          std::vector<Impl> (*make)(const Workload&, int)) {
+        if (!want_peer(cli, peer)) return;
+        if (!have) {
+          g.push_back(skipped_row(w, peer, t, label));
+          return;
+        }
+        std::vector<Impl> impls;
+        try {
+          impls = make(w, t);
+        } catch (const std::exception& e) {
+          Row r;
+          r.workload = w.name;
+          r.impl = peer;
+          r.threads = t;
+          r.status = "ERROR";
+          r.note = std::string(" setting up: ") + e.what();
+          g.push_back(r);
+          return;
+        }
+        for (auto& im : impls) g.push_back(run_impl(im, w, ref, t, ceil[t], cfg));
+      };
+#ifdef KFUSE_BENCH_HAVE_TORCH
+      add_peer("torch", true, "LibTorch", &torch_impls);
+#else
+      add_peer("torch", false, "LibTorch", nullptr);
+#endif
+#ifdef KFUSE_BENCH_HAVE_DNNL
+      add_peer("onednn", true, "oneDNN", &dnnl_impls);
+#else
+      add_peer("onednn", false, "oneDNN", nullptr);
+#endif
+#ifdef KFUSE_BENCH_HAVE_EIGEN
+      add_peer("eigen", true, "Eigen", &eigen_impls);
+#else
+      add_peer("eigen", false, "Eigen", nullptr);
+#endif
+      apply_targets(w, g, cli.quick);
+      for (auto& r : g)
+        if (r.status == "FAIL" || r.status == "ERROR") any_bad = true;
+      print_group(g);
+      rows.insert(rows.end(), g.begin(), g.end());
+    }
+    w.inputs.clear();
+    w.inputs.shrink_to_fit();
+  }
+
+  if (!cli.json.empty()) {
+    write_json(cli.json, rows, machine, ceilings0, cli.quick);
+    std::printf("\nwrote %zu rows to %s\n", rows.size(), cli.json.c_str());
+  }
+  return cli.strict && any_bad ? 1 : 0;
+}

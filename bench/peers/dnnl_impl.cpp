@@ -1,0 +1,181 @@
+// oneDNN implementations (primitives created once, outside the timed call). oneDNN from Debian
+// uses the OpenMP runtime: the thread count is set with omp_set_num_threads.
+#include <omp.h>
+
+#include <memory>
+#include <unordered_map>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "peers.hpp"
+
+namespace kbench {
+
+std::string dnnl_version_string() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+struct Step {
+  dnnl::primitive prim;
+  std::unordered_map<int, memory> args;
+};
+
+struct State {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  std::vector<float> y, t1, t2;
+  std::vector<Step> steps;
+  void run() {
+    for (auto& s : steps) s.prim.execute(strm, s.args);
+    strm.wait();
+  }
+};
+
+memory mem(State& st, const memory::desc& md, const float* p) {
+  return memory(md, st.eng, const_cast<float*>(p));
+}
+
+int post_arg(int idx) { return DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1; }
+
+dnnl::primitive_attr with_post_ops(const dnnl::post_ops& po) {
+  dnnl::primitive_attr a;
+  a.set_post_ops(po);
+  return a;
+}
+
+void eltwise(State& st, algorithm alg, float alpha, float beta, const memory& src, const memory& dst,
+             const dnnl::post_ops& po = {}, std::unordered_map<int, memory> extra = {}) {
+  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, src.get_desc(), alpha, beta);
+  dnnl::eltwise_forward::primitive_desc pd(d, with_post_ops(po), st.eng);
+  extra[DNNL_ARG_SRC] = src;
+  extra[DNNL_ARG_DST] = dst;
+  st.steps.push_back({dnnl::eltwise_forward(pd), std::move(extra)});
+}
+
+void binary(State& st, algorithm alg, const memory& a, const memory& b, const memory& dst,
+            const dnnl::post_ops& po = {}, std::unordered_map<int, memory> extra = {}) {
+  dnnl::binary::desc d(alg, a.get_desc(), b.get_desc(), dst.get_desc());
+  dnnl::binary::primitive_desc pd(d, with_post_ops(po), st.eng);
+  extra[DNNL_ARG_SRC_0] = a;
+  extra[DNNL_ARG_SRC_1] = b;
+  extra[DNNL_ARG_DST] = dst;
+  st.steps.push_back({dnnl::binary(pd), std::move(extra)});
+}
+
+void reduce_sum(State& st, const memory& src, const memory& dst) {
+  dnnl::reduction::desc d(algorithm::reduction_sum, src.get_desc(), dst.get_desc(), 0.f, 0.f);
+  dnnl::reduction::primitive_desc pd(d, st.eng);
+  st.steps.push_back({dnnl::reduction(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}});
+}
+
+}  // namespace
+
+std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
+  if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  auto st = std::make_shared<State>();
+  const memory::dim R = w.rows, C = w.cols, N = w.numel();
+  const bool oned = w.one_d() || w.kind == Kind::Add || w.kind == Kind::Relu || w.kind == Kind::AddRelu;
+  memory::desc md = oned ? memory::desc({N}, dt::f32, tag::a) : memory::desc({R, C}, dt::f32, tag::ab);
+  st->y.assign(static_cast<size_t>(std::max<int64_t>(w.out_numel, 1)), 0.0f);
+  std::vector<memory> in;
+  for (size_t i = 0; i < w.inputs.size(); ++i) {
+    if (w.kind == Kind::LayerNorm && i > 0)
+      in.push_back(mem(*st, memory::desc({C}, dt::f32, tag::a), w.inputs[i].data()));
+    else
+      in.push_back(mem(*st, md, w.inputs[i].data()));
+  }
+  memory y = mem(*st, md, st->y.data());
+  std::string note;
+  switch (w.kind) {
+    case Kind::LogSoftmax:
+    case Kind::Softmax: {
+      auto alg = w.kind == Kind::LogSoftmax ? algorithm::softmax_log : algorithm::softmax_accurate;
+      dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, md, 1);
+      dnnl::softmax_v2_forward::primitive_desc pd(d, st->eng);
+      st->steps.push_back({dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DST, y}}});
+      break;
+    }
+    case Kind::LayerNorm: {
+      auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md, kLayerNormEps, flags);
+      dnnl::layer_normalization_forward::primitive_desc pd(d, st->eng);
+      st->steps.push_back({dnnl::layer_normalization_forward(pd),
+                           {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DST, y}, {DNNL_ARG_SCALE, in[1]}, {DNNL_ARG_SHIFT, in[2]}}});
+      break;
+    }
+    case Kind::ReluFma: {
+      dnnl::post_ops po;
+      po.append_binary(algorithm::binary_add, md);
+      po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      binary(*st, algorithm::binary_mul, in[0], in[1], y, po, {{post_arg(0), in[2]}});
+      note = "binary mul + post-ops add, relu";
+      break;
+    }
+    case Kind::Gelu: eltwise(*st, algorithm::eltwise_gelu_tanh, 0.f, 0.f, in[0], y); break;
+    case Kind::Chain3: {
+      st->t1.assign(static_cast<size_t>(N), 0.f);
+      st->t2.assign(static_cast<size_t>(N), 0.f);
+      memory t1 = mem(*st, md, st->t1.data()), t2 = mem(*st, md, st->t2.data());
+      dnnl::post_ops p1;  // t1 = tanh(0.5 a + b)
+      p1.append_binary(algorithm::binary_add, md);
+      p1.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+      eltwise(*st, algorithm::eltwise_linear, 0.5f, 0.f, in[0], t1, p1, {{post_arg(0), in[1]}});
+      dnnl::post_ops p2;  // t2 = sigmoid(c) * t1
+      p2.append_binary(algorithm::binary_mul, md);
+      eltwise(*st, algorithm::eltwise_logistic, 0.f, 0.f, in[2], t2, p2, {{post_arg(0), t1}});
+      dnnl::post_ops p3;  // y = -exp(-(a^2)) + t2
+      p3.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
+      p3.append_eltwise(1.f, algorithm::eltwise_exp, 0.f, 0.f);
+      p3.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
+      p3.append_binary(algorithm::binary_add, md);
+      eltwise(*st, algorithm::eltwise_square, 0.f, 0.f, in[0], y, p3, {{post_arg(3), t2}});
+      note = "3 primitives with post-ops";
+      break;
+    }
+    case Kind::Add: binary(*st, algorithm::binary_add, in[0], in[1], y); break;
+    case Kind::Relu: eltwise(*st, algorithm::eltwise_relu, 0.f, 0.f, in[0], y); break;
+    case Kind::AddRelu: {
+      dnnl::post_ops po;
+      po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      binary(*st, algorithm::binary_add, in[0], in[1], y, po);
+      note = "binary add + post-op relu";
+      break;
+    }
+    case Kind::SumAxis0:
+      reduce_sum(*st, in[0], mem(*st, memory::desc({1, C}, dt::f32, tag::ab), st->y.data()));
+      break;
+    case Kind::SumAxis1:
+      reduce_sum(*st, in[0], mem(*st, memory::desc({R, 1}, dt::f32, tag::ab), st->y.data()));
+      break;
+    case Kind::SumAll:
+      reduce_sum(*st, in[0], mem(*st, memory::desc({1, 1}, dt::f32, tag::ab), st->y.data()));
+      break;
+    case Kind::Chain10: {
+      dnnl::post_ops po;
+      po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+      po.append_eltwise(1.f, algorithm::eltwise_square, 0.f, 0.f);
+      po.append_eltwise(1.f, algorithm::eltwise_linear, 1.f, -0.25f);
+      po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      po.append_eltwise(1.f, algorithm::eltwise_linear, 1.f, 1.f);
+      po.append_eltwise(1.f, algorithm::eltwise_log, 0.f, 0.f);
+      po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+      po.append_eltwise(1.f, algorithm::eltwise_sqrt, 0.f, 0.f);
+      eltwise(*st, algorithm::eltwise_linear, 1.5f, 0.5f, in[0], y, po);
+      note = "1 primitive (x*1.5+0.5) + 8 post-ops";
+      break;
+    }
+    default: return {};
+  }
+  Impl im{"onednn", note, [threads] { omp_set_num_threads(threads); }, [st] { st->run(); },
+          [st] { return static_cast<const float*>(st->y.data()); }};
+  return {im};
+}
+
+}  // namespace kbench

@@ -1,0 +1,158 @@
+// LibTorch (ATen) implementations: "natural" = the allocating form as usually written
+// (y = f(x)), "out=" = preallocated outputs and in-place ops.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include <memory>
+
+#include "peers.hpp"
+
+namespace kbench {
+
+std::string torch_version() { return TORCH_VERSION; }
+
+namespace {
+
+struct State {
+  std::vector<at::Tensor> in;
+  at::Tensor y, t1, t2, s1, s2;  // output and temporaries
+};
+
+at::Tensor wrap(const std::vector<float>& v, at::IntArrayRef sizes) {
+  return at::from_blob(const_cast<float*>(v.data()), sizes, at::TensorOptions().dtype(at::kFloat));
+}
+
+}  // namespace
+
+std::vector<Impl> torch_impls(const Workload& w, int threads) {
+  if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  auto st = std::make_shared<State>();
+  const int64_t R = w.rows, C = w.cols;
+  std::vector<int64_t> shape = w.one_d() ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};
+  for (size_t i = 0; i < w.inputs.size(); ++i) {
+    if (w.kind == Kind::LayerNorm && i > 0)
+      st->in.push_back(wrap(w.inputs[i], {C}));
+    else
+      st->in.push_back(wrap(w.inputs[i], shape));
+  }
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  std::vector<int64_t> out_shape = shape;
+  if (w.kind == Kind::SumAxis0) out_shape = {C};
+  if (w.kind == Kind::SumAxis1) out_shape = {R};
+  if (w.kind == Kind::SumAll) out_shape = {};
+  auto setup = [threads] { at::set_num_threads(threads); };
+  auto result = [st] { return st->y.data_ptr<float>(); };
+  auto& in = st->in;
+  auto* s = st.get();
+
+  Impl nat{"torch natural", "", setup, nullptr, result};
+  Impl out{"torch out=", "", [setup, s, out_shape, opts] {
+             setup();
+             s->y = at::empty(out_shape, opts);
+           }, nullptr, result};
+  std::vector<Impl> extra;
+
+  switch (w.kind) {
+    case Kind::LogSoftmax:
+      nat.run = [s] { s->y = at::log_softmax(s->in[0], 1); };
+      out.run = [s] { at::log_softmax_out(s->y, s->in[0], 1); };
+      extra.push_back(Impl{"torch composed", "x - logsumexp(x)", setup,
+                           [s] { s->y = s->in[0] - at::logsumexp(s->in[0], {1}, true); }, result});
+      break;
+    case Kind::Softmax:
+      nat.run = [s] { s->y = at::softmax(s->in[0], 1); };
+      out.run = [s] { at::softmax_out(s->y, s->in[0], 1); };
+      break;
+    case Kind::LayerNorm:
+      nat.run = [s, C] { s->y = at::layer_norm(s->in[0], {C}, s->in[1], s->in[2], kLayerNormEps); };
+      out.setup = [setup, s, R, C, opts] {
+        setup();
+        s->y = at::empty({R, C}, opts);
+        s->s1 = at::empty({R, 1}, opts);
+        s->s2 = at::empty({R, 1}, opts);
+      };
+      out.run = [s, C] {
+        at::native_layer_norm_out(s->y, s->s1, s->s2, s->in[0], {C}, s->in[1], s->in[2], kLayerNormEps);
+      };
+      break;
+    case Kind::ReluFma:
+      nat.run = [s] { s->y = at::relu(s->in[0] * s->in[1] + s->in[2]); };
+      out.run = [s] {
+        at::addcmul_out(s->y, s->in[2], s->in[0], s->in[1]);
+        s->y.relu_();
+      };
+      break;
+    case Kind::Gelu:
+      nat.run = [s] { s->y = at::gelu(s->in[0], "tanh"); };
+      out.run = [s] { at::gelu_out(s->y, s->in[0], "tanh"); };
+      break;
+    case Kind::Chain3:
+      nat.run = [s] {
+        auto& a = s->in[0];
+        s->y = at::tanh(a * 0.5 + s->in[1]) * at::sigmoid(s->in[2]) - at::exp(-(a * a));
+      };
+      out.setup = [setup, s, shape, opts] {
+        setup();
+        s->y = at::empty(shape, opts);
+        s->t1 = at::empty(shape, opts);
+        s->t2 = at::empty(shape, opts);
+      };
+      out.run = [s] {
+        auto &a = s->in[0], &b = s->in[1], &c = s->in[2];
+        at::add_out(s->t1, b, a, 0.5);  // b + 0.5 * a
+        s->t1.tanh_();
+        at::sigmoid_out(s->t2, c);
+        s->t1.mul_(s->t2);
+        at::mul_out(s->t2, a, a);
+        s->t2.neg_().exp_();
+        at::sub_out(s->y, s->t1, s->t2);
+      };
+      break;
+    case Kind::Add:
+      nat.run = [s] { s->y = s->in[0] + s->in[1]; };
+      out.run = [s] { at::add_out(s->y, s->in[0], s->in[1]); };
+      break;
+    case Kind::Relu:
+      nat.run = [s] { s->y = at::relu(s->in[0]); };
+      out.run = [s] { at::clamp_min_out(s->y, s->in[0], 0); };
+      break;
+    case Kind::AddRelu:
+      nat.run = [s] { s->y = at::relu(s->in[0] + s->in[1]); };
+      out.run = [s] {
+        at::add_out(s->y, s->in[0], s->in[1]);
+        s->y.relu_();
+      };
+      break;
+    case Kind::SumAxis0:
+      nat.run = [s] { s->y = s->in[0].sum(0); };
+      out.run = [s] { at::sum_out(s->y, s->in[0], at::IntArrayRef{0}); };
+      break;
+    case Kind::SumAxis1:
+      nat.run = [s] { s->y = s->in[0].sum(1); };
+      out.run = [s] { at::sum_out(s->y, s->in[0], at::IntArrayRef{1}); };
+      break;
+    case Kind::SumAll:
+      nat.run = [s] { s->y = s->in[0].sum(); };
+      out.run = [s] { at::sum_out(s->y, s->in[0], at::IntArrayRef{0, 1}); };
+      break;
+    case Kind::Chain10:
+      nat.run = [s] {
+        auto t = at::square(at::tanh(s->in[0] * 1.5 + 0.5));
+        s->y = at::sqrt(at::sigmoid(at::log(at::relu(t - 0.25) + 1)));
+      };
+      out.run = [s] {
+        s->y.copy_(s->in[0]);
+        s->y.mul_(1.5).add_(0.5).tanh_().square_().sub_(0.25).relu_().add_(1).log_().sigmoid_().sqrt_();
+      };
+      out.note = "copy + 10 in-place ops";
+      break;
+    default: return {};
+  }
+  (void)in;
+  std::vector<Impl> v{nat, out};
+  for (auto& e : extra) v.push_back(e);
+  return v;
+}
+
+}  // namespace kbench
