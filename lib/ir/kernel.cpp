@@ -32,7 +32,13 @@ ExprRef constant(double v, DType dt) {
   e->value = v;
   return e;
 }
-ExprRef iconst(int64_t v) { return constant(static_cast<double>(v), DType::I64); }
+ExprRef iconst(int64_t v) {
+  // 0 and 1 are shared so that lowering's memo tables see equal indices as equal pointers.
+  static const ExprRef zero = constant(0, DType::I64), one = constant(1, DType::I64);
+  if (v == 0) return zero;
+  if (v == 1) return one;
+  return constant(static_cast<double>(v), DType::I64);
+}
 ExprRef var(Space s, int dim) {
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::Var;

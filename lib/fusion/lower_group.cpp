@@ -1,0 +1,390 @@
+// lower_group: FusionGroup -> kernel IR.
+//
+// The domain: a group with reductions iterates their full shape S, with the kept axes as the
+// OUTER domain and the reduced axes as the REDUCE domain; a pointwise group iterates its output
+// shape (flattened to one dimension when the group has no views, so every access is o0).
+//
+// Values are emitted by walking the graph from each output down to the inputs with an index
+// vector (one i64 expression per dimension of the node) and the node's symbolic dims. Views fold
+// into that index arithmetic: permute reorders it, expand zeroes broadcast dims, slice scales and
+// offsets, pad and concat add masks, reshape re-linearises. Dims stay symbolic (outer extents are
+// Params) wherever the view keeps them; otherwise the concrete size is used and so becomes part of
+// the kernel text (and key).
+//
+// Phases: accumulator depth = 1 + deepest accumulator its value reads; phase d folds the
+// accumulators of depth d; full-shape stores go in the first phase after everything they read;
+// per-row stores go in a final once-phase.
+#include "lower_group.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kfuse/error.hpp"
+
+namespace kfuse::detail {
+
+namespace {
+
+using ir::ExprRef;
+
+struct Access {
+  std::vector<ExprRef> idx;   // one per dim of the node
+  std::vector<ExprRef> dims;  // symbolic extents
+};
+
+ExprRef linearize(const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims) {
+  ExprRef off = ir::iconst(0), stride = ir::iconst(1);
+  for (size_t k = idx.size(); k-- > 0;) {
+    off = ir::iadd(off, ir::imul(idx[k], stride));
+    stride = ir::imul(stride, dims[k]);
+  }
+  return off;
+}
+
+std::vector<ExprRef> concrete_dims(const Shape& s) {
+  std::vector<ExprRef> d;
+  for (int64_t x : s) d.push_back(ir::iconst(x));
+  return d;
+}
+
+ExprRef band(ExprRef a, ExprRef b) {
+  if (!a) return b;
+  if (!b) return a;
+  return ir::op(Op::And, DType::Bool, {a, b});
+}
+ExprRef cmp(Op o, ExprRef a, ExprRef b) { return ir::op(o, DType::Bool, {std::move(a), std::move(b)}); }
+
+ir::AccKind acc_kind(Op op) {
+  switch (op) {
+    case Op::ReduceSum: return ir::AccKind::Sum;
+    case Op::ReduceProd: return ir::AccKind::Prod;
+    case Op::ReduceMax: return ir::AccKind::Max;
+    case Op::ReduceMin: return ir::AccKind::Min;
+    case Op::ArgMax: return ir::AccKind::ArgMax;
+    case Op::ArgMin: return ir::AccKind::ArgMin;
+    default: throw InternalError("acc_kind: not a reduction");
+  }
+}
+
+class Lowerer {
+ public:
+  explicit Lowerer(const FusionGroup& g) : g_(g) {
+    for (const Node* n : g.nodes) members_.insert(n);
+  }
+
+  LoweredKernel run() {
+    LoweredKernel out;
+    ir::Kernel& k = out.kernel;
+    k.name = kernel_stem(g_);
+    sig_ = reduce_signature(g_);
+    bool has_red = !sig_.axes.empty() || std::any_of(g_.nodes.begin(), g_.nodes.end(),
+                                                     [](const Node* n) { return is_reduction(n->op); });
+    // Inputs become buffers in order.
+    for (const Node* in : g_.inputs) {
+      buffer_id_[in] = static_cast<int>(k.buffers.size());
+      k.buffers.push_back({"in" + std::to_string(k.buffers.size()), in->dtype, false});
+      out.buffer_nodes.push_back(in);
+    }
+    int first_out = static_cast<int>(k.buffers.size());
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      k.buffers.push_back({"out" + std::to_string(i), g_.outputs[i]->dtype, true});
+      out.buffer_nodes.push_back(g_.outputs[i]);
+    }
+    auto outer_param = [&](int64_t extent, const std::string& name) {
+      int id = static_cast<int>(k.params.size());
+      k.params.push_back({name, extent});
+      return ir::param(id);
+    };
+
+    if (has_red) {
+      // Outer = kept axes, reduce = reduced axes of S.
+      std::vector<bool> red(sig_.full.size(), false);
+      for (int64_t a : sig_.axes) red[a] = true;
+      for (size_t a = 0; a < sig_.full.size(); ++a) {
+        if (red[a]) {
+          full_idx_.push_back(ir::var(ir::Space::Reduce, static_cast<int>(k.reduce.size())));
+          full_dims_.push_back(ir::iconst(sig_.full[a]));
+          k.reduce.push_back(sig_.full[a]);
+          kept_idx_.push_back(ir::iconst(0));
+          kept_dims_.push_back(ir::iconst(1));
+        } else {
+          ExprRef p = outer_param(sig_.full[a], "outer" + std::to_string(k.outer.size()));
+          ExprRef v = ir::var(ir::Space::Outer, static_cast<int>(k.outer.size()));
+          k.outer.push_back(p);
+          full_idx_.push_back(v);
+          full_dims_.push_back(p);
+          kept_idx_.push_back(v);
+          kept_dims_.push_back(p);
+        }
+      }
+      bool inner_reduced = !sig_.full.empty() && red.back();
+      k.kind = k.outer.empty() ? "global" : inner_reduced ? "row" : "column";
+      out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");
+    } else {
+      const Shape& s = g_.outputs.at(0)->shape;
+      bool has_views = std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node* n) {
+        return is_view(n->op) || n->op == Op::Iota ||
+               std::any_of(n->inputs.begin(), n->inputs.end(), [&](const NodeRef& i) { return i->op == Op::Iota; });
+      });
+      flat_ = !has_views;
+      if (flat_) {
+        ExprRef p = outer_param(shape_numel(s), "outer0");
+        k.outer.push_back(p);
+        full_idx_ = {ir::var(ir::Space::Outer, 0)};
+        full_dims_ = {p};
+      } else {
+        for (size_t a = 0; a < s.size(); ++a) {
+          ExprRef p = outer_param(s[a], "outer" + std::to_string(a));
+          k.outer.push_back(p);
+          full_idx_.push_back(ir::var(ir::Space::Outer, static_cast<int>(a)));
+          full_dims_.push_back(p);
+        }
+      }
+      k.kind = "pointwise";
+    }
+
+    // Stores: emit every output, then assign phases by accumulator depth.
+    struct PendingStore {
+      ir::Store st;
+      bool per_row;
+    };
+    std::vector<PendingStore> stores;
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      const Node* o = g_.outputs[i];
+      bool per_row = has_red && o->shape != sig_.full;
+      const auto& idx = per_row ? kept_idx_ : full_idx_;
+      const auto& dims = per_row ? kept_dims_ : full_dims_;
+      if (has_red && !per_row && o->shape != sig_.full)
+        throw InternalError("lower_group: output shape does not fit the domain");
+      ExprRef value = emit(o, idx, dims, nullptr);
+      ExprRef index = flat_ ? full_idx_[0] : linearize(idx, dims);
+      stores.push_back({{first_out + static_cast<int>(i), index, value}, per_row});
+    }
+    k.accs = accs_;
+    // Depths.
+    std::vector<int> depth(accs_.size(), -1);
+    std::function<int(const ExprRef&)> need;  // max depth of accs read + 1 (0 if none)
+    std::unordered_map<const ir::Expr*, int> memo;
+    need = [&](const ExprRef& e) -> int {
+      auto it = memo.find(e.get());
+      if (it != memo.end()) return it->second;
+      int d = 0;
+      if (e->kind == ir::ExprKind::Acc) d = acc_depth(e->index, depth, need) + 1;
+      for (const auto& a : e->args) d = std::max(d, need(a));
+      memo[e.get()] = d;
+      return d;
+    };
+    need_ = &need;
+    int max_depth = -1;
+    for (size_t a = 0; a < accs_.size(); ++a) max_depth = std::max(max_depth, acc_depth(static_cast<int>(a), depth, need));
+    int n_reduce_phases = max_depth + 1;
+    for (const auto& s : stores)
+      if (!s.per_row && has_red) n_reduce_phases = std::max(n_reduce_phases, need(s.st.value) + 1);
+    if (has_red) {
+      k.phases.resize(n_reduce_phases);
+      for (auto& ph : k.phases) ph.over_reduce = true;
+      for (size_t a = 0; a < accs_.size(); ++a) k.phases[depth[a]].accs.push_back(static_cast<int>(a));
+    }
+    ir::Phase once;
+    for (auto& s : stores) {
+      if (has_red && !s.per_row) k.phases[need(s.st.value)].stores.push_back(s.st);
+      else once.stores.push_back(s.st);
+    }
+    if (!once.stores.empty()) k.phases.push_back(once);
+    ir::verify_kernel(k);
+    return out;
+  }
+
+ private:
+  int acc_depth(int a, std::vector<int>& depth, const std::function<int(const ExprRef&)>& need) {
+    if (depth[a] < 0) depth[a] = need(accs_[a].value);
+    return depth[a];
+  }
+
+  // The value of `n` at index `idx` (dims: n's symbolic extents), loads masked by `guard`.
+  ExprRef emit(const Node* n, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims, ExprRef guard) {
+    std::vector<const void*> key{n, guard.get()};
+    for (const auto& i : idx) key.push_back(i.get());
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    ExprRef r = emit_uncached(n, idx, dims, guard);
+    memo_[key] = r;
+    return r;
+  }
+
+  ExprRef emit_uncached(const Node* n, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
+                        ExprRef guard) {
+    auto bid = buffer_id_.find(n);
+    if (bid != buffer_id_.end()) {
+      ExprRef index = flat_ ? idx[0] : linearize(idx, dims);
+      return ir::load(bid->second, n->dtype, index, guard);
+    }
+    if (n->op == Op::Const) return ir::constant(n->attrs.reals[0], n->dtype);
+    if (n->op == Op::Iota) {
+      ExprRef i = ir::op(Op::Cast, DType::F64, {idx[0]});
+      ExprRef v = ir::op(Op::Add, DType::F64,
+                         {ir::constant(n->attrs.reals[0], DType::F64),
+                          ir::op(Op::Mul, DType::F64, {ir::constant(n->attrs.reals[1], DType::F64), i})});
+      return n->dtype == DType::F64 ? v : ir::op(Op::Cast, n->dtype, {v});
+    }
+    if (!members_.count(n)) throw InternalError(std::string("lower_group: value outside the group: ") + op_name(n->op));
+    if (is_elementwise(n->op)) {
+      std::vector<ExprRef> args;
+      for (const auto& in : n->inputs) args.push_back(emit(in.get(), idx, dims, guard));
+      return ir::op(n->op, n->dtype, std::move(args));
+    }
+    if (is_reduction(n->op)) {
+      // Consumed at the canonical outer index only (partition rule 4).
+      for (size_t a = 0; a < idx.size(); ++a)
+        if (idx[a].get() != kept_idx_[a].get() && !ir::is_const(idx[a], 0) && sig_.full[a] != 1)
+          throw InternalError("lower_group: reduction consumed at a non-canonical index");
+      auto ai = acc_id_.find(n);
+      if (ai != acc_id_.end()) return ir::acc(ai->second, n->dtype);
+      ExprRef v = emit(n->inputs[0].get(), full_idx_, full_dims_, nullptr);
+      int id = static_cast<int>(accs_.size());
+      accs_.push_back({acc_kind(n->op), n->dtype, v});
+      acc_id_[n] = id;
+      return ir::acc(id, n->dtype);
+    }
+    const Node* x = n->inputs[0].get();
+    std::vector<ExprRef> xi(x->shape.size()), xd(x->shape.size());
+    switch (n->op) {
+      case Op::Expand:
+        for (size_t a = 0; a < xi.size(); ++a) {
+          bool bcast = x->shape[a] == 1 && n->shape[a] != 1;
+          xi[a] = bcast ? ir::iconst(0) : idx[a];
+          xd[a] = bcast ? ir::iconst(1) : dims[a];
+        }
+        return emit(x, xi, xd, guard);
+      case Op::Permute:
+        for (size_t a = 0; a < idx.size(); ++a) {
+          xi[n->attrs.ints[a]] = idx[a];
+          xd[n->attrs.ints[a]] = dims[a];
+        }
+        return emit(x, xi, xd, guard);
+      case Op::Slice:
+        for (size_t a = 0; a < xi.size(); ++a) {
+          int64_t start = n->attrs.ints[2 * a], step = n->attrs.ints[2 * a + 1];
+          bool whole = start == 0 && step == 1 && x->shape[a] == n->shape[a];
+          xi[a] = ir::iadd(ir::iconst(start), ir::imul(idx[a], ir::iconst(step)));
+          xd[a] = whole ? dims[a] : ir::iconst(x->shape[a]);
+        }
+        return emit(x, xi, xd, guard);
+      case Op::Pad: {
+        ExprRef mask;
+        for (size_t a = 0; a < xi.size(); ++a) {
+          int64_t before = n->attrs.ints[2 * a], after = n->attrs.ints[2 * a + 1];
+          if (before == 0 && after == 0) {
+            xi[a] = idx[a];
+            xd[a] = dims[a];
+            continue;
+          }
+          xi[a] = ir::isub(idx[a], ir::iconst(before));
+          xd[a] = ir::iconst(x->shape[a]);
+          mask = band(mask, band(cmp(Op::Ge, xi[a], ir::iconst(0)), cmp(Op::Lt, xi[a], ir::iconst(x->shape[a]))));
+        }
+        ExprRef inner = emit(x, xi, xd, band(guard, mask));
+        return ir::op(Op::Where, n->dtype, {mask, inner, ir::constant(n->attrs.reals[0], n->dtype)});
+      }
+      case Op::Concat: {
+        int64_t axis = n->attrs.ints[0];
+        ExprRef result;
+        int64_t offset = n->shape[axis];
+        for (size_t p = n->inputs.size(); p-- > 0;) {
+          const Node* part = n->inputs[p].get();
+          offset -= part->shape[axis];
+          std::vector<ExprRef> pi = idx, pd = dims;
+          pi[axis] = ir::isub(idx[axis], ir::iconst(offset));
+          pd[axis] = ir::iconst(part->shape[axis]);
+          ExprRef m = band(cmp(Op::Ge, idx[axis], ir::iconst(offset)),
+                           cmp(Op::Lt, idx[axis], ir::iconst(offset + part->shape[axis])));
+          ExprRef v = emit(part, pi, pd, band(guard, m));
+          result = result ? ir::op(Op::Where, n->dtype, {m, v, result}) : v;
+        }
+        return result;
+      }
+      case Op::Reshape: return emit_reshape(n, x, idx, dims, guard);
+      default: throw InternalError(std::string("lower_group: cannot lower ") + op_name(n->op));
+    }
+  }
+
+  ExprRef emit_reshape(const Node* n, const Node* x, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
+                       ExprRef guard) {
+    // Squeeze/unsqueeze (only size-1 dims differ): map the other dims one to one, keeping them
+    // symbolic.
+    std::vector<size_t> nn, xn;
+    for (size_t a = 0; a < n->shape.size(); ++a)
+      if (n->shape[a] != 1) nn.push_back(a);
+    for (size_t a = 0; a < x->shape.size(); ++a)
+      if (x->shape[a] != 1) xn.push_back(a);
+    std::vector<ExprRef> xi(x->shape.size(), ir::iconst(0)), xd(x->shape.size(), ir::iconst(1));
+    bool same = nn.size() == xn.size();
+    for (size_t k = 0; same && k < nn.size(); ++k) same = n->shape[nn[k]] == x->shape[xn[k]];
+    if (same) {
+      for (size_t k = 0; k < nn.size(); ++k) {
+        xi[xn[k]] = idx[nn[k]];
+        xd[xn[k]] = dims[nn[k]];
+      }
+      return emit(x, xi, xd, guard);
+    }
+    // General: linearise in the output's order, unravel over the input's concrete shape.
+    ExprRef lin = linearize(idx, dims);
+    if (x->shape.size() == 1) {
+      ExprRef total = ir::iconst(1);
+      for (const auto& d : dims) total = ir::imul(total, d);
+      return emit(x, {lin}, {total}, guard);
+    }
+    auto st = contiguous_strides(x->shape);
+    for (size_t a = 0; a < x->shape.size(); ++a) {
+      ExprRef q = ir::idiv(lin, ir::iconst(st[a]));
+      xi[a] = a == 0 ? q : ir::imod(q, ir::iconst(x->shape[a]));
+      xd[a] = ir::iconst(x->shape[a]);
+    }
+    return emit(x, xi, xd, guard);
+  }
+
+  const FusionGroup& g_;
+  std::unordered_set<const Node*> members_;
+  std::unordered_map<const Node*, int> buffer_id_;
+  ReduceSig sig_;
+  bool flat_ = false;
+  std::vector<ExprRef> full_idx_, full_dims_, kept_idx_, kept_dims_;
+  std::vector<ir::Accumulator> accs_;
+  std::unordered_map<const Node*, int> acc_id_;
+  std::map<std::vector<const void*>, ExprRef> memo_;
+  const std::function<int(const ExprRef&)>* need_ = nullptr;
+};
+
+}  // namespace
+
+std::string kernel_stem(const FusionGroup& g) {
+  std::string stem = "k";
+  if (g.pattern != "lattice") {
+    stem += "_" + g.pattern;
+  } else {
+    // The most telling ops: reductions and transcendental math first, at most three.
+    std::vector<std::string> names;
+    for (const Node* n : g.nodes)
+      if (is_reduction(n->op) && names.size() < 3 &&
+          std::find(names.begin(), names.end(), op_name(n->op)) == names.end())
+        names.push_back(op_name(n->op));
+    for (const Node* n : g.nodes)
+      if (is_elementwise(n->op) && names.size() < 3 &&
+          std::find(names.begin(), names.end(), op_name(n->op)) == names.end())
+        names.push_back(op_name(n->op));
+    if (names.empty() && !g.nodes.empty()) names.push_back(op_name(g.nodes.back()->op));
+    for (const auto& s : names) stem += "_" + s;
+  }
+  DType dt = g.outputs.empty() ? DType::F32 : g.outputs[0]->dtype;
+  return stem + "_" + dtype_name(dt);
+}
+
+LoweredKernel lower_group(const FusionGroup& g) {
+  if (g.kind != GroupKind::Fused) throw InternalError("lower_group: only fused groups have kernel IR");
+  return Lowerer(g).run();
+}
+
+}  // namespace kfuse::detail

@@ -1,0 +1,354 @@
+// Note on the fusion algorithm
+// ============================
+// Every non-leaf node starts in a group of its own. Nodes are visited in topological order and
+// each tries to merge its group with the group of each consumer (producer-into-consumer, as in
+// TVM's FuseOps and Inductor's vertical fusion). A merge is committed only when the union is
+// LEGAL; otherwise the edge becomes a kernel boundary and the failed rule is recorded as its
+// reason (explain() prints it). The rules, checked on the union U:
+//   1. kinds: Source (rand) and Opaque (matmul) ops never fuse; constants and ranges are inlined
+//      into their consumers (never a boundary).
+//   2. convexity: no path leaves U and re-enters it (otherwise U could not run as one kernel:
+//      the outside node would need U's output before U finished). This is the diamond problem.
+//   3. one reduction domain: all reductions in U iterate the same full shape S over the same
+//      axes A (softmax's max and sum do; a row sum and a column sum do not).
+//   4. reductions are consumed per row: a value derived from a reduction inside U reaches other
+//      members only through element-wise ops and broadcasts back over the reduced axes (the
+//      x - max(x, keepdim) pattern) or as the input of a later reduction; a permute or reshape
+//      of a reduced value would need it at other rows.
+//   5. outputs fit the domain: values needed outside U have the full shape S or the kept shape
+//      (per-row results) in reduction groups, and one common shape in pointwise groups.
+//   6. size: at most PartitionLimits::max_nodes nodes.
+//   7. cost: values used by several phases of a reduction kernel are recomputed in each (e.g.
+//      softmax recomputes exp(x - max) in the sum phase and the store phase). The per-element
+//      cost of such recomputation must stay within PartitionLimits::recompute_budget, otherwise
+//      the expensive producer is materialised instead.
+// The greedy order is deterministic (topological order, consumers in topological order), so the
+// same graph always gets the same plan.
+#include "partition.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <unordered_set>
+
+#include "kfuse/error.hpp"
+
+namespace kfuse::detail {
+
+bool is_inlined_source(const Node& n) { return n.op == Op::Const || n.op == Op::Iota; }
+
+namespace {
+
+bool is_leaf(const Node& n) { return n.op == Op::Buffer || n.realized() != nullptr; }
+
+double op_cost(const Node& n) {
+  switch (n.op) {
+    case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Log1p: case Op::Expm1: case Op::Sin:
+    case Op::Cos: case Op::Tanh: case Op::Sigmoid: case Op::GeluTanh: case Op::GeluErf: case Op::Silu:
+    case Op::Erf: case Op::Pow:
+      return 10;
+    case Op::Div: case Op::Sqrt: case Op::Rsqrt: case Op::Recip: return 3;
+    default: return is_view(n.op) ? 0 : 1;
+  }
+}
+
+class Partitioner {
+ public:
+  Partitioner(const std::vector<const Node*>& roots, const PartitionLimits& lim) : limits_(lim) {
+    topo_ = topo_order(roots, true);
+    for (size_t i = 0; i < topo_.size(); ++i) pos_[topo_[i]] = static_cast<int>(i);
+    for (const Node* r : roots) roots_.insert(r);
+    for (const Node* n : topo_) {
+      if (is_leaf(*n) && !roots_.count(n)) continue;
+      for (const auto& in : n->inputs) consumers_[in.get()].push_back(n);
+    }
+    for (auto& [k, v] : consumers_) {
+      std::sort(v.begin(), v.end(), [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+  }
+
+  Partition run() {
+    // Initial groups.
+    for (const Node* n : topo_) {
+      if (!member(n)) continue;
+      int g = static_cast<int>(sets_.size());
+      sets_.push_back({n});
+      group_[n] = g;
+    }
+    // Greedy producer -> consumer merging.
+    for (const Node* n : topo_) {
+      if (!fusible(n)) continue;
+      for (const Node* c : consumers_[n]) {
+        if (!fusible(c)) continue;
+        int a = find(group_[n]), b = find(group_[c]);
+        if (a == b) continue;
+        std::string why = try_merge(a, b);
+        if (!why.empty()) reasons_[{n, c}] = why;
+      }
+    }
+    return build();
+  }
+
+ private:
+  bool member(const Node* n) const {
+    if (is_leaf(*n)) return roots_.count(n) && !n->realized();
+    if (is_inlined_source(*n)) return roots_.count(n) > 0;
+    return true;
+  }
+  bool fusible(const Node* n) const {
+    if (is_leaf(*n) || is_inlined_source(*n)) return false;
+    OpKind k = op_kind(n->op);
+    return k != OpKind::Source && k != OpKind::Opaque;
+  }
+  int find(int g) {
+    while (parent_.count(g) && parent_[g] != g) g = parent_[g];
+    return g;
+  }
+
+  std::string try_merge(int a, int b) {
+    std::vector<const Node*> u = sets_[a];
+    u.insert(u.end(), sets_[b].begin(), sets_[b].end());
+    std::sort(u.begin(), u.end(), [&](const Node* x, const Node* y) { return pos_[x] < pos_[y]; });
+    std::string why = check(u);
+    if (!why.empty()) return why;
+    parent_[b] = a;
+    parent_[a] = a;
+    sets_[a] = std::move(u);
+    sets_[b].clear();
+    for (const Node* n : sets_[a]) group_[n] = a;
+    return {};
+  }
+
+  // Returns the violated rule, or "" when the union is legal.
+  std::string check(const std::vector<const Node*>& u) {
+    std::unordered_set<const Node*> in(u.begin(), u.end());
+    if (u.size() > limits_.max_nodes)
+      return "kernel size limit: " + std::to_string(u.size()) + " nodes > " + std::to_string(limits_.max_nodes);
+    // 2. convexity: search forward from U's external consumers for a way back into U.
+    int last = pos_[u.back()];
+    std::vector<const Node*> stack;
+    std::unordered_set<const Node*> seen;
+    for (const Node* n : u)
+      for (const Node* c : consumers_[n])
+        if (!in.count(c) && pos_[c] < last && seen.insert(c).second) stack.push_back(c);
+    while (!stack.empty()) {
+      const Node* x = stack.back();
+      stack.pop_back();
+      for (const Node* c : consumers_[x]) {
+        if (in.count(c)) return "convexity: fusing would create a cycle through " + std::string(op_name(x->op));
+        if (pos_[c] < last && seen.insert(c).second) stack.push_back(c);
+      }
+    }
+    // 3. one reduction domain.
+    const Node* first_red = nullptr;
+    for (const Node* n : u) {
+      if (!is_reduction(n->op)) continue;
+      if (!first_red) {
+        first_red = n;
+      } else if (n->inputs[0]->shape != first_red->inputs[0]->shape || n->attrs.ints != first_red->attrs.ints) {
+        return "reduction domains differ: " + std::string(op_name(first_red->op)) + " over " +
+               shape_str(first_red->inputs[0]->shape) + " axes " + shape_str(first_red->attrs.ints) + " vs " +
+               op_name(n->op) + " over " + shape_str(n->inputs[0]->shape) + " axes " + shape_str(n->attrs.ints);
+      }
+    }
+    Shape full, kept;
+    if (first_red) {
+      full = first_red->inputs[0]->shape;
+      kept = first_red->shape;
+    }
+    // 4. values derived from reductions flow only through element-wise ops, broadcasts over the
+    //    reduced axes, and later reductions.
+    std::unordered_set<const Node*> post;
+    for (const Node* n : u) {
+      bool from_red = false;
+      for (const auto& i : n->inputs) from_red |= in.count(i.get()) && (is_reduction(i->op) || post.count(i.get()));
+      if (!from_red) continue;
+      if (is_reduction(n->op)) continue;  // a later reduction consumes per-element values: fine
+      bool ok = is_elementwise(n->op) && (n->shape == full || n->shape == kept);
+      ok |= n->op == Op::Expand && n->shape == full && n->inputs[0]->shape == kept;
+      if (!ok)
+        return std::string("a reduced value reaches ") + op_name(n->op) + " " + shape_str(n->shape) +
+               ", which would need it at other rows (only element-wise ops and broadcasts over the reduced axes "
+               "may follow a reduction in one kernel)";
+      post.insert(n);
+    }
+    // 5. outputs fit the domain.
+    Shape out_shape;
+    bool have_out = false;
+    for (const Node* n : u) {
+      bool needed = roots_.count(n) > 0;
+      for (const Node* c : consumers_[n]) needed |= !in.count(c);
+      if (!needed) continue;
+      if (first_red) {
+        if (n->shape != full && n->shape != kept)
+          return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+                 " fits neither the reduction's full shape " + shape_str(full) + " nor its kept shape " +
+                 shape_str(kept);
+      } else if (have_out && n->shape != out_shape) {
+        return "outputs of different shapes (" + shape_str(out_shape) + " and " + shape_str(n->shape) +
+               ") cannot share one pointwise domain";
+      }
+      out_shape = n->shape;
+      have_out = true;
+    }
+    if (first_red && !post.empty()) {
+      // 7. recomputation cost: pre-reduction members used by several phases. Phase of a
+      //    consumer = 1 + number of reductions it (transitively) depends on inside U.
+      std::unordered_map<const Node*, int> depth;
+      for (const Node* n : u) {
+        int d = 0;
+        for (const auto& i : n->inputs)
+          if (in.count(i.get())) d = std::max(d, depth[i.get()] + (is_reduction(i->op) ? 1 : 0));
+        depth[n] = d;
+      }
+      double cost = 0;
+      std::string worst;
+      for (const Node* n : u) {
+        if (is_reduction(n->op) || post.count(n)) continue;
+        std::unordered_set<int> phases;
+        for (const Node* c : consumers_[n])
+          if (in.count(c)) phases.insert(depth[c]);
+        if (phases.size() > 1) {
+          cost += op_cost(*n) * static_cast<double>(phases.size() - 1);
+          if (op_cost(*n) >= 10) worst = op_name(n->op);
+        }
+      }
+      if (cost > limits_.recompute_budget)
+        return "recompute cost: fusing would recompute " + (worst.empty() ? std::string("producers") : worst) +
+               " in several phases (" + std::to_string(static_cast<int>(cost)) + " > budget " +
+               std::to_string(static_cast<int>(limits_.recompute_budget)) + " per element)";
+    }
+    return {};
+  }
+
+  Partition build() {
+    Partition p;
+    std::unordered_map<int, int> index;  // set id -> group index (unordered yet)
+    std::vector<FusionGroup> groups;
+    for (const Node* n : topo_) {
+      if (!group_.count(n)) continue;
+      int s = find(group_[n]);
+      if (!index.count(s)) {
+        index[s] = static_cast<int>(groups.size());
+        FusionGroup g;
+        OpKind k = op_kind(n->op);
+        g.kind = k == OpKind::Source && !is_inlined_source(*n) && n->op != Op::Buffer ? GroupKind::Source
+                 : k == OpKind::Opaque                                                  ? GroupKind::Opaque
+                                                                                        : GroupKind::Fused;
+        groups.push_back(g);
+      }
+      FusionGroup& g = groups[index[s]];
+      g.nodes.push_back(n);
+      if (!is_inlined_source(*n)) g.lattice = std::max(g.lattice, op_kind(n->op));
+    }
+    std::unordered_map<const Node*, int> gof;
+    for (size_t i = 0; i < groups.size(); ++i)
+      for (const Node* n : groups[i].nodes) gof[n] = static_cast<int>(i);
+    // Inputs, outputs and group dependencies.
+    std::vector<std::vector<int>> deps(groups.size());
+    for (size_t i = 0; i < groups.size(); ++i) {
+      FusionGroup& g = groups[i];
+      std::unordered_set<const Node*> seen_in;
+      for (const Node* n : g.nodes) {
+        for (const auto& inp : n->inputs) {
+          const Node* x = inp.get();
+          auto it = gof.find(x);
+          if (it != gof.end() && it->second == static_cast<int>(i)) continue;
+          if (is_inlined_source(*x) && !x->realized()) continue;  // emitted inline
+          if (seen_in.insert(x).second) g.inputs.push_back(x);
+          if (it != gof.end()) deps[i].push_back(it->second);
+        }
+        bool needed = roots_.count(n) > 0;
+        for (const Node* c : consumers_[n]) {
+          auto it = gof.find(c);
+          needed |= it == gof.end() || it->second != static_cast<int>(i);
+        }
+        if (needed) g.outputs.push_back(n);
+      }
+    }
+    // Kahn topological order of groups (ties by first member position: deterministic).
+    std::vector<int> indeg(groups.size(), 0);
+    std::vector<std::vector<int>> users(groups.size());
+    for (size_t i = 0; i < groups.size(); ++i) {
+      std::sort(deps[i].begin(), deps[i].end());
+      deps[i].erase(std::unique(deps[i].begin(), deps[i].end()), deps[i].end());
+      for (int d : deps[i]) {
+        users[d].push_back(static_cast<int>(i));
+        ++indeg[i];
+      }
+    }
+    std::vector<int> ready, order;
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (!indeg[i]) ready.push_back(static_cast<int>(i));
+    while (!ready.empty()) {
+      auto it = std::min_element(ready.begin(), ready.end(), [&](int a, int b) {
+        return pos_[groups[a].nodes.front()] < pos_[groups[b].nodes.front()];
+      });
+      int g = *it;
+      ready.erase(it);
+      order.push_back(g);
+      for (int u : users[g])
+        if (--indeg[u] == 0) ready.push_back(u);
+    }
+    if (order.size() != groups.size()) throw InternalError("partition: the group graph has a cycle");
+    for (size_t k = 0; k < order.size(); ++k) {
+      p.groups.push_back(std::move(groups[order[k]]));
+      p.groups.back().id = static_cast<int>(k);
+      for (const Node* n : p.groups.back().nodes) p.group_of[n] = static_cast<int>(k);
+    }
+    // Boundaries: every edge between two groups, with the rule that kept them apart.
+    for (const auto& g : p.groups)
+      for (const Node* n : g.nodes)
+        for (const auto& inp : n->inputs) {
+          const Node* x = inp.get();
+          auto it = p.group_of.find(x);
+          if (it == p.group_of.end() || it->second == g.id) continue;
+          std::string why;
+          auto r = reasons_.find({x, n});
+          if (r != reasons_.end()) why = r->second;
+          else if (op_kind(x->op) == OpKind::Opaque || op_kind(n->op) == OpKind::Opaque)
+            why = "matmul is opaque: it runs as its own kernel";
+          else if (op_kind(x->op) == OpKind::Source) why = "random numbers are generated by their own kernel";
+          else why = "producer already fused with another consumer";
+          p.boundaries.push_back({x, n, why});
+        }
+    return p;
+  }
+
+  struct PairHash {
+    size_t operator()(const std::pair<const Node*, const Node*>& p) const {
+      return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
+    }
+  };
+
+  PartitionLimits limits_;
+  std::vector<const Node*> topo_;
+  std::unordered_map<const Node*, int> pos_;
+  std::unordered_set<const Node*> roots_;
+  std::unordered_map<const Node*, std::vector<const Node*>> consumers_;
+  std::vector<std::vector<const Node*>> sets_;
+  std::unordered_map<const Node*, int> group_;
+  std::unordered_map<int, int> parent_;
+  std::unordered_map<std::pair<const Node*, const Node*>, std::string, PairHash> reasons_;
+};
+
+}  // namespace
+
+Partition partition_graph(const std::vector<const Node*>& roots, const PartitionLimits& limits) {
+  return Partitioner(roots, limits).run();
+}
+
+ReduceSig reduce_signature(const FusionGroup& g) {
+  for (const Node* n : g.nodes)
+    if (is_reduction(n->op)) return {n->inputs[0]->shape, n->attrs.ints};
+  return {};
+}
+
+Shape kept_shape(const ReduceSig& s) {
+  Shape k = s.full;
+  for (int64_t a : s.axes) k[a] = 1;
+  return k;
+}
+
+}  // namespace kfuse::detail

@@ -1,0 +1,58 @@
+// The fusion partitioner: splits the graph into FusionGroups, each of which becomes one kernel.
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kfuse/node.hpp"
+
+namespace kfuse::detail {
+
+enum class GroupKind : uint8_t { Fused, Source, Opaque };
+
+struct FusionGroup {
+  int id = 0;
+  GroupKind kind = GroupKind::Fused;
+  std::string pattern = "lattice";       ///< what formed the group
+  std::vector<const Node*> nodes;        ///< members in topological order
+  std::vector<const Node*> inputs;       ///< values read from outside (leaves, realized, other groups)
+  std::vector<const Node*> outputs;      ///< members needed outside the group or requested
+  OpKind lattice = OpKind::ElemWise;     ///< join of the members' kinds
+};
+
+struct Boundary {
+  const Node* producer;
+  const Node* consumer;
+  std::string reason;
+};
+
+struct Partition {
+  std::vector<FusionGroup> groups;  ///< in an order that respects dependencies
+  std::vector<Boundary> boundaries;
+  std::unordered_map<const Node*, int> group_of;  ///< member -> group index
+};
+
+/// Limits of the partitioner (documented in README "Fusion").
+struct PartitionLimits {
+  size_t max_nodes = 256;             ///< nodes per kernel
+  double recompute_budget = 40;       ///< per-element cost a group may spend recomputing values
+};
+
+/// Partitions the graph under `roots` (realized nodes are inputs). Pure: does not run anything.
+Partition partition_graph(const std::vector<const Node*>& roots, const PartitionLimits& limits = {});
+
+/// Nodes inlined into every kernel that reads them rather than read from memory (constants and
+/// ranges): they never need a kernel of their own unless requested as a result.
+bool is_inlined_source(const Node& n);
+
+/// The reduction signature of a fused group: the full shape S the reductions iterate and the
+/// reduced axes A (all reductions of one group share it). Empty axes = no reduction.
+struct ReduceSig {
+  Shape full;
+  std::vector<int64_t> axes;
+  bool operator==(const ReduceSig& o) const { return full == o.full && axes == o.axes; }
+};
+ReduceSig reduce_signature(const FusionGroup& g);
+Shape kept_shape(const ReduceSig& s);
+
+}  // namespace kfuse::detail

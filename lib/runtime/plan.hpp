@@ -1,0 +1,34 @@
+// A Plan: everything needed to run an evaluation, computed before anything runs (and all that
+// explain() reports): the graph after passes, its partition, and per fused group its kernel IR
+// and compiled kernel.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "fusion/lower_group.hpp"
+#include "fusion/partition.hpp"
+
+namespace kfuse::detail {
+
+struct PlannedKernel {
+  LoweredKernel lowered;                      ///< empty for host groups
+  std::shared_ptr<CompiledKernel> compiled;   ///< null for host groups, or when not compiled
+  std::string backend;
+};
+
+struct Plan {
+  std::vector<NodeRef> keepalive;   ///< the rewritten graph's roots (owns the nodes)
+  std::vector<const Node*> roots;   ///< value to publish for each requested root, in order
+  Partition partition;
+  std::vector<PlannedKernel> kernels;  ///< one per partition group
+  std::vector<std::pair<std::string, std::string>> pass_dumps;
+};
+
+/// Plans the evaluation of `roots`; compiles the kernels when `compile` (explain() does not).
+std::shared_ptr<const Plan> make_plan(const std::vector<const Node*>& roots, bool compile);
+/// make_plan(roots, true), through the plan cache.
+std::shared_ptr<const Plan> get_plan(const std::vector<const Node*>& roots);
+
+}  // namespace kfuse::detail
