@@ -22,18 +22,18 @@ const Node& node_of(const Tensor& t, const char* what) {
 const Shape& Tensor::shape() const { return node_of(*this, "shape").shape; }
 DType Tensor::dtype() const { return node_of(*this, "dtype").dtype; }
 Device Tensor::device() const { return node_of(*this, "device").device; }
-int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis("size", axis, ndim())]; }
+int64_t Tensor::size(int64_t axis) const { return shape()[tensor_axis("size", *this, axis)]; }
 
 const Tensor& Tensor::eval() const {
   node_of(*this, "eval");
-  if (!node_->realized()) execute({node_.get()});
+  if (!node_->realized()) execute({node_});
   return *this;
 }
 
 void eval(const std::vector<Tensor>& ts) {
-  std::vector<const Node*> roots;
+  std::vector<NodeRef> roots;
   for (const auto& t : ts) {
-    if (!node_of(t, "eval").realized()) roots.push_back(t.node().get());
+    if (!node_of(t, "eval").realized()) roots.push_back(t.node());
   }
   if (!roots.empty()) execute(roots);
 }
@@ -90,13 +90,14 @@ std::string Tensor::to_string() const {
     }
     int64_t stride = 1;
     for (size_t k = d + 1; k < s.size(); ++k) stride *= s[k];
+    const std::string sep = d + 1 == s.size() ? ", " : ",\n" + std::string(8 + d, ' ');
     os << "[";
     for (int64_t i = 0; i < s[d]; ++i) {
-      if (s[d] > 8 && i == 3) {
-        os << "..., ";
+      if (s[d] > 8 && i == 3) {  // "a, b, c, ..., x, y, z"
+        os << sep << "...";
         i = s[d] - 3;
       }
-      if (i) os << (d + 1 == s.size() ? ", " : ",\n" + std::string(8 + d, ' '));
+      if (i) os << sep;
       rec(d + 1, off + i * stride);
     }
     os << "]";

@@ -4,6 +4,7 @@
 #include "execute.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -69,9 +70,9 @@ void run_fused_group(const FusionGroup& g, const PlannedKernel& pk, ValueTable& 
 
 }  // namespace
 
-void execute(const std::vector<const Node*>& all_roots) {
-  std::vector<const Node*> roots;
-  for (const Node* r : all_roots) {
+void execute(const std::vector<NodeRef>& all_roots) {
+  std::vector<NodeRef> roots;
+  for (const NodeRef& r : all_roots) {
     if (r->realized()) continue;
     if (r->op == Op::Buffer) {
       r->set_realized(r->storage);
@@ -86,14 +87,23 @@ void execute(const std::vector<const Node*>& all_roots) {
   for (const auto& g : plan->partition.groups)
     for (const Node* in : g.inputs) vt.add_reader(in);
   std::unordered_map<const Node*, bool> is_root;
-  for (const Node* r : roots) is_root[r] = true;
+  for (const Node* r : plan->roots) is_root[r] = true;
   for (size_t gi = 0; gi < plan->partition.groups.size(); ++gi) {
     const FusionGroup& g = plan->partition.groups[gi];
     if (g.kind == GroupKind::Fused) run_fused_group(g, plan->kernels[gi], vt);
     else run_host_group(g, vt);
     for (const Node* in : g.inputs) vt.release(in, is_root.count(in) > 0);
   }
-  for (size_t i = 0; i < roots.size(); ++i) roots[i]->set_realized(vt.get(plan->roots[i]));
+  for (size_t i = 0; i < roots.size(); ++i) {
+    std::shared_ptr<Storage> v = vt.get(plan->roots[i]);
+    // A result that simplified to a borrowed input must not alias the caller's memory.
+    if (!v->owner && v->device == Device::cpu()) {
+      auto copy = Storage::allocate(v->dtype, v->numel);
+      if (v->bytes()) std::memcpy(copy->data, v->data, v->bytes());
+      v = copy;
+    }
+    roots[i]->set_realized(std::move(v));
+  }
 }
 
 Tensor transfer(const Tensor& t, Device to) {

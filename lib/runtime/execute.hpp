@@ -7,7 +7,7 @@
 namespace kfuse::detail {
 
 /// Computes every root and stores its value as the node's realized storage.
-void execute(const std::vector<const Node*>& roots);
+void execute(const std::vector<NodeRef>& roots);
 
 /// Copies a tensor's value to another device (evaluating it first).
 Tensor transfer(const Tensor& t, Device to);

@@ -2,16 +2,21 @@
 
 #include "kernel_cache.hpp"
 #include "kfuse/options.hpp"
+#include "passes/pass_manager.hpp"
 
 namespace kfuse::detail {
 
-std::shared_ptr<const Plan> make_plan(const std::vector<const Node*>& roots, bool compile) {
+std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile) {
   auto plan = std::make_shared<Plan>();
-  for (const Node* r : roots) {
-    // Tensors own their nodes; the plan keeps the (possibly rewritten) roots alive.
-    plan->roots.push_back(r);
+  PassResult passes = run_passes(roots, options().logging("fusion"));
+  plan->keepalive = passes.roots;  // the plan owns the rewritten graph
+  plan->pass_dumps = std::move(passes.dumps);
+  std::vector<const Node*> to_compute;
+  for (const NodeRef& r : plan->keepalive) {
+    plan->roots.push_back(r.get());
+    if (r->op != Op::Buffer && !r->realized()) to_compute.push_back(r.get());
   }
-  plan->partition = partition_graph(plan->roots);
+  plan->partition = partition_graph(to_compute);
   plan->kernels.resize(plan->partition.groups.size());
   for (size_t i = 0; i < plan->partition.groups.size(); ++i) {
     const FusionGroup& g = plan->partition.groups[i];
@@ -28,6 +33,6 @@ std::shared_ptr<const Plan> make_plan(const std::vector<const Node*>& roots, boo
   return plan;
 }
 
-std::shared_ptr<const Plan> get_plan(const std::vector<const Node*>& roots) { return make_plan(roots, true); }
+std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots) { return make_plan(roots, true); }
 
 }  // namespace kfuse::detail

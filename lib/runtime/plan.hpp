@@ -27,8 +27,8 @@ struct Plan {
 };
 
 /// Plans the evaluation of `roots`; compiles the kernels when `compile` (explain() does not).
-std::shared_ptr<const Plan> make_plan(const std::vector<const Node*>& roots, bool compile);
+std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile);
 /// make_plan(roots, true), through the plan cache.
-std::shared_ptr<const Plan> get_plan(const std::vector<const Node*>& roots);
+std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots);
 
 }  // namespace kfuse::detail
