@@ -1,11 +1,20 @@
 // Composite ops, written once in terms of primitives. They need no backend code: the fusion
 // partitioner turns each into one kernel.
+#include <algorithm>
+
 #include "record.hpp"
 
 namespace kfuse {
 using namespace detail;
 
 namespace {
+bool numpy_compatible(const Shape& a, const Shape& b) {
+  for (size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
+    int64_t x = a[a.size() - i], y = b[b.size() - i];
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
+}
 Tensor float_input(const char* op, const Tensor& x) {
   require_defined(op, x);
   return is_float(x.dtype()) ? x : x.cast(kDefaultFloat);
@@ -14,7 +23,7 @@ Tensor float_input(const char* op, const Tensor& x) {
 
 Tensor softmax(const Tensor& x_in, int64_t axis) {
   Tensor x = float_input("softmax", x_in);
-  int64_t a = normalize_axis("softmax", axis, x.ndim() == 0 ? 1 : x.ndim());
+  int64_t a = x.ndim() == 0 ? normalize_axis("softmax", axis, 1) : tensor_axis("softmax", x, axis);
   if (x.ndim() == 0) return ones({}, x.dtype());
   Tensor e = exp(x - max(x, a, true));
   return e / sum(e, a, true);
@@ -22,7 +31,7 @@ Tensor softmax(const Tensor& x_in, int64_t axis) {
 
 Tensor log_softmax(const Tensor& x_in, int64_t axis) {
   Tensor x = float_input("log_softmax", x_in);
-  int64_t a = normalize_axis("log_softmax", axis, x.ndim() == 0 ? 1 : x.ndim());
+  int64_t a = x.ndim() == 0 ? normalize_axis("log_softmax", axis, 1) : tensor_axis("log_softmax", x, axis);
   if (x.ndim() == 0) return zeros({}, x.dtype());
   Tensor s = x - max(x, a, true);
   return s - log(sum(exp(s), a, true));
@@ -77,6 +86,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels) {
 
 Tensor normalize(const Tensor& x_in, int64_t axis, double eps) {
   Tensor x = float_input("normalize", x_in);
+  if (x.ndim() > 0) tensor_axis("normalize", x, axis);  // name this op in axis errors
   Tensor n = sqrt(sum(square(x), Axes{axis}, true));
   return x / maximum(n, eps);
 }
@@ -101,6 +111,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape ba(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
   Tensor ta = Tensor(make_node(Op::Const, dt, ba, {}, Attrs{{}, {0.0}}));
   Tensor tb = Tensor(make_node(Op::Const, dt, bb, {}, Attrs{{}, {0.0}}));
+  if (!numpy_compatible(ba, bb))
+    throw UserError(describe_call("matmul", {a, b}) + ": batch dimensions " + shape_str(ba) + " and " + shape_str(bb) +
+                    " cannot broadcast; sizes must be equal or 1 (reshape or expand an operand)");
   Shape batch = broadcast_shapes("matmul", ta, tb);
   Shape sa = batch, sb = batch;
   sa.push_back(A.shape()[A.ndim() - 2]);

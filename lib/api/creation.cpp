@@ -54,7 +54,7 @@ Tensor scalar(double value, DType dtype) { return full({}, value, dtype); }
 
 Tensor arange(double start, double stop, double step, DType dtype) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
-    throw UserError("arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
+    throw UserError("arange(" + num_str(start) + ", " + num_str(stop) + ", " + num_str(step) +
                     "): bounds and step must be finite and step non-zero");
   double n = std::ceil((stop - start) / step);
   int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;

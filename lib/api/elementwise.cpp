@@ -148,8 +148,8 @@ Tensor pow(const Tensor& a, double e) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   require_defined("clamp", x);
   if (lo && hi && *lo > *hi)
-    throw UserError("clamp(" + describe(x) + "): lower bound " + std::to_string(*lo) + " exceeds upper bound " +
-                    std::to_string(*hi) + "; pass lo <= hi");
+    throw UserError("clamp(" + describe(x) + "): lower bound " + num_str(*lo) + " exceeds upper bound " +
+                    num_str(*hi) + "; pass lo <= hi");
   Tensor r = x;
   if (lo) r = maximum(r, *lo);
   if (hi) r = minimum(r, *hi);

@@ -1,6 +1,7 @@
 #include "record.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace kfuse::detail {
 
@@ -89,16 +90,36 @@ Tensor record(Op op, DType dtype, Shape shape, std::vector<Tensor> inputs, Attrs
   return Tensor(make_node(op, dtype, std::move(shape), std::move(ins), std::move(attrs), dev));
 }
 
-std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, int64_t ndim) {
+int64_t tensor_axis(const char* op, const Tensor& x, int64_t axis, bool new_axis) {
+  int64_t n = x.ndim() + (new_axis ? 1 : 0);
+  int64_t a = axis < 0 ? axis + n : axis;
+  if (n == 0)
+    throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(axis) +
+                    " is out of range: a tensor of rank 0 has no axes; reshape it to [1] first");
+  if (a < 0 || a >= n)
+    throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(axis) + " is out of range for a tensor of rank " +
+                    std::to_string(x.ndim()) + (new_axis ? " (with the new axis)" : "") + "; use an axis in [" +
+                    std::to_string(-n) + ", " + std::to_string(n - 1) + "]");
+  return a;
+}
+
+std::string num_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, const Tensor& x) {
   std::vector<int64_t> out;
   if (axes.empty()) {
-    for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
+    for (int64_t i = 0; i < x.ndim(); ++i) out.push_back(i);
     return out;
   }
   for (int64_t a : axes) {
-    int64_t n = normalize_axis(op, a, ndim);
+    int64_t n = tensor_axis(op, x, a);
     if (std::find(out.begin(), out.end(), n) != out.end())
-      throw UserError(std::string(op) + ": axis " + std::to_string(a) + " is given twice; list each axis once");
+      throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(a) + " is given twice (axes " +
+                      shape_str(axes) + "); list each axis once");
     out.push_back(n);
   }
   std::sort(out.begin(), out.end());

@@ -29,8 +29,14 @@ Tensor make_const(double value, DType dtype, const Shape& shape, Device dev = De
 /// Records a node with the given inputs.
 Tensor record(Op op, DType dtype, Shape shape, std::vector<Tensor> inputs, Attrs attrs = {});
 
-/// Sorted, unique, normalised axes (empty input = all axes).
-std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, int64_t ndim);
+/// Sorted, unique, normalised axes of `x` (empty input = all axes); errors name the call.
+std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, const Tensor& x);
+/// Normalises a possibly negative axis of `x`; `new_axis` allows one past the end (unsqueeze).
+/// Throws UserError naming the call, the operand and the valid range.
+int64_t tensor_axis(const char* op, const Tensor& x, int64_t axis, bool new_axis = false);
+
+/// A double for messages: "2", "0.5", "1e+20", "nan" (not std::to_string's "2.000000").
+std::string num_str(double v);
 
 /// Casts when the dtype differs (no node otherwise).
 Tensor cast_if_needed(const Tensor& t, DType dt);

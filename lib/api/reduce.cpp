@@ -31,7 +31,7 @@ Tensor finish(const Tensor& r, const Shape& in, const std::vector<int64_t>& axes
 // A primitive reduction with keepdim semantics.
 Tensor reduce(Op op, const char* name, const Tensor& x, const Axes& axes_in, bool keepdim) {
   require_defined(name, x);
-  auto axes = normalize_axes(name, axes_in, x.ndim());
+  auto axes = normalize_axes(name, axes_in, x);
   bool needs_elements = op == Op::ReduceMax || op == Op::ReduceMin || op == Op::ArgMax || op == Op::ArgMin;
   if (needs_elements) {
     for (int64_t a : axes)
@@ -84,7 +84,7 @@ Tensor argmin(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ArgM
 
 Tensor mean(const Tensor& x, Axes axes_in, bool keepdim) {
   require_float("mean", x);
-  auto axes = normalize_axes("mean", axes_in, x.ndim());
+  auto axes = normalize_axes("mean", axes_in, x);
   int64_t n = reduced_count(x.shape(), axes);
   // Empty reductions give NaN (0/0), as in NumPy.
   Tensor s = sum(x, axes, true);
@@ -95,7 +95,7 @@ Tensor mean(const Tensor& x, int64_t axis, bool keepdim) { return mean(x, Axes{a
 
 Tensor var(const Tensor& x, Axes axes_in, int64_t correction, bool keepdim) {
   require_float("var", x);
-  auto axes = normalize_axes("var", axes_in, x.ndim());
+  auto axes = normalize_axes("var", axes_in, x);
   if (correction < 0)
     throw UserError(describe_call("var", {x}) + ": correction " + std::to_string(correction) +
                     " is negative; use 0 (population) or 1 (sample)");
@@ -110,13 +110,14 @@ Tensor var(const Tensor& x, Axes axes_in, int64_t correction, bool keepdim) {
 }
 
 Tensor std(const Tensor& x, Axes axes, int64_t correction, bool keepdim) {
+  require_float("std", x);
   return sqrt(var(x, axes, correction, keepdim));
 }
 
 Tensor logsumexp(const Tensor& x_in, Axes axes_in, bool keepdim) {
   require_defined("logsumexp", x_in);
   Tensor x = is_float(x_in.dtype()) ? x_in : x_in.cast(kDefaultFloat);
-  auto axes = normalize_axes("logsumexp", axes_in, x.ndim());
+  auto axes = normalize_axes("logsumexp", axes_in, x);
   if (reduced_count(x.shape(), axes) == 0)  // the sum of no terms is 0, its log -inf
     return finish(full(kept_shape(x.shape(), axes), -std::numeric_limits<double>::infinity(), x.dtype()), x.shape(),
                   axes, keepdim);

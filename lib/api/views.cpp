@@ -50,7 +50,7 @@ Tensor permute(const Tensor& x, Axes perm) {
   std::vector<bool> seen(perm.size(), false);
   Shape out(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) {
-    int64_t a = normalize_axis("permute", perm[i], x.ndim());
+    int64_t a = tensor_axis("permute", x, perm[i]);
     if (seen[a])
       throw UserError("permute(" + describe(x) + ") with " + shape_str(perm) + ": axis " + std::to_string(a) +
                       " appears twice; list every axis once");
@@ -71,7 +71,7 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
   if (x.ndim() < 2 && a == -2 && b == -1) return x;
   Axes p(x.ndim());
   for (int64_t i = 0; i < x.ndim(); ++i) p[i] = i;
-  std::swap(p[normalize_axis("transpose", a, x.ndim())], p[normalize_axis("transpose", b, x.ndim())]);
+  std::swap(p[tensor_axis("transpose", x, a)], p[tensor_axis("transpose", x, b)]);
   return permute(x, p);
 }
 
@@ -84,6 +84,9 @@ Tensor expand(const Tensor& x, Shape shape) {
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t have = i < lead ? 1 : x.shape()[i - lead];
     if (shape[i] == -1) shape[i] = have;
+    if (shape[i] < 0)
+      throw UserError("expand(" + describe(x) + ") to " + shape_str(shape) + ": dimension " + std::to_string(i) +
+                      " is negative; sizes must be >= 0, or -1 to keep a dimension");
     if (have != shape[i] && have != 1)
       throw UserError("expand(" + describe(x) + ") to " + shape_str(shape) + ": dimension " + std::to_string(i) +
                       " has size " + std::to_string(have) + ", which is not 1 and differs from " +
@@ -115,7 +118,7 @@ Tensor slice(const Tensor& x, const std::vector<Range>& ranges) {
     Range r = i < static_cast<int64_t>(ranges.size()) ? ranges[i] : Range::all();
     if (r.step <= 0)
       throw UserError("slice(" + describe(x) + "): step " + std::to_string(r.step) + " on axis " + std::to_string(i) +
-                      " must be positive; reverse with a permutation-free flip is not supported yet");
+                      " must be positive; negative steps (reversal) are not supported, use a step >= 1");
     auto clampi = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
     int64_t start = clampi(r.start);
     int64_t stop = r.stop ? clampi(*r.stop) : n;
@@ -137,7 +140,7 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> axis) {
   require_defined("squeeze", x);
   Shape out;
   if (axis) {
-    int64_t a = normalize_axis("squeeze", *axis, x.ndim());
+    int64_t a = tensor_axis("squeeze", x, *axis);
     if (x.shape()[a] != 1)
       throw UserError("squeeze(" + describe(x) + "): axis " + std::to_string(*axis) + " has size " +
                       std::to_string(x.shape()[a]) + ", not 1; only size-1 axes can be squeezed");
@@ -152,7 +155,7 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> axis) {
 
 Tensor unsqueeze(const Tensor& x, int64_t axis) {
   require_defined("unsqueeze", x);
-  int64_t a = normalize_axis("unsqueeze", axis, x.ndim() + 1);
+  int64_t a = tensor_axis("unsqueeze", x, axis, true);
   Shape out = x.shape();
   out.insert(out.begin() + a, 1);
   return reshape(x, out);
@@ -161,8 +164,8 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
 Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
   require_defined("flatten", x);
   if (x.ndim() == 0) return reshape(x, {1});
-  int64_t s = normalize_axis("flatten", start, x.ndim());
-  int64_t e = normalize_axis("flatten", end, x.ndim());
+  int64_t s = tensor_axis("flatten", x, start);
+  int64_t e = tensor_axis("flatten", x, end);
   if (s > e)
     throw UserError("flatten(" + describe(x) + "): start axis " + std::to_string(start) + " comes after end axis " +
                     std::to_string(end) + "; pass start <= end");
@@ -179,7 +182,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   for (const auto& t : xs) require_defined("concat", t);
   common_device("concat", xs);
   const Tensor& f = xs[0];
-  int64_t a = normalize_axis("concat", axis, f.ndim());
+  int64_t a = tensor_axis("concat", f, axis);
   DType dt = f.dtype();
   Shape out = f.shape();
   out[a] = 0;
@@ -215,8 +218,9 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads
   for (int64_t i = 0; i < x.ndim(); ++i) {
     auto p = i < static_cast<int64_t>(pads.size()) ? pads[i] : std::pair<int64_t, int64_t>{0, 0};
     if (p.first < 0 || p.second < 0)
-      throw UserError("pad(" + describe(x) + "): negative padding on axis " + std::to_string(i) +
-                      "; use slice to remove elements");
+      throw UserError("pad(" + describe(x) + "): negative padding (" + std::to_string(p.first) + ", " +
+                      std::to_string(p.second) + ") on axis " + std::to_string(i) +
+                      "; pads must be >= 0 (use slice to remove elements)");
     out[i] += p.first + p.second;
     at.ints.push_back(p.first);
     at.ints.push_back(p.second);
