@@ -1,7 +1,7 @@
 // kfuse_compare: kfuse (each backend) against LibTorch, oneDNN and Eigen on the workloads of
 // PERFORMANCE.md, with a STREAM-style triad ceiling measured in the same run.
 //
-//   kfuse_compare [--quick] [--filter SUBSTR[,SUBSTR...]] [--json FILE] [--threads 1,2]
+//   kfuse_compare [--quick] [--filter SUBSTR[|SUBSTR...]] [--json FILE] [--threads 1,2]
 //                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen]
 //                 [--min-time SECONDS] [--max-reps N] [--strict] [--list]
 //
@@ -72,7 +72,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
   std::printf(
       "usage: kfuse_compare [options]\n"
       "  --quick              small sizes, few repetitions (smoke test)\n"
-      "  --filter S[,S...]    run workloads whose name contains any S\n"
+      "  --filter S[|S...]    run workloads whose name contains any S (names hold commas: use |)\n"
       "  --json FILE          write every row as JSON\n"
       "  --threads LIST       thread counts (default 1,2)\n"
       "  --backends LIST      kfuse backends (default xbyak,llvm,opencl,reference)\n"
@@ -98,7 +98,7 @@ Cli parse(int argc, char** argv) {
     if (a == "--quick") c.quick = true;
     else if (a == "--strict") c.strict = true;
     else if (a == "--list") c.list = true;
-    else if (a == "--filter") c.filters = split(val(), ',');
+    else if (a == "--filter") c.filters = split(val(), '|');
     else if (a == "--json") c.json = val();
     else if (a == "--threads") {
       c.threads.clear();
