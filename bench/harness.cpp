@@ -139,13 +139,13 @@ std::string fmt_bytes(double v) {
 }
 
 void print_header() {
-  std::printf("  %-24s %3s %10s %10s %7s %8s %7s %5s  %s\n", "implementation", "thr", "median", "min", "p90/p10",
+  std::printf("  %-30s %3s %10s %10s %7s %8s %7s %5s  %s\n", "implementation", "thr", "median", "min", "p90/p10",
               "GB/s", "%ceil", "kern", "target / notes");
 }
 
 void print_row(const Row& r) {
   if (r.status != "ok") {
-    std::printf("  %-24s %3d %10s  %s%s%s\n", r.impl.c_str(), r.threads, r.status.c_str(), r.note.c_str(),
+    std::printf("  %-30s %3d %10s  %s%s%s\n", r.impl.c_str(), r.threads, r.status.c_str(), r.note.c_str(),
                 r.target.empty() ? "" : "  ", r.target.c_str());
     std::fflush(stdout);
     return;
@@ -157,7 +157,7 @@ void print_row(const Row& r) {
   if (r.st.spread() > 0) std::snprintf(spread, sizeof spread, "%.2f", r.st.spread());
   std::string tail = r.target;
   if (!r.note.empty()) tail += (tail.empty() ? "" : "; ") + r.note;
-  std::printf("  %-24s %3d %10s %10s %7s %8s %7s %5s  %s\n", r.impl.c_str(), r.threads, fmt_time(r.st.median).c_str(),
+  std::printf("  %-30s %3d %10s %10s %7s %8s %7s %5s  %s\n", r.impl.c_str(), r.threads, fmt_time(r.st.median).c_str(),
               fmt_time(r.st.min).c_str(), spread, gb, fr, kern, tail.c_str());
   std::fflush(stdout);
 }

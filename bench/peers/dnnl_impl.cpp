@@ -120,23 +120,21 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
     }
     case Kind::Gelu: eltwise(*st, algorithm::eltwise_gelu_tanh, 0.f, 0.f, in[0], y); break;
     case Kind::Chain3: {
+      // oneDNN 2.6 gave wrong results with eltwise post-op chains here (eltwise primitives ignore
+      // post-ops, binary ones mis-applied eltwise_linear), so this is one primitive per op.
       st->t1.assign(static_cast<size_t>(N), 0.f);
       st->t2.assign(static_cast<size_t>(N), 0.f);
       memory t1 = mem(*st, md, st->t1.data()), t2 = mem(*st, md, st->t2.data());
-      dnnl::post_ops p1;  // t1 = tanh(0.5 a + b)
-      p1.append_binary(algorithm::binary_add, md);
-      p1.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-      eltwise(*st, algorithm::eltwise_linear, 0.5f, 0.f, in[0], t1, p1, {{post_arg(0), in[1]}});
-      dnnl::post_ops p2;  // t2 = sigmoid(c) * t1
-      p2.append_binary(algorithm::binary_mul, md);
-      eltwise(*st, algorithm::eltwise_logistic, 0.f, 0.f, in[2], t2, p2, {{post_arg(0), t1}});
-      dnnl::post_ops p3;  // y = -exp(-(a^2)) + t2
-      p3.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
-      p3.append_eltwise(1.f, algorithm::eltwise_exp, 0.f, 0.f);
-      p3.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
-      p3.append_binary(algorithm::binary_add, md);
-      eltwise(*st, algorithm::eltwise_square, 0.f, 0.f, in[0], y, p3, {{post_arg(3), t2}});
-      note = "3 primitives with post-ops";
+      eltwise(*st, algorithm::eltwise_linear, 0.5f, 0.f, in[0], t1);  // t1 = 0.5 a
+      binary(*st, algorithm::binary_add, t1, in[1], t1);               // t1 += b
+      eltwise(*st, algorithm::eltwise_tanh, 0.f, 0.f, t1, t1);
+      eltwise(*st, algorithm::eltwise_logistic, 0.f, 0.f, in[2], t2);  // t2 = sigmoid(c)
+      binary(*st, algorithm::binary_mul, t1, t2, t1);                  // t1 *= t2
+      binary(*st, algorithm::binary_mul, in[0], in[0], t2);            // t2 = a * a
+      eltwise(*st, algorithm::eltwise_linear, -1.f, 0.f, t2, t2);      // t2 = -a*a
+      eltwise(*st, algorithm::eltwise_exp, 0.f, 0.f, t2, t2);
+      binary(*st, algorithm::binary_sub, t1, t2, y);
+      note = "9 primitives (post-op chains were wrong in this oneDNN)";
       break;
     }
     case Kind::Add: binary(*st, algorithm::binary_add, in[0], in[1], y); break;
@@ -158,17 +156,17 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
       reduce_sum(*st, in[0], mem(*st, memory::desc({1, 1}, dt::f32, tag::ab), st->y.data()));
       break;
     case Kind::Chain10: {
-      dnnl::post_ops po;
-      po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-      po.append_eltwise(1.f, algorithm::eltwise_square, 0.f, 0.f);
-      po.append_eltwise(1.f, algorithm::eltwise_linear, 1.f, -0.25f);
-      po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-      po.append_eltwise(1.f, algorithm::eltwise_linear, 1.f, 1.f);
-      po.append_eltwise(1.f, algorithm::eltwise_log, 0.f, 0.f);
-      po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
-      po.append_eltwise(1.f, algorithm::eltwise_sqrt, 0.f, 0.f);
-      eltwise(*st, algorithm::eltwise_linear, 1.5f, 0.5f, in[0], y, po);
-      note = "1 primitive (x*1.5+0.5) + 8 post-ops";
+      // One primitive per op (see Chain3: post-op chains gave wrong results in oneDNN 2.6).
+      eltwise(*st, algorithm::eltwise_linear, 1.5f, 0.5f, in[0], y);
+      eltwise(*st, algorithm::eltwise_tanh, 0.f, 0.f, y, y);
+      eltwise(*st, algorithm::eltwise_square, 0.f, 0.f, y, y);
+      eltwise(*st, algorithm::eltwise_linear, 1.f, -0.25f, y, y);
+      eltwise(*st, algorithm::eltwise_relu, 0.f, 0.f, y, y);
+      eltwise(*st, algorithm::eltwise_linear, 1.f, 1.f, y, y);
+      eltwise(*st, algorithm::eltwise_log, 0.f, 0.f, y, y);
+      eltwise(*st, algorithm::eltwise_logistic, 0.f, 0.f, y, y);
+      eltwise(*st, algorithm::eltwise_sqrt, 0.f, 0.f, y, y);
+      note = "9 primitives (x*1.5+0.5 is one)";
       break;
     }
     default: return {};
