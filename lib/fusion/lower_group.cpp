@@ -155,8 +155,9 @@ class Lowerer {
     for (size_t i = 0; i < g_.outputs.size(); ++i) {
       const Node* o = g_.outputs[i];
       bool per_row = has_red && o->shape != sig_.full;
-      const auto& idx = per_row ? kept_idx_ : full_idx_;
-      const auto& dims = per_row ? kept_dims_ : full_dims_;
+      std::vector<ExprRef> idx = per_row ? kept_idx_ : full_idx_;
+      std::vector<ExprRef> dims = per_row ? kept_dims_ : full_dims_;
+      if (per_row && o->shape.size() != idx.size()) squeeze_access(o->shape, idx, dims);
       if (has_red && !per_row && o->shape != sig_.full)
         throw InternalError("lower_group: output shape does not fit the domain");
       ExprRef value = emit(o, idx, dims, nullptr);
@@ -202,6 +203,26 @@ class Lowerer {
   int acc_depth(int a, std::vector<int>& depth, const std::function<int(const ExprRef&)>& need) {
     if (depth[a] < 0) depth[a] = need(accs_[a].value);
     return depth[a];
+  }
+
+  // Re-expresses a kept-shape access for a shape that differs only by size-1 dims.
+  void squeeze_access(const Shape& to, std::vector<ExprRef>& idx, std::vector<ExprRef>& dims) {
+    std::vector<ExprRef> ni, nd;
+    size_t k = 0;
+    Shape kept = kept_shape(sig_);
+    for (int64_t d : to) {
+      if (d == 1) {
+        ni.push_back(ir::iconst(0));
+        nd.push_back(ir::iconst(1));
+        continue;
+      }
+      while (kept[k] == 1) ++k;
+      ni.push_back(idx[k]);
+      nd.push_back(dims[k]);
+      ++k;
+    }
+    idx = std::move(ni);
+    dims = std::move(nd);
   }
 
   // The value of `n` at index `idx` (dims: n's symbolic extents), loads masked by `guard`.
@@ -384,6 +405,15 @@ std::string kernel_stem(const FusionGroup& g) {
 
 LoweredKernel lower_group(const FusionGroup& g) {
   if (g.kind != GroupKind::Fused) throw InternalError("lower_group: only fused groups have kernel IR");
+  if (g.custom_kernel) {  // a pattern supplied the kernel (lib/plugin); the partitioner checked its bindings
+    LoweredKernel out;
+    out.kernel = g.custom_kernel->kernel();
+    if (out.kernel.name.empty()) out.kernel.name = kernel_stem(g);
+    out.buffer_nodes = g.custom_kernel->inputs();
+    out.buffer_nodes.insert(out.buffer_nodes.end(), g.custom_kernel->outputs().begin(), g.custom_kernel->outputs().end());
+    out.specialised.push_back("custom kernel of pattern " + g.pattern);
+    return out;
+  }
   return Lowerer(g).run();
 }
 

@@ -22,6 +22,11 @@
 //      softmax recomputes exp(x - max) in the sum phase and the store phase). The per-element
 //      cost of such recomputation must stay within PartitionLimits::recompute_budget, otherwise
 //      the expensive producer is materialised instead.
+// Before the lattice, a PATTERN PHASE (lib/plugin/pattern_phase.cpp) seeds groups: built-in and
+// plugin patterns match at nodes, and their matches are committed highest benefit first. A match
+// must pass the same rules (check) and may not create a cycle between groups; otherwise it is
+// refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel
+// are closed to the lattice.
 // The greedy order is deterministic (topological order, consumers in topological order), so the
 // same graph always gets the same plan.
 #include "partition.hpp"
@@ -76,6 +81,9 @@ class Partitioner {
       sets_.push_back({n});
       group_[n] = g;
     }
+    set_pattern_.assign(sets_.size(), "lattice");
+    set_kernel_.assign(sets_.size(), nullptr);
+    if (limits_.use_patterns) attempts_ = run_patterns();
     // Greedy producer -> consumer merging.
     for (const Node* n : topo_) {
       if (!fusible(n)) continue;
@@ -83,11 +91,17 @@ class Partitioner {
         if (!fusible(c)) continue;
         int a = find(group_[n]), b = find(group_[c]);
         if (a == b) continue;
+        if (set_kernel_[a] || set_kernel_[b]) {  // a pattern's own kernel covers exactly its match
+          reasons_[{n, c}] = "pattern " + set_pattern_[set_kernel_[a] ? a : b] + " supplies its own kernel for its match";
+          continue;
+        }
         std::string why = try_merge(a, b);
         if (!why.empty()) reasons_[{n, c}] = why;
       }
     }
-    return build();
+    Partition p = build();
+    p.pattern_attempts = std::move(attempts_);
+    return p;
   }
 
  private:
@@ -116,8 +130,77 @@ class Partitioner {
     parent_[a] = a;
     sets_[a] = std::move(u);
     sets_[b].clear();
+    if (set_pattern_[a] == "lattice") set_pattern_[a] = set_pattern_[b];  // a pattern's group keeps its name
     for (const Node* n : sets_[a]) group_[n] = a;
     return {};
+  }
+
+  // The pattern phase: candidates are the fusible nodes and opaque ones (a pattern with its own
+  // kernel may cover a matmul); commits merge the matched singletons into one set.
+  std::vector<PatternAttempt> run_patterns() {
+    std::vector<const Node*> cands;
+    for (const Node* n : topo_)
+      if (fusible(n) || (!is_leaf(*n) && op_kind(n->op) == OpKind::Opaque)) cands.push_back(n);
+    PatternPhaseHooks hooks;
+    hooks.position = [&](const Node* n) {
+      auto it = pos_.find(n);
+      return it == pos_.end() ? -1 : it->second;
+    };
+    hooks.check = [&](const std::vector<const Node*>& u) {
+      std::string why = check(u);
+      if (why.empty() && !acyclic_with(u)) why = "fusing would create a cycle between kernels (through another match)";
+      return why;
+    };
+    hooks.commit = [&](const std::vector<const Node*>& u, const std::string& name,
+                       std::shared_ptr<const CustomKernel> kernel) {
+      int a = find(group_[u.front()]);
+      for (const Node* n : u) {
+        int b = find(group_[n]);
+        if (b == a) continue;
+        parent_[b] = a;
+        sets_[b].clear();
+      }
+      parent_[a] = a;
+      sets_[a] = u;
+      for (const Node* n : u) group_[n] = a;
+      set_pattern_[a] = name;
+      set_kernel_[a] = std::move(kernel);
+    };
+    GraphView view(consumers_, roots_);
+    return run_pattern_phase(cands, view, hooks);
+  }
+
+  // Whether the groups stay acyclic when `u` becomes one group (matches are not built along
+  // edges, so two convex matches could still depend on each other).
+  bool acyclic_with(const std::vector<const Node*>& u) {
+    std::unordered_set<const Node*> in(u.begin(), u.end());
+    auto gid = [&](const Node* n) { return in.count(n) ? -2 : find(group_[n]); };
+    std::unordered_map<int, std::vector<int>> out;
+    std::unordered_map<int, int> indeg;
+    for (const Node* n : topo_) {
+      if (!group_.count(n)) continue;
+      int g = gid(n);
+      indeg.emplace(g, 0);
+      for (const auto& i : n->inputs) {
+        if (!group_.count(i.get())) continue;
+        int h = gid(i.get());
+        if (h == g) continue;
+        out[h].push_back(g);
+        ++indeg[g];
+      }
+    }
+    std::vector<int> ready;
+    for (auto& [g, d] : indeg)
+      if (!d) ready.push_back(g);
+    size_t seen = 0;
+    while (!ready.empty()) {
+      int g = ready.back();
+      ready.pop_back();
+      ++seen;
+      for (int h : out[g])
+        if (--indeg[h] == 0) ready.push_back(h);
+    }
+    return seen == indeg.size();
   }
 
   // Returns the violated rule, or "" when the union is legal.
@@ -167,6 +250,8 @@ class Partitioner {
       if (is_reduction(n->op)) continue;  // a later reduction consumes per-element values: fine
       bool ok = is_elementwise(n->op) && (n->shape == full || n->shape == kept);
       ok |= n->op == Op::Expand && n->shape == full && n->inputs[0]->shape == kept;
+      // keepdim=false: dropping the reduced size-1 dims keeps the per-row layout.
+      ok |= n->op == Op::Reshape && n->inputs[0]->shape == kept && same_squeezed(n->shape, kept);
       if (!ok)
         return std::string("a reduced value reaches ") + op_name(n->op) + " " + shape_str(n->shape) +
                ", which would need it at other rows (only element-wise ops and broadcasts over the reduced axes "
@@ -181,7 +266,7 @@ class Partitioner {
       for (const Node* c : consumers_[n]) needed |= !in.count(c);
       if (!needed) continue;
       if (first_red) {
-        if (n->shape != full && n->shape != kept)
+        if (n->shape != full && !same_squeezed(n->shape, kept))
           return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
                  " fits neither the reduction's full shape " + shape_str(full) + " nor its kept shape " +
                  shape_str(kept);
@@ -232,7 +317,9 @@ class Partitioner {
       if (!index.count(s)) {
         index[s] = static_cast<int>(groups.size());
         FusionGroup g;
-        OpKind k = op_kind(n->op);
+        g.pattern = set_pattern_[s];
+        g.custom_kernel = set_kernel_[s];
+        OpKind k = g.custom_kernel ? OpKind::ElemWise : op_kind(n->op);  // a custom kernel is a fused group
         g.kind = k == OpKind::Source && !is_inlined_source(*n) && n->op != Op::Buffer ? GroupKind::Source
                  : k == OpKind::Opaque                                                  ? GroupKind::Opaque
                                                                                         : GroupKind::Fused;
@@ -266,6 +353,7 @@ class Partitioner {
         }
         if (needed) g.outputs.push_back(n);
       }
+      if (g.custom_kernel) g.outputs = g.custom_kernel->outputs();  // validated: covers the needed ones
     }
     // Kahn topological order of groups (ties by first member position: deterministic).
     std::vector<int> indeg(groups.size(), 0);
@@ -331,6 +419,9 @@ class Partitioner {
   std::unordered_map<const Node*, int> group_;
   std::unordered_map<int, int> parent_;
   std::unordered_map<std::pair<const Node*, const Node*>, std::string, PairHash> reasons_;
+  std::vector<std::string> set_pattern_;                         // per set: the pattern that formed it
+  std::vector<std::shared_ptr<const CustomKernel>> set_kernel_;  // per set: a pattern's own kernel
+  std::vector<PatternAttempt> attempts_;
 };
 
 }  // namespace
@@ -343,6 +434,15 @@ ReduceSig reduce_signature(const FusionGroup& g) {
   for (const Node* n : g.nodes)
     if (is_reduction(n->op)) return {n->inputs[0]->shape, n->attrs.ints};
   return {};
+}
+
+bool same_squeezed(const Shape& a, const Shape& b) {
+  Shape x, y;
+  for (int64_t d : a)
+    if (d != 1) x.push_back(d);
+  for (int64_t d : b)
+    if (d != 1) y.push_back(d);
+  return x == y;
 }
 
 Shape kept_shape(const ReduceSig& s) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kfuse/node.hpp"
+#include "plugin/pattern_registry.hpp"
 
 namespace kfuse::detail {
 
@@ -18,6 +19,9 @@ struct FusionGroup {
   std::vector<const Node*> inputs;       ///< values read from outside (leaves, realized, other groups)
   std::vector<const Node*> outputs;      ///< members needed outside the group or requested
   OpKind lattice = OpKind::ElemWise;     ///< join of the members' kinds
+  /// Set when a pattern supplied the kernel (lib/plugin): used instead of lower_group's, and the
+  /// group is closed (exactly the matched nodes; outputs = the kernel's outputs).
+  std::shared_ptr<const CustomKernel> custom_kernel;
 };
 
 struct Boundary {
@@ -30,12 +34,14 @@ struct Partition {
   std::vector<FusionGroup> groups;  ///< in an order that respects dependencies
   std::vector<Boundary> boundaries;
   std::unordered_map<const Node*, int> group_of;  ///< member -> group index
+  std::vector<PatternAttempt> pattern_attempts;   ///< the pattern phase, per node (explain, logs)
 };
 
 /// Limits of the partitioner (documented in README "Fusion").
 struct PartitionLimits {
   size_t max_nodes = 256;             ///< nodes per kernel
   double recompute_budget = 40;       ///< per-element cost a group may spend recomputing values
+  bool use_patterns = true;           ///< run the pattern phase (off: lattice only, for tests)
 };
 
 /// Partitions the graph under `roots` (realized nodes are inputs). Pure: does not run anything.
@@ -54,5 +60,7 @@ struct ReduceSig {
 };
 ReduceSig reduce_signature(const FusionGroup& g);
 Shape kept_shape(const ReduceSig& s);
+/// True when the shapes differ only by size-1 dims (a squeeze/unsqueeze: same row-major layout).
+bool same_squeezed(const Shape& a, const Shape& b);
 
 }  // namespace kfuse::detail

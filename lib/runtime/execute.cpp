@@ -83,6 +83,11 @@ void execute(const std::vector<NodeRef>& all_roots) {
   if (roots.empty()) return;
   bump(global_counters().evaluations);
   std::shared_ptr<const Plan> plan = get_plan(roots);
+  if (options().logging("fusion")) {
+    std::vector<const Node*> raw;
+    for (const auto& r : roots) raw.push_back(r.get());
+    log("fusion", explain_plan(*plan, raw).text());
+  }
   ValueTable vt;
   for (const auto& g : plan->partition.groups)
     for (const Node* in : g.inputs) vt.add_reader(in);

@@ -9,6 +9,7 @@
 #include "backend/backend.hpp"
 #include "fusion/lower_group.hpp"
 #include "fusion/partition.hpp"
+#include "kfuse/explain.hpp"
 
 namespace kfuse::detail {
 
@@ -30,5 +31,8 @@ struct Plan {
 std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile);
 /// make_plan(roots, true), through the plan cache.
 std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots);
+
+/// The report of a plan (original_roots: the roots as recorded, for the unfused count).
+Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& original_roots);
 
 }  // namespace kfuse::detail

@@ -1,0 +1,135 @@
+// The fusion acceptance table: each expression's kernel count (from explain()) and its result
+// against the fp64 reference evaluator.
+#include <kfuse/explain.hpp>
+
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+Tensor rnd(Shape s, uint64_t seed, double lo = -2, double hi = 2) {
+  return make_tensor(random_values(static_cast<size_t>(count_of(s)), seed, lo, hi), s);
+}
+
+// Plans, evaluates and checks `y`; returns the kernel count.
+size_t check_plan(const Tensor& y, size_t expected_kernels, double rtol = 2e-5, double atol = 2e-6) {
+  Explanation ex = explain(y);
+  EXPECT_EQ(ex.kernel_count(), expected_kernels) << ex.text();
+  EXPECT_TRUE(all_close(values(y), reference_values(y), rtol, atol)) << ex.text();
+  return ex.kernel_count();
+}
+
+TEST(FusionPlans, SoftmaxFamilyIsOneKernel) {
+  for (Shape s : {Shape{4096, 10}, Shape{64, 5000}}) {
+    Tensor x = rnd(s, 1);
+    check_plan(log_softmax(x, -1), 1);
+    check_plan(softmax(x, -1), 1);
+    check_plan(logsumexp(x, -1), 1);
+  }
+}
+
+TEST(FusionPlans, NormsAreOneKernel) {
+  Tensor x = rnd({4096, 1024}, 2), w = rnd({1024}, 3), b = rnd({1024}, 4);
+  check_plan(layer_norm(x, {1024}, w, b), 1, 1e-4, 1e-5);
+  check_plan(rms_norm(x, w), 1, 1e-4, 1e-5);
+}
+
+TEST(FusionPlans, ElementwiseChainsAreOneKernel) {
+  Tensor a = rnd({1000, 37}, 5), b = rnd({1000, 37}, 6), c = rnd({1000, 37}, 7);
+  check_plan(relu(a * b + c), 1);
+  check_plan(tanh(a * 0.5 + b) * sigmoid(c) - exp(-a * a), 1);
+}
+
+TEST(FusionPlans, ReductionsWithProducersAreOneKernel) {
+  Tensor a = rnd({513, 77}, 8), b = rnd({513, 77}, 9);
+  check_plan(sum(a * b), 1, 1e-4, 1e-4);
+  check_plan(sum(a * a, 1), 1);
+  check_plan(mean(a, 0), 1);
+}
+
+TEST(FusionPlans, ViewsFoldIntoIndexArithmetic) {
+  Tensor x = rnd({33, 17}, 10), y = rnd({17, 33}, 11), bias = rnd({17}, 12), big = rnd({66, 51}, 13);
+  Explanation e1 = explain(transpose(x) + y);
+  check_plan(transpose(x) + y, 1);
+  EXPECT_EQ(e1.kernels[0].kind, "pointwise");
+  check_plan(relu(x + expand(bias.reshape({1, 17}), {33, 17})), 1);
+  Tensor s1 = big.slice({Range{0, 66, 2}, Range{1, 52, 3}});
+  Tensor s2 = big.slice({Range{1, 66, 2}, Range{0, 51, 3}});
+  check_plan(s1 + s2, 1);
+  // No copy: the only kernel reads the big input once per slice and writes one output.
+  Explanation e2 = explain(s1 + s2);
+  ASSERT_EQ(e2.kernels.size(), 1u);
+  EXPECT_EQ(e2.kernels[0].outputs.size(), 1u);
+}
+
+TEST(FusionPlans, ColumnNormalisationIsAtMostTwoKernels) {
+  // Documented: x - mean(x, 0, keepdim) is ONE column kernel (outer = columns, reduce = rows).
+  Tensor x = rnd({257, 65}, 14);
+  EXPECT_LE(check_plan(x - mean(x, 0, true), 1), 2u);
+}
+
+TEST(FusionPlans, CrossEntropyIsAtMostTwoKernels) {
+  Tensor logits = rnd({64, 10}, 15);
+  Tensor labels = make_tensor(random_ints(64, 16, 0, 9), {64}, DType::I64);
+  EXPECT_LE(check_plan(cross_entropy(logits, labels), 2, 1e-5, 1e-5), 2u);
+}
+
+TEST(FusionPlans, SeveralOutputsShareOneKernel) {
+  Tensor x = rnd({100, 31}, 17);
+  Tensor e = exp(x);
+  Tensor s = sum(e, 1, true);
+  Tensor y = e / s;
+  Explanation ex = explain({e, s, y});
+  EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
+  EXPECT_EQ(ex.kernels[0].outputs.size(), 3u) << ex.text();
+  eval({e, s, y});
+  auto ref = reference_values({e, s, y});
+  EXPECT_TRUE(all_close(values(e), ref[0], 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(values(s), ref[1], 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(values(y), ref[2], 1e-5, 1e-6));
+}
+
+TEST(FusionPlans, BoundariesCarryReasons) {
+  Tensor a = rnd({64, 48}, 18), b = rnd({48, 32}, 19);
+  Explanation ex = explain(relu(matmul(a, b) + 1.0));
+  ASSERT_EQ(ex.kernel_count(), 2u) << ex.text();
+  ASSERT_FALSE(ex.boundaries.empty());
+  EXPECT_NE(ex.boundaries[0].reason.find("matmul is opaque"), std::string::npos) << ex.text();
+  // Row and column reductions of one tensor cannot share a kernel.
+  Tensor x = rnd({40, 30}, 20);
+  Explanation ex2 = explain(sum(x, 0, true) + sum(sum(x, 1, true), 0, true));
+  EXPECT_GE(ex2.kernel_count(), 2u);
+  bool found = false;
+  for (const auto& bd : ex2.boundaries) found |= bd.reason.find("reduction domains differ") != std::string::npos;
+  EXPECT_TRUE(found) << ex2.text();
+  EXPECT_TRUE(all_close(values(sum(x, 0, true) + sum(sum(x, 1, true), 0, true)),
+                        reference_values(sum(x, 0, true) + sum(sum(x, 1, true), 0, true)), 1e-5, 1e-4));
+}
+
+TEST(FusionPlans, ExplainTextAndDot) {
+  Tensor x = rnd({4096, 10}, 21);
+  Explanation ex = explain(log_softmax(x, -1));
+  std::string t = ex.text();
+  EXPECT_NE(t.find("plan: 1 kernel (an op-by-op library would launch"), std::string::npos) << t;
+  EXPECT_GE(ex.unfused_kernels, 3);
+  std::string dot = to_dot({log_softmax(x, -1)});
+  EXPECT_NE(dot.find("digraph kfuse"), std::string::npos);
+  EXPECT_NE(dot.find("subgraph cluster_0"), std::string::npos);
+}
+
+TEST(FusionPlans, EmptyAndSizeOneShapes) {
+  for (Shape s : {Shape{0, 7}, Shape{1, 1}, Shape{1, 9}, Shape{5, 1}, Shape{3, 0}}) {
+    Tensor x = rnd(s, 22);
+    Tensor y = exp(x) * 2.0 + 1.0;
+    EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-6, 1e-6));
+    Tensor z = sum(x * x, -1);
+    EXPECT_TRUE(all_close(values(z), reference_values(z), 1e-6, 1e-6));
+    if (s[1] > 0) {
+      Tensor w = log_softmax(x, -1);
+      EXPECT_TRUE(all_close(values(w), reference_values(w), 1e-6, 1e-6));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::test
