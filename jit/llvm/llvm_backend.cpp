@@ -1,0 +1,166 @@
+// The "llvm" backend: kernel IR -> LLVM IR -> O3 -> ELF object -> ORC LLJIT (jit_session.cpp).
+//
+// Host side of a launch: the outer extents are evaluated from Kernel::outer with the launch's
+// params, and the flattened outer domain is split over the CPU pool (parallel_for) with a grain
+// that gives each chunk about 32K reduce-or-store points of work. Reductions never cross outer
+// points, so results do not depend on the chunking. Split global reductions (LaunchPlan) run
+// fixed-size reduce blocks in parallel and combine them in block order (also chunk-independent).
+//
+// CompiledKernel fields: source = the LLVM IR AFTER O3 (what was compiled, vectorised loops
+// visible), binary = the ELF relocatable object, which load() links without running LLVM codegen.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+
+#include "runtime/thread_pool.hpp"
+#include "backend/factories.hpp"
+#include "kfuse/error.hpp"
+#include "kfuse/options.hpp"
+#include "llvm_jit.hpp"
+
+namespace {
+// Test hook (tests/backends/test_llvm_*.cpp declare it weak): when > 0, launches run their outer
+// points (or reduce blocks) sequentially in chunks of this many, emulating any thread split.
+std::atomic<int64_t> g_test_chunk{0};
+}  // namespace
+
+extern "C" void kfuse_llvm_set_test_chunk(int64_t n) { g_test_chunk.store(n); }
+
+namespace kfuse::detail {
+
+namespace {
+
+using namespace llvmjit;
+
+int64_t eval_extent(const ir::ExprRef& e, const std::vector<int64_t>& params) {
+  switch (e->kind) {
+    case ir::ExprKind::Const: return static_cast<int64_t>(e->value);
+    case ir::ExprKind::Param:
+      if (e->index < 0 || e->index >= static_cast<int>(params.size()))
+        throw InternalError("llvm: launch is missing param $" + std::to_string(e->index));
+      return params[e->index];
+    case ir::ExprKind::IDiv: {
+      int64_t d = eval_extent(e->args[1], params);
+      return d ? eval_extent(e->args[0], params) / d : 0;
+    }
+    case ir::ExprKind::IMod: {
+      int64_t d = eval_extent(e->args[1], params);
+      return d ? eval_extent(e->args[0], params) % d : 0;
+    }
+    case ir::ExprKind::Op:
+      if (e->args.size() == 2) {
+        int64_t a = eval_extent(e->args[0], params), b = eval_extent(e->args[1], params);
+        if (e->op == Op::Add) return a + b;
+        if (e->op == Op::Sub) return a - b;
+        if (e->op == Op::Mul) return a * b;
+      }
+      break;
+    default: break;
+  }
+  throw InternalError("llvm: unsupported outer extent expression");
+}
+
+class LlvmKernel final : public CompiledKernel {
+ public:
+  LlvmKernel(const ir::Kernel& k, const LaunchPlan& plan, std::shared_ptr<LoadedCode> code)
+      : outer_(k.outer), nbuf_(k.buffers.size()), nparams_(k.params.size()), plan_(plan), code_(std::move(code)) {
+    main_ = reinterpret_cast<MainFn>(code_->symbol(kMainName));
+    if (plan_.split) {
+      part_ = reinterpret_cast<PartFn>(code_->symbol(kPartName));
+      fin_ = reinterpret_cast<FinFn>(code_->symbol(kFinName));
+    }
+    if (!main_ || (plan_.split && (!part_ || !fin_))) throw BackendError("llvm: kernel object lacks its entry points");
+  }
+
+  void run(const ir::LaunchArgs& a) const override {
+    if (a.buffers.size() != nbuf_ || a.params.size() < nparams_)
+      throw InternalError("llvm: launch arguments do not match the kernel's buffers/params");
+    int64_t total = 1;
+    for (const auto& o : outer_) total *= eval_extent(o, a.params);
+    if (total <= 0) return;
+    void* const* bufs = a.buffers.data();
+    const int64_t* params = a.params.data();
+    const int64_t chunk = g_test_chunk.load(std::memory_order_relaxed);
+    if (plan_.split) {
+      std::vector<int64_t> partials(static_cast<size_t>(plan_.nblocks * plan_.nacc));
+      void* p = partials.data();
+      if (chunk > 0) {
+        for (int64_t b = 0; b < plan_.nblocks; b += chunk) part_(bufs, params, b, std::min(b + chunk, plan_.nblocks), p);
+      } else {
+        parallel_for(plan_.nblocks, 1, [&](int64_t b, int64_t e) { part_(bufs, params, b, e, p); });
+      }
+      fin_(bufs, params, p, plan_.nblocks);
+      return;
+    }
+    if (chunk > 0) {
+      for (int64_t b = 0; b < total; b += chunk) main_(bufs, params, b, std::min(b + chunk, total));
+      return;
+    }
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / plan_.work_per_point);
+    MainFn f = main_;
+    parallel_for(total, grain, [&](int64_t b, int64_t e) { f(bufs, params, b, e); });
+  }
+
+ private:
+  std::vector<ir::ExprRef> outer_;
+  size_t nbuf_, nparams_;
+  LaunchPlan plan_;
+  std::shared_ptr<LoadedCode> code_;
+  MainFn main_ = nullptr;
+  PartFn part_ = nullptr;
+  FinFn fin_ = nullptr;
+};
+
+std::vector<std::string> entry_points(const LaunchPlan& plan) {
+  if (plan.split) return {kMainName, kPartName, kFinName};
+  return {kMainName};
+}
+
+class LlvmBackend final : public Backend {
+ public:
+  explicit LlvmBackend(std::shared_ptr<JitSession> s) : s_(std::move(s)) {}
+  std::string name() const override { return "llvm"; }
+  std::string target() const override { return s_->target(); }
+
+  CompileResult compile(const ir::Kernel& k) override {
+    auto t0 = std::chrono::steady_clock::now();
+    LaunchPlan plan = plan_launch(k);
+    std::string ir;
+    double lower_ms = 0, opt_ms = 0;
+    std::vector<uint8_t> obj = s_->compile(k, plan, &ir, &lower_ms, &opt_ms);
+    auto ck = make(k, plan, obj);
+    ck->source = std::move(ir);
+    ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log("codegen", "llvm: " + k.name + " compiled in " + std::to_string(ck->compile_ms) + " ms (lower " +
+                       std::to_string(lower_ms) + ", O3 " + std::to_string(opt_ms) + ", codegen+link " +
+                       std::to_string(ck->compile_ms - lower_ms - opt_ms) + ")");
+    return {ck, {}};
+  }
+
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) override {
+    auto t0 = std::chrono::steady_clock::now();
+    auto ck = make(k, plan_launch(k), binary);
+    ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return ck;
+  }
+
+ private:
+  std::shared_ptr<LlvmKernel> make(const ir::Kernel& k, const LaunchPlan& plan, const std::vector<uint8_t>& obj) {
+    auto ck = std::make_shared<LlvmKernel>(k, plan, s_->load(obj, entry_points(plan)));
+    ck->backend = name();
+    ck->target = target();
+    ck->source_kind = "llvm-ir";
+    ck->binary = obj;
+    ck->binary_kind = "elf-object";
+    return ck;
+  }
+
+  std::shared_ptr<JitSession> s_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_llvm_backend() { return std::make_shared<LlvmBackend>(JitSession::create()); }
+
+}  // namespace kfuse::detail

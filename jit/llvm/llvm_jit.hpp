@@ -1,0 +1,150 @@
+// Internal declarations shared by the files of the LLVM backend (jit/llvm). Nothing outside
+// jit/llvm includes this header; the engine sees only make_llvm_backend() (factories.hpp).
+//
+//   llvm_backend.cpp  Backend + CompiledKernel: host side of a launch (outer extents, threads)
+//   jit_session.cpp   the ORC LLJIT session: target, object codegen, one JITDylib per kernel
+//   lower_kernel.cpp  kernel IR -> LLVM IR: functions, loop nests, phases, accumulators
+//   lower_expr.cpp    kernel IR expressions and element-wise ops -> LLVM instructions
+//   vector_math.cpp   math functions: SLEEF scalar/vector variants and their VecDesc table
+//   optimize.cpp      the O3 pipeline with the vector-math TargetLibraryInfo
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+
+#include "ir/kernel.hpp"
+
+namespace llvm {
+class TargetLibraryInfoImpl;
+class TargetMachine;
+}  // namespace llvm
+
+namespace kfuse::detail::llvmjit {
+
+using Builder = llvm::IRBuilder<>;
+
+// ---- vector_math.cpp ----
+enum class MathFn : uint8_t { Exp, Log, Tanh, Erf, Sin, Cos, Pow, Expm1, Log1p, Exp2, Log2, Count_ };
+const char* math_fn_name(MathFn f);
+
+/// The vector-math library chosen for the host ISA: SLEEF with FMA on AVX2/AVX-512 hosts
+/// (scalar `purecfma`, 8-wide `avx2`, 16-wide `avx512f`), or the SSE2/`purec` variants.
+/// Every variant of one function runs the same algorithm, so a value does not depend on
+/// whether it was computed in a vector body or a scalar remainder (tested).
+struct MathLib {
+  enum class Tier : uint8_t { SSE2, AVX2, AVX512 } tier = Tier::SSE2;
+  /// Scalar symbol called by generated code; the vectoriser maps it to the vector variants.
+  std::string scalar_name(MathFn f, bool f64) const;
+  /// Registers the vector variants with the loop vectoriser.
+  void add_vector_functions(llvm::TargetLibraryInfoImpl& tlii) const;
+  /// Widest vector in bits the generated functions may use (512 on AVX-512, else 256/128).
+  int vector_bits() const;
+  /// Emits a call of `f` on f32/f64 scalars.
+  llvm::Value* call(Builder& b, MathFn f, bool f64, const std::vector<llvm::Value*>& args) const;
+};
+MathLib detect_math_lib(bool avx512f, bool avx2, bool fma);
+
+// ---- lower_kernel.cpp ----
+/// How a kernel is run (derived from the IR alone, so compile and load agree).
+struct LaunchPlan {
+  /// Global reduction split into fixed-size blocks of the reduce domain, reduced in parallel and
+  /// combined in block order (outer empty, phase 0 the only over_reduce phase, no stores in it,
+  /// Sum/Prod/Max/Min accumulators only).
+  bool split = false;
+  int64_t block = 0;    ///< reduce points per block (fixed: independent of the thread count)
+  int64_t nblocks = 0;  ///< ceil(reduce_numel / block)
+  int nacc = 0;         ///< accumulators of phase 0 (8-byte partial slots per block)
+  int64_t work_per_point = 1;  ///< reduce points visited per outer point (grain heuristics)
+};
+LaunchPlan plan_launch(const ir::Kernel& k);
+
+/// Generated entry points (in one object; each kernel lives in its own JITDylib, so the
+/// names are fixed):
+///   kf_main(void** bufs, const int64_t* params, int64_t begin, int64_t end)
+///       runs outer points [begin, end) of the flattened outer domain;
+///   kf_part(void** bufs, const int64_t* params, int64_t b0, int64_t b1, void* partials)
+///       (split plans) folds blocks [b0, b1) into partials[block * nacc + i];
+///   kf_fin(void** bufs, const int64_t* params, const void* partials, int64_t nblocks)
+///       (split plans) combines the partials in block order and runs the later phases.
+using MainFn = void (*)(void* const*, const int64_t*, int64_t, int64_t);
+using PartFn = void (*)(void* const*, const int64_t*, int64_t, int64_t, void*);
+using FinFn = void (*)(void* const*, const int64_t*, const void*, int64_t);
+inline constexpr const char* kMainName = "kf_main";
+inline constexpr const char* kPartName = "kf_part";
+inline constexpr const char* kFinName = "kf_fin";
+
+/// Lowers `k` into a new module of `ctx`. Throws BackendError for constructs it cannot lower.
+std::unique_ptr<llvm::Module> lower_kernel(const ir::Kernel& k, const LaunchPlan& plan, llvm::LLVMContext& ctx,
+                                           const MathLib& math, llvm::TargetMachine& tm);
+
+// ---- lower_expr.cpp ----
+llvm::Type* reg_type(llvm::LLVMContext& c, DType dt);  ///< bool -> i1
+llvm::Type* mem_type(llvm::LLVMContext& c, DType dt);  ///< bool -> i8
+
+/// Emits kernel-IR expressions at the builder's insertion point. Values are memoised per Expr
+/// node until reset() (call it whenever the insertion point leaves the region where the cached
+/// values dominate, e.g. at the start of each phase body).
+class ExprEmitter {
+ public:
+  ExprEmitter(Builder& b, const ir::Kernel& k, const MathLib& math) : b_(b), k_(k), math_(math) {}
+  llvm::Value* emit(const ir::ExprRef& e);
+  void reset() { cache_.clear(); }
+
+  std::vector<llvm::Value*> buffers;  ///< one pointer per kernel buffer
+  std::vector<llvm::Value*> params;   ///< i64 per kernel param
+  std::vector<llvm::Value*> outer;    ///< i64 per outer dim (current point)
+  std::vector<llvm::Value*> reduce;   ///< i64 per reduce dim (current point)
+  std::vector<llvm::Value*> accs;     ///< final value per accumulator (in its register type)
+
+  /// Kernel-IR cast semantics (float -> int: truncate, NaN/out of range give the minimum).
+  llvm::Value* convert(llvm::Value* v, DType from, DType to);
+  llvm::Value* truth(llvm::Value* v, DType dt);  ///< value != 0 as i1 (NaN is true)
+  void store(int buffer, llvm::Value* index, llvm::Value* value);
+
+ private:
+  llvm::Value* emit_op(const ir::Expr& e);
+  llvm::Value* emit_load(const ir::Expr& e);
+  bool is_index(const ir::Expr* e);
+
+  Builder& b_;
+  const ir::Kernel& k_;
+  const MathLib& math_;
+  std::unordered_map<const ir::Expr*, llvm::Value*> cache_;
+  std::unordered_map<const ir::Expr*, bool> index_like_;
+};
+
+// ---- optimize.cpp ----
+/// Runs the O3 pipeline (loop and SLP vectorisation on, vector-math mappings registered).
+void optimize_module(llvm::Module& m, llvm::TargetMachine& tm, const MathLib& math);
+
+// ---- jit_session.cpp ----
+/// Code loaded into the JIT: one JITDylib, removed (code memory freed) on destruction.
+class LoadedCode {
+ public:
+  virtual ~LoadedCode() = default;
+  virtual void* symbol(const std::string& name) const = 0;  ///< null when absent
+};
+
+class JitSession {
+ public:
+  virtual ~JitSession() = default;
+  /// Creates the process-wide session (targets, host detection, LLJIT). Throws BackendError.
+  static std::shared_ptr<JitSession> create();
+  virtual const std::string& target() const = 0;
+  virtual const MathLib& math() const = 0;
+  /// Lowers, optimises and compiles `k` into an ELF relocatable object; returns the object bytes
+  /// and (in `ir_text`) the optimised LLVM IR. Serialised internally (one codegen at a time).
+  virtual std::vector<uint8_t> compile(const ir::Kernel& k, const LaunchPlan& plan, std::string* ir_text,
+                                       double* lower_ms = nullptr, double* opt_ms = nullptr) = 0;
+  /// Links an object produced by compile() (possibly in another process with the same target)
+  /// into a fresh JITDylib and resolves `symbols`. Throws BackendError.
+  virtual std::shared_ptr<LoadedCode> load(const std::vector<uint8_t>& object,
+                                           const std::vector<std::string>& symbols) = 0;
+};
+
+}  // namespace kfuse::detail::llvmjit

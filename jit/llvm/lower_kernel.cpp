@@ -1,0 +1,494 @@
+// Kernel IR -> one LLVM module (entry points in llvm_jit.hpp).
+//
+// kf_main walks a chunk [begin, end) of the flattened outer domain as a sequence of SEGMENTS:
+// each segment unravels its first point into outer indices once and then runs a plain counted
+// loop along the innermost outer dim (so pointwise kernels vectorise along the contiguous axis).
+// Per outer point the phases run in order; an over_reduce phase is a nest of counted loops over
+// the reduce dims (compile-time extents, innermost dim innermost), its accumulators are
+// loop-carried values (phis), so the loop vectoriser recognises row reductions:
+//   Sum/Prod of floats fold with `reassoc contract` fadd/fmul (never nnan/ninf): the order is
+//   then fixed by the compiled code and independent of threads; Max/Min fold with
+//   llvm.maximum/minimum (NaN propagates; -0 < +0); ArgMax/ArgMin keep (best, index) and take
+//   the first extreme, a NaN counting as the extreme (scalar loop).
+// Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
+// blocks of the reduce domain folded independently, then combined in block order.
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kfuse/error.hpp"
+#include "llvm_jit.hpp"
+
+namespace kfuse::detail::llvmjit {
+
+using llvm::Value;
+
+namespace {
+
+constexpr int64_t kSplitBlock = 16384;  // reduce points per block of a split global reduction
+
+bool is_arg(ir::AccKind k) { return k == ir::AccKind::ArgMax || k == ir::AccKind::ArgMin; }
+
+// Loop-carried state of one accumulator: {value} or {best value, best index} for Arg*.
+struct AccState {
+  std::vector<Value*> v;
+};
+
+class Lowerer {
+ public:
+  Lowerer(const ir::Kernel& k, const LaunchPlan& plan, llvm::Module& m, const MathLib& math)
+      : k_(k), plan_(plan), m_(m), c_(m.getContext()), b_(c_), math_(math) {}
+
+  void lower() {
+    emit_main();
+    if (plan_.split) {
+      emit_part();
+      emit_fin();
+    }
+  }
+
+ private:
+  // ---- function scaffolding ----
+  // Every entry point takes (ptr bufs, ptr params, ...). The buffers are loaded into an inner
+  // function with noalias arguments (outputs never alias inputs), which is always inlined into
+  // the entry point, so the alias facts survive as scoped metadata.
+  llvm::Function* begin_function(const char* name, std::vector<llvm::Type*> extra, ExprEmitter& ex,
+                                 std::vector<Value*>& extra_args) {
+    auto* ptr = b_.getPtrTy();
+    std::vector<llvm::Type*> outer_ps = {ptr, ptr};
+    outer_ps.insert(outer_ps.end(), extra.begin(), extra.end());
+    auto* entry_fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), outer_ps, false),
+                                            llvm::Function::ExternalLinkage, name, m_);
+    std::vector<llvm::Type*> inner_ps(k_.buffers.size(), ptr);
+    inner_ps.push_back(ptr);
+    inner_ps.insert(inner_ps.end(), extra.begin(), extra.end());
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), inner_ps, false),
+                                      llvm::Function::InternalLinkage, std::string(name) + "_body", m_);
+    fn->addFnAttr(llvm::Attribute::AlwaysInline);
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      fn->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+      fn->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoCapture);
+      if (!k_.buffers[i].output) fn->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
+    }
+    for (auto* f : {entry_fn, fn}) {
+      f->addFnAttr(llvm::Attribute::NoUnwind);
+      int bits = math_.vector_bits();
+      f->addFnAttr("prefer-vector-width", std::to_string(bits));
+      f->addFnAttr("min-legal-vector-width", std::to_string(bits));
+    }
+    // entry point: load the buffer pointers, call the body
+    b_.SetInsertPoint(llvm::BasicBlock::Create(c_, "entry", entry_fn));
+    std::vector<Value*> call_args;
+    for (size_t i = 0; i < k_.buffers.size(); ++i)
+      call_args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, entry_fn->getArg(0), i)));
+    call_args.push_back(entry_fn->getArg(1));
+    for (size_t i = 0; i < extra.size(); ++i) call_args.push_back(entry_fn->getArg(static_cast<unsigned>(2 + i)));
+    b_.CreateCall(fn, call_args);
+    b_.CreateRetVoid();
+    // body prologue: params are loaded once
+    b_.SetInsertPoint(llvm::BasicBlock::Create(c_, "entry", fn));
+    ex.buffers.clear();
+    for (size_t i = 0; i < k_.buffers.size(); ++i) ex.buffers.push_back(fn->getArg(static_cast<unsigned>(i)));
+    Value* params = fn->getArg(static_cast<unsigned>(k_.buffers.size()));
+    ex.params.clear();
+    for (size_t i = 0; i < k_.params.size(); ++i)
+      ex.params.push_back(b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), params, i)));
+    extra_args.clear();
+    for (size_t i = 0; i < extra.size(); ++i)
+      extra_args.push_back(fn->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i)));
+    ex.accs.assign(k_.accs.size(), nullptr);
+    return fn;
+  }
+
+  // ---- loops ----
+  using Carried = std::vector<Value*>;
+
+  // for (iv = 0; iv < n; ++iv) with loop-carried values; `n_positive` skips the guard.
+  Carried counted_loop(Value* n, bool n_positive, const Carried& init,
+                       const std::function<Carried(Value* iv, const Carried& cur)>& body) {
+    llvm::Function* f = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* hdr = llvm::BasicBlock::Create(c_, "loop", f);
+    auto* after = llvm::BasicBlock::Create(c_, "after", f);
+    if (n_positive) b_.CreateBr(hdr);
+    else b_.CreateCondBr(b_.CreateICmpSGT(n, b_.getInt64(0)), hdr, after);
+    b_.SetInsertPoint(hdr);
+    llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "iv");
+    iv->addIncoming(b_.getInt64(0), pre);
+    Carried phis;
+    for (Value* v : init) {
+      auto* p = b_.CreatePHI(v->getType(), 2);
+      p->addIncoming(v, pre);
+      phis.push_back(p);
+    }
+    Carried next = body(iv, phis);
+    Value* iv1 = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    b_.CreateCondBr(b_.CreateICmpSLT(iv1, n), hdr, after);
+    iv->addIncoming(iv1, latch);
+    return close_loop(phis, init, next, pre, latch, after, n_positive);
+  }
+
+  // Wires the back edge of the carried phis and returns the values after the loop (merged with
+  // `init` when the loop may be skipped).
+  Carried close_loop(const Carried& phis, const Carried& init, const Carried& next, llvm::BasicBlock* pre,
+                     llvm::BasicBlock* latch, llvm::BasicBlock* after, bool always_runs) {
+    for (size_t i = 0; i < phis.size(); ++i) llvm::cast<llvm::PHINode>(phis[i])->addIncoming(next[i], latch);
+    b_.SetInsertPoint(after);
+    if (always_runs) return next;
+    Carried out;
+    for (size_t i = 0; i < init.size(); ++i) {
+      auto* p = b_.CreatePHI(init[i]->getType(), 2);
+      p->addIncoming(init[i], pre);
+      p->addIncoming(next[i], latch);
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  // Visits the points [begin, end) of the row-major domain `extents` (begin < end required
+  // unless !known_nonempty) as segments along the innermost dim; body gets the indices.
+  Carried flat_range(Value* begin, Value* end, const std::vector<Value*>& extents, bool known_nonempty,
+                     const Carried& init, const std::function<Carried(const std::vector<Value*>&, const Carried&)>& body) {
+    const size_t nd = extents.size();
+    if (nd == 0) return body({}, init);  // a single point (the caller guarantees begin < end)
+    llvm::Function* f = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* seg = llvm::BasicBlock::Create(c_, "seg", f);
+    auto* after = llvm::BasicBlock::Create(c_, "seg_after", f);
+    if (known_nonempty) b_.CreateBr(seg);
+    else b_.CreateCondBr(b_.CreateICmpSLT(begin, end), seg, after);
+    b_.SetInsertPoint(seg);
+    llvm::PHINode* pos = b_.CreatePHI(b_.getInt64Ty(), 2, "pos");
+    pos->addIncoming(begin, pre);
+    Carried phis;
+    for (Value* v : init) {
+      auto* p = b_.CreatePHI(v->getType(), 2);
+      p->addIncoming(v, pre);
+      phis.push_back(p);
+    }
+    std::vector<Value*> idx(nd);
+    Value* rem = pos;
+    for (size_t d = nd; d-- > 1;) {
+      idx[d] = b_.CreateURem(rem, extents[d]);
+      rem = b_.CreateUDiv(rem, extents[d]);
+    }
+    idx[0] = rem;
+    Value* left = b_.CreateSub(end, pos, "", true, true);
+    Value* row_left = b_.CreateSub(extents[nd - 1], idx[nd - 1], "", true, true);
+    Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {left, row_left});
+    Value* first = idx[nd - 1];
+    Carried next = counted_loop(len, true, phis, [&](Value* j, const Carried& cur) {
+      std::vector<Value*> at = idx;
+      at[nd - 1] = b_.CreateAdd(first, j, "", true, true);
+      return body(at, cur);
+    });
+    Value* pos1 = b_.CreateAdd(pos, len, "", true, true);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    b_.CreateCondBr(b_.CreateICmpSLT(pos1, end), seg, after);
+    pos->addIncoming(pos1, latch);
+    return close_loop(phis, init, next, pre, latch, after, known_nonempty);
+  }
+
+  // ---- accumulators ----
+  llvm::Type* acc_type(int a) { return reg_type(c_, k_.accs[a].dtype); }
+
+  Value* identity(int a) {
+    const ir::Accumulator& A = k_.accs[a];
+    llvm::Type* t = acc_type(a);
+    const bool fl = is_float(A.dtype);
+    switch (A.kind) {
+      case ir::AccKind::Sum: return fl ? llvm::ConstantFP::get(t, 0.0) : llvm::ConstantInt::get(t, 0);
+      case ir::AccKind::Prod: return fl ? llvm::ConstantFP::get(t, 1.0) : llvm::ConstantInt::get(t, 1);
+      case ir::AccKind::Max:
+        if (fl) return llvm::ConstantFP::getInfinity(t, true);
+        return A.dtype == DType::Bool ? b_.getFalse() : llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+      case ir::AccKind::Min:
+        if (fl) return llvm::ConstantFP::getInfinity(t, false);
+        return A.dtype == DType::Bool ? b_.getTrue() : llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(t->getIntegerBitWidth()));
+      default: break;
+    }
+    return nullptr;
+  }
+
+  AccState init_state(int a) {
+    const ir::Accumulator& A = k_.accs[a];
+    if (!is_arg(A.kind)) return {{identity(a)}};
+    // best starts at the far end of the value range (a first element equal to it keeps index 0)
+    DType vt = A.value->dtype;
+    llvm::Type* t = reg_type(c_, vt);
+    const bool mx = A.kind == ir::AccKind::ArgMax;
+    Value* best;
+    if (is_float(vt)) best = llvm::ConstantFP::getInfinity(t, mx);
+    else if (vt == DType::Bool) best = b_.getInt1(!mx);
+    else {
+      unsigned w = t->getIntegerBitWidth();
+      best = llvm::ConstantInt::get(t, mx ? llvm::APInt::getSignedMinValue(w) : llvm::APInt::getSignedMaxValue(w));
+    }
+    return {{best, b_.getInt64(0)}};
+  }
+
+  // Folds `x` (already in the accumulator's dtype) into state value `s`.
+  Value* fold(int a, Value* s, Value* x) {
+    const ir::Accumulator& A = k_.accs[a];
+    const bool fl = is_float(A.dtype);
+    const bool bl = A.dtype == DType::Bool;
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    fmf.setAllowContract();
+    b_.setFastMathFlags(fmf);
+    switch (A.kind) {
+      case ir::AccKind::Sum:
+        if (fl) return b_.CreateFAdd(s, x);
+        return bl ? b_.CreateOr(s, x) : b_.CreateAdd(s, x);
+      case ir::AccKind::Prod:
+        if (fl) return b_.CreateFMul(s, x);
+        return bl ? b_.CreateAnd(s, x) : b_.CreateMul(s, x);
+      case ir::AccKind::Max:
+        if (bl) return b_.CreateOr(s, x);
+        return b_.CreateIntrinsic(fl ? llvm::Intrinsic::maximum : llvm::Intrinsic::smax, {s->getType()}, {s, x});
+      case ir::AccKind::Min:
+        if (bl) return b_.CreateAnd(s, x);
+        return b_.CreateIntrinsic(fl ? llvm::Intrinsic::minimum : llvm::Intrinsic::smin, {s->getType()}, {s, x});
+      default: break;
+    }
+    throw BackendError("llvm: fold of an arg accumulator");
+  }
+
+  // ArgMax/ArgMin step: take x when best is not NaN and (x is NaN or x beats best).
+  AccState fold_arg(int a, const AccState& st, Value* x, Value* flat) {
+    const ir::Accumulator& A = k_.accs[a];
+    DType vt = A.value->dtype;
+    const bool mx = A.kind == ir::AccKind::ArgMax;
+    Value* best = st.v[0];
+    Value* take;
+    if (is_float(vt)) {
+      Value* beats = mx ? b_.CreateFCmpOGT(x, best) : b_.CreateFCmpOLT(x, best);
+      Value* x_nan = b_.CreateFCmpUNO(x, x);
+      Value* best_ok = b_.CreateFCmpORD(best, best);
+      take = b_.CreateAnd(best_ok, b_.CreateOr(x_nan, beats));
+    } else if (vt == DType::Bool) {
+      take = mx ? b_.CreateICmpUGT(x, best) : b_.CreateICmpULT(x, best);
+    } else {
+      take = mx ? b_.CreateICmpSGT(x, best) : b_.CreateICmpSLT(x, best);
+    }
+    return {{b_.CreateSelect(take, x, best), b_.CreateSelect(take, flat, st.v[1])}};
+  }
+
+  Value* final_value(int a, const AccState& st) { return is_arg(k_.accs[a].kind) ? st.v[1] : st.v[0]; }
+
+  // One reduce point of a phase: fold the phase's accumulators and run its stores.
+  Carried reduce_point(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& ridx, const Carried& cur) {
+    ex.reduce = ridx;
+    ex.reset();
+    Carried next;
+    size_t pos = 0;
+    for (int a : ph.accs) {
+      const ir::Accumulator& A = k_.accs[a];
+      Value* x = ex.emit(A.value);
+      if (is_arg(A.kind)) {
+        Value* flat = b_.getInt64(0);
+        for (size_t d = 0; d < k_.reduce.size(); ++d)
+          flat = b_.CreateAdd(b_.CreateMul(flat, b_.getInt64(k_.reduce[d])), ridx[d], "", true, true);
+        AccState st = fold_arg(a, {{cur[pos], cur[pos + 1]}}, x, flat);
+        next.insert(next.end(), st.v.begin(), st.v.end());
+        pos += 2;
+      } else {
+        next.push_back(fold(a, cur[pos], ex.convert(x, A.value->dtype, A.dtype)));
+        pos += 1;
+      }
+    }
+    run_stores(ph, ex);
+    return next;
+  }
+
+  void run_stores(const ir::Phase& ph, ExprEmitter& ex) {
+    for (const auto& s : ph.stores) {
+      Value* idx = ex.convert(ex.emit(s.index), s.index->dtype, DType::I64);
+      Value* v = ex.emit(s.value);
+      ex.store(s.buffer, idx, ex.convert(v, s.value->dtype, k_.buffers[s.buffer].dtype));
+    }
+  }
+
+  Carried initial_states(const ir::Phase& ph) {
+    Carried init;
+    for (int a : ph.accs) {
+      AccState st = init_state(a);
+      init.insert(init.end(), st.v.begin(), st.v.end());
+    }
+    return init;
+  }
+
+  void finish_accs(const ir::Phase& ph, ExprEmitter& ex, const Carried& states) {
+    size_t pos = 0;
+    for (int a : ph.accs) {
+      bool arg = is_arg(k_.accs[a].kind);
+      AccState st{{states[pos]}};
+      if (arg) st.v.push_back(states[pos + 1]);
+      ex.accs[a] = final_value(a, st);
+      pos += arg ? 2 : 1;
+    }
+  }
+
+  // All phases (from `first`) of one outer point.
+  void outer_point(ExprEmitter& ex, size_t first) {
+    for (size_t p = first; p < k_.phases.size(); ++p) {
+      const ir::Phase& ph = k_.phases[p];
+      ex.reset();
+      ex.reduce.clear();
+      if (!ph.over_reduce) {
+        run_stores(ph, ex);
+        continue;
+      }
+      if (k_.reduce_numel() == 0) {
+        // empty reduce domain: the reference's initial accumulator values (Prod 1, else 0)
+        for (int a : ph.accs) {
+          const ir::Accumulator& A = k_.accs[a];
+          llvm::Type* t = acc_type(a);
+          double v = A.kind == ir::AccKind::Prod ? 1.0 : 0.0;
+          ex.accs[a] = is_float(A.dtype) ? llvm::ConstantFP::get(t, v)
+                                         : (A.dtype == DType::Bool ? static_cast<Value*>(b_.getInt1(v != 0))
+                                                                   : llvm::ConstantInt::get(t, static_cast<uint64_t>(v)));
+        }
+        continue;
+      }
+      std::vector<Value*> ridx(k_.reduce.size());
+      std::function<Carried(size_t, const Carried&)> nest = [&](size_t d, const Carried& cur) -> Carried {
+        if (d == k_.reduce.size()) return reduce_point(ph, ex, ridx, cur);
+        return counted_loop(b_.getInt64(k_.reduce[d]), true, cur, [&](Value* iv, const Carried& c2) {
+          ridx[d] = iv;
+          return nest(d + 1, c2);
+        });
+      };
+      Carried fin = nest(0, initial_states(ph));
+      ex.reset();
+      ex.reduce.clear();
+      finish_accs(ph, ex, fin);
+    }
+  }
+
+  std::vector<Value*> outer_extents(ExprEmitter& ex) {
+    std::vector<Value*> e;
+    for (const auto& o : k_.outer) e.push_back(ex.convert(ex.emit(o), o->dtype, DType::I64));
+    return e;
+  }
+
+  void emit_main() {
+    ExprEmitter ex(b_, k_, math_);
+    std::vector<Value*> a;
+    begin_function(kMainName, {b_.getInt64Ty(), b_.getInt64Ty()}, ex, a);
+    std::vector<Value*> ext = outer_extents(ex);
+    ex.reset();
+    if (ext.empty()) {
+      // one outer point: run it when the chunk is non-empty
+      llvm::Function* f = b_.GetInsertBlock()->getParent();
+      auto* body = llvm::BasicBlock::Create(c_, "point", f);
+      auto* done = llvm::BasicBlock::Create(c_, "done", f);
+      b_.CreateCondBr(b_.CreateICmpSLT(a[0], a[1]), body, done);
+      b_.SetInsertPoint(body);
+      outer_point(ex, 0);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    } else {
+      flat_range(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& idx, const Carried&) {
+        ex.outer = idx;
+        outer_point(ex, 0);
+        return Carried{};
+      });
+    }
+    b_.CreateRetVoid();
+  }
+
+  // kf_part: blocks [b0, b1) of phase 0's reduce domain -> partials[blk * nacc + i].
+  void emit_part() {
+    ExprEmitter ex(b_, k_, math_);
+    std::vector<Value*> a;
+    begin_function(kPartName, {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, ex, a);
+    const ir::Phase& ph = k_.phases[0];
+    std::vector<Value*> ext;
+    for (int64_t r : k_.reduce) ext.push_back(b_.getInt64(r));
+    Value* n = b_.CreateSub(a[1], a[0]);
+    counted_loop(n, false, {}, [&](Value* i, const Carried&) {
+      Value* blk = b_.CreateAdd(a[0], i, "", true, true);
+      Value* rb = b_.CreateMul(blk, b_.getInt64(plan_.block), "", true, true);
+      Value* re = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
+                                     {b_.CreateAdd(rb, b_.getInt64(plan_.block)), b_.getInt64(k_.reduce_numel())});
+      Carried fin = flat_range(rb, re, ext, true, initial_states(ph), [&](const std::vector<Value*>& ridx, const Carried& cur) {
+        return reduce_point(ph, ex, ridx, cur);
+      });
+      for (size_t j = 0; j < ph.accs.size(); ++j) {
+        Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
+        b_.CreateStore(fin[j], b_.CreateInBoundsGEP(b_.getInt64Ty(), a[2], slot));
+      }
+      return Carried{};
+    });
+    b_.CreateRetVoid();
+  }
+
+  // kf_fin: combine the partials in block order, then run phases 1.. for the single point.
+  void emit_fin() {
+    ExprEmitter ex(b_, k_, math_);
+    std::vector<Value*> a;
+    begin_function(kFinName, {b_.getPtrTy(), b_.getInt64Ty()}, ex, a);
+    const ir::Phase& ph = k_.phases[0];
+    Carried fin = counted_loop(a[1], false, initial_states(ph), [&](Value* blk, const Carried& cur) {
+      Carried next;
+      for (size_t j = 0; j < ph.accs.size(); ++j) {
+        Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
+        Value* x = b_.CreateLoad(acc_type(ph.accs[j]), b_.CreateInBoundsGEP(b_.getInt64Ty(), a[0], slot));
+        // plain (not reassociated) combine: the block order is the order
+        llvm::FastMathFlags none;
+        Value* v = fold(ph.accs[j], cur[j], x);
+        if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v); inst && llvm::isa<llvm::FPMathOperator>(inst))
+          inst->setFastMathFlags(none);
+        next.push_back(v);
+      }
+      return next;
+    });
+    finish_accs(ph, ex, fin);
+    outer_point(ex, 1);
+    b_.CreateRetVoid();
+  }
+
+  const ir::Kernel& k_;
+  const LaunchPlan& plan_;
+  llvm::Module& m_;
+  llvm::LLVMContext& c_;
+  Builder b_;
+  const MathLib& math_;
+};
+
+}  // namespace
+
+LaunchPlan plan_launch(const ir::Kernel& k) {
+  LaunchPlan p;
+  const int64_t rn = k.reduce_numel();
+  int over = 0;
+  for (const auto& ph : k.phases) over += ph.over_reduce ? 1 : 0;
+  p.work_per_point = std::max<int64_t>(1, rn * std::max(over, 1));
+  bool ok = k.outer.empty() && rn > kSplitBlock && !k.phases.empty() && k.phases[0].over_reduce &&
+            k.phases[0].stores.empty() && over == 1 && !k.phases[0].accs.empty();
+  if (ok)
+    for (int a : k.phases[0].accs) ok = ok && !is_arg(k.accs[a].kind) && k.accs[a].dtype != DType::Bool;
+  if (!ok) return p;
+  p.split = true;
+  p.block = kSplitBlock;
+  p.nblocks = (rn + kSplitBlock - 1) / kSplitBlock;
+  p.nacc = static_cast<int>(k.phases[0].accs.size());
+  return p;
+}
+
+std::unique_ptr<llvm::Module> lower_kernel(const ir::Kernel& k, const LaunchPlan& plan, llvm::LLVMContext& ctx,
+                                           const MathLib& math, llvm::TargetMachine& tm) {
+  auto m = std::make_unique<llvm::Module>(k.name.empty() ? "kfuse_kernel" : k.name, ctx);
+  m->setDataLayout(tm.createDataLayout());
+  m->setTargetTriple(tm.getTargetTriple().str());
+  Lowerer(k, plan, *m, math).lower();
+  return m;
+}
+
+}  // namespace kfuse::detail::llvmjit
