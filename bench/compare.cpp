@@ -291,9 +291,8 @@ Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int th
     r.gbps = r.bytes / r.st.median / 1e9;
     r.frac = ceiling > 0 ? r.gbps / ceiling : 0;
     if (w.rowwise()) {  // short rows are bound by per-row work: show it (PERFORMANCE.md)
-      char b[48];
-      std::snprintf(b, sizeof b, "%.1f ns/row", r.st.median * 1e9 / static_cast<double>(w.rows));
-      r.note = r.note.empty() ? b : std::string(b) + "; " + r.note;
+      std::string b = fmt_time(r.st.median / static_cast<double>(w.rows)) + "/row";
+      r.note = r.note.empty() ? b : b + "; " + r.note;
     }
     if (after) after(r);
   } catch (const std::exception& e) {
