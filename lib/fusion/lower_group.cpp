@@ -157,7 +157,7 @@ class Lowerer {
       bool per_row = has_red && o->shape != sig_.full;
       std::vector<ExprRef> idx = per_row ? kept_idx_ : full_idx_;
       std::vector<ExprRef> dims = per_row ? kept_dims_ : full_dims_;
-      if (per_row && o->shape.size() != idx.size()) squeeze_access(o->shape, idx, dims);
+      if (per_row && o->shape != kept_shape(sig_)) squeeze_access(o->shape, idx, dims);
       if (has_red && !per_row && o->shape != sig_.full)
         throw InternalError("lower_group: output shape does not fit the domain");
       ExprRef value = emit(o, idx, dims, nullptr);

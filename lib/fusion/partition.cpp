@@ -208,20 +208,33 @@ class Partitioner {
     std::unordered_set<const Node*> in(u.begin(), u.end());
     if (u.size() > limits_.max_nodes)
       return "kernel size limit: " + std::to_string(u.size()) + " nodes > " + std::to_string(limits_.max_nodes);
-    // 2. convexity: search forward from U's external consumers for a way back into U.
-    int last = pos_[u.back()];
+    // 2. convexity, at the level of groups: search forward from U's external consumers for a
+    //    way back into U. A node of another group stands for its whole group (a kernel runs as
+    //    a unit), so two groups that feed each other through different members are a cycle too.
+    // (No pruning by topological position: a group member late in the order can stand for an
+    // earlier member of the same group.)
     std::vector<const Node*> stack;
     std::unordered_set<const Node*> seen;
+    std::unordered_set<int> seen_groups;
+    auto push = [&](const Node* c) {
+      if (!in.count(c) && seen.insert(c).second) stack.push_back(c);
+    };
     for (const Node* n : u)
-      for (const Node* c : consumers_[n])
-        if (!in.count(c) && pos_[c] < last && seen.insert(c).second) stack.push_back(c);
+      for (const Node* c : consumers_[n]) push(c);
     while (!stack.empty()) {
       const Node* x = stack.back();
       stack.pop_back();
-      for (const Node* c : consumers_[x]) {
-        if (in.count(c)) return "convexity: fusing would create a cycle through " + std::string(op_name(x->op));
-        if (pos_[c] < last && seen.insert(c).second) stack.push_back(c);
+      std::vector<const Node*> from{x};
+      auto g = group_.find(x);
+      if (g != group_.end()) {
+        int s = find(g->second);
+        if (seen_groups.insert(s).second) from = sets_[s];
       }
+      for (const Node* y : from)
+        for (const Node* c : consumers_[y]) {
+          if (in.count(c)) return "convexity: fusing would create a cycle through " + std::string(op_name(x->op));
+          push(c);
+        }
     }
     // 3. one reduction domain.
     const Node* first_red = nullptr;
@@ -248,10 +261,10 @@ class Partitioner {
       for (const auto& i : n->inputs) from_red |= in.count(i.get()) && (is_reduction(i->op) || post.count(i.get()));
       if (!from_red) continue;
       if (is_reduction(n->op)) continue;  // a later reduction consumes per-element values: fine
-      bool ok = is_elementwise(n->op) && (n->shape == full || n->shape == kept);
+      bool ok = is_elementwise(n->op) && (n->shape == full || same_squeezed(n->shape, kept));
       ok |= n->op == Op::Expand && n->shape == full && n->inputs[0]->shape == kept;
       // keepdim=false: dropping the reduced size-1 dims keeps the per-row layout.
-      ok |= n->op == Op::Reshape && n->inputs[0]->shape == kept && same_squeezed(n->shape, kept);
+      ok |= n->op == Op::Reshape && same_squeezed(n->inputs[0]->shape, kept) && same_squeezed(n->shape, kept);
       if (!ok)
         return std::string("a reduced value reaches ") + op_name(n->op) + " " + shape_str(n->shape) +
                ", which would need it at other rows (only element-wise ops and broadcasts over the reduced axes "
