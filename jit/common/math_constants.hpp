@@ -1,0 +1,74 @@
+// Polynomial and range-reduction constants of the f32 vector math used by the JIT backends.
+//
+// THE single source of these numbers: every backend that inlines exp/log/tanh/sigmoid/erf/gelu
+// (xbyak today; LLVM, OpenCL and CUDA code generators should include this header rather than
+// repeat the literals) takes them from here, so that all backends round the same way and the
+// documented ULP bounds (README "xbyak backend") hold for each of them.
+//
+// Provenance: exp/log/tanh follow the classic Cephes single-precision minimax fits (expf, logf,
+// tanhf); erf is the widely published odd/even rational fit on [-4, 4] (also used by
+// Eigen and XLA). The algorithms around them are described next to each group.
+#pragma once
+#include <cstdint>
+
+namespace kfuse::jit::mathc {
+
+// ---- exp(x) = 2^n * P(r), n = round(x*log2e), r = x - n*ln2 (two-part ln2, Cody-Waite) ----
+// Inputs are clamped to [kExpLo, kExpHi] (NaN kept); 2^n is applied as 2^(n>>1) * 2^(n-(n>>1))
+// so that subnormal results and the overflow to +inf are both exact.
+inline constexpr float kExpHi = 89.0f;      // exp(89) > FLT_MAX -> inf
+inline constexpr float kExpLo = -104.0f;    // exp(-104) < FLT_TRUE_MIN/2 -> 0
+inline constexpr float kExp2Hi = 129.0f;
+inline constexpr float kExp2Lo = -151.0f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = -2.12194440e-4f;
+inline constexpr float kLn2 = 0.693147180559945309f;
+// exp(r) = 1 + r + r^2 * (kExpP[0] r^5 + ... + kExpP[5]),  |r| <= ln2/2
+inline constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                    4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+// ---- log(x): x = m * 2^e, m in [sqrt(1/2), sqrt(2)), f = m - 1 ----
+// log(x) = f - f^2/2 + f^3 * P(f) + e*ln2 (ln2 split as kLn2Hi + kLn2Lo).
+inline constexpr float kSqrtHalf = 0.707106781186547524f;
+inline constexpr float kLogP[9] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,
+                                    -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
+                                    2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
+inline constexpr float kMinNormal = 1.17549435e-38f;
+inline constexpr float kTwo23 = 8388608.0f;
+
+// ---- tanh(x): |x| < kTanhSmall: x + x^3 * P(x^2); else sign(x) * (1 - 2/(exp(2|x|) + 1)) ----
+inline constexpr float kTanhSmall = 0.625f;
+inline constexpr float kTanhP[5] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
+                                     1.33314422036e-1f, -3.33332819422e-1f};
+
+// ---- sigmoid(x) = e/(1+e) with e = exp(-|x|) mirrored: x >= 0 ? 1/(1+e) : e/(1+e) ----
+// (no cancellation for large negative x: the subnormal tail is kept)
+
+// ---- erf(x) = x * (A(x^2) / B(x^2)) on x clamped to [-4, 4] ----
+inline constexpr float kErfClamp = 4.0f;
+// A: coefficients of x^12 .. x^0 (Horner in x^2), B: x^8 .. x^0
+inline constexpr float kErfA[7] = {-2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
+                                    -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
+                                    -1.60960333262415e-02f};
+inline constexpr float kErfB[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f, -1.68282697438203e-03f,
+                                    -7.37332916720468e-03f, -1.42647390514189e-02f};
+
+// ---- erfc(a), a >= 0 (used by gelu, erf form, to avoid the cancellation of 1 + erf(x) for x < 0) ----
+// erfc(a) = t * exp(-a^2 + C(t)), t = 1 / (1 + a/2): the Chebyshev fit of Numerical Recipes
+// ("erfcc", fractional error < 1.2e-7 for all a >= 0). C: coefficients of t^9 .. t^0. The argument
+// is clamped to kErfcClamp (erfc(12)/2 rounds to 0 in f32, so gelu(-inf) = -inf * 0 = NaN like the reference) and a^2 is split exactly (fma).
+inline constexpr float kErfcClamp = 12.0f;
+inline constexpr float kErfcC[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                                     -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
+
+// expm1(x) = -1 in f32 below this
+inline constexpr float kExpm1MinusOne = -18.0f;
+
+// ---- gelu ----
+inline constexpr float kSqrtHalfF = 0.70710678118654752f;   // gelu(erf form) = x * erfc(-x/sqrt2) / 2
+inline constexpr float kGeluTanhK = 0.7978845608028654f;     // sqrt(2/pi)
+inline constexpr float kGeluTanhC = 0.044715f;
+// gelu(tanh form) = x * sigmoid(2k (x + c x^3)), identical to 0.5 x (1 + tanh(k (x + c x^3))).
+
+}  // namespace kfuse::jit::mathc

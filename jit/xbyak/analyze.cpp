@@ -1,0 +1,206 @@
+// xbyak backend: kernel analysis. Decides whether a kernel is in the supported subset and
+// splits every Load/Store index into base(outer vars, params) + coeff * inner, coeff in {0, 1}.
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <unordered_set>
+
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail::xb {
+
+using ir::ExprKind;
+using ir::ExprRef;
+
+namespace {
+
+struct Decline {
+  std::string why;
+};
+[[noreturn]] void decline(const std::string& why) { throw Decline{"xbyak: " + why}; }
+
+bool is_inner(const ExprRef& e, ir::Space s, int dim) {
+  return e->kind == ExprKind::Var && e->space == s && e->index == dim;
+}
+
+// Canonical text of an i64 index expression (identity of bases).
+std::string key(const ExprRef& e) {
+  switch (e->kind) {
+    case ExprKind::Const: return std::to_string(static_cast<int64_t>(e->value));
+    case ExprKind::Var: return (e->space == ir::Space::Outer ? "o" : "r") + std::to_string(e->index);
+    case ExprKind::Param: return "$" + std::to_string(e->index);
+    case ExprKind::IDiv: return "(/ " + key(e->args[0]) + " " + key(e->args[1]) + ")";
+    case ExprKind::IMod: return "(% " + key(e->args[0]) + " " + key(e->args[1]) + ")";
+    case ExprKind::Op: {
+      std::string s = std::string("(") + op_name(e->op);
+      for (const auto& a : e->args) s += " " + key(a);
+      return s + ")";
+    }
+    default: decline("data-dependent index (load or accumulator inside an index)");
+  }
+}
+
+struct Affine {
+  ExprRef base;  // null = 0
+  int64_t coeff = 0;
+};
+
+bool mentions(const ExprRef& e, ir::Space s, int dim) {
+  if (is_inner(e, s, dim)) return true;
+  for (const auto& a : e->args)
+    if (mentions(a, s, dim)) return true;
+  return false;
+}
+
+ExprRef or_zero(const ExprRef& e) { return e ? e : ir::iconst(0); }
+
+Affine split(const ExprRef& e, ir::Space s, int dim) {
+  if (e->dtype != DType::I64) decline("index expression of dtype " + std::string(dtype_name(e->dtype)));
+  if (is_inner(e, s, dim)) return {nullptr, 1};
+  if (!mentions(e, s, dim)) {
+    key(e);  // validates the leaves
+    return {e, 0};
+  }
+  if (e->kind == ExprKind::Op && (e->op == Op::Add || e->op == Op::Sub)) {
+    Affine a = split(e->args[0], s, dim), b = split(e->args[1], s, dim);
+    ExprRef base;
+    if (e->op == Op::Add) base = a.base && b.base ? ir::iadd(a.base, b.base) : (a.base ? a.base : b.base);
+    else base = b.base ? ir::isub(or_zero(a.base), b.base) : a.base;
+    return {base, e->op == Op::Add ? a.coeff + b.coeff : a.coeff - b.coeff};
+  }
+  if (e->kind == ExprKind::Op && e->op == Op::Mul) {
+    for (int side = 0; side < 2; ++side) {
+      const ExprRef& c = e->args[side];
+      if (c->kind == ExprKind::Const) {
+        Affine o = split(e->args[1 - side], s, dim);
+        auto m = static_cast<int64_t>(c->value);
+        return {o.base ? ir::imul(o.base, c) : nullptr, o.coeff * m};
+      }
+    }
+  }
+  decline("index not affine in the innermost loop variable: " + key(e));
+}
+
+bool supported_value_op(Op op) {
+  switch (op) {
+    case Op::Pow:
+    case Op::Sin:
+    case Op::Cos: return false;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+std::string analyze(const ir::Kernel& k, Plan& plan) {
+  try {
+    plan = Plan{};
+    if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
+    if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
+    for (const auto& b : k.buffers)
+      if (b.dtype != DType::F32)
+        decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name + "' (only f32 buffers are supported)");
+    if (k.reduce.size() > 1) decline("more than one reduce dimension");
+    for (const auto& o : k.outer) key(o);
+    bool has_reduce = !k.reduce.empty();
+    if (has_reduce && k.reduce[0] <= 0) decline("empty reduce domain");
+    if (has_reduce && k.reduce[0] >= (int64_t{1} << 31)) decline("reduce extent >= 2^31");
+    for (const auto& a : k.accs) {
+      if (a.kind == ir::AccKind::ArgMax || a.kind == ir::AccKind::ArgMin)
+        decline(std::string(ir::acc_kind_name(a.kind)) + " accumulators are not supported");
+      if (a.dtype != DType::F32) decline(std::string(dtype_name(a.dtype)) + " accumulator");
+    }
+    ir::Space is = ir::Space::Reduce;
+    int idim = 0;
+    if (!has_reduce) {
+      plan.mode = Mode::Pointwise;
+      if (k.outer.empty()) {
+        plan.scalar = true;
+        is = ir::Space::Outer;
+        idim = -1;  // no inner variable
+      } else {
+        is = ir::Space::Outer;
+        idim = static_cast<int>(k.outer.size()) - 1;
+      }
+      plan.row_dims = k.outer.empty() ? 0 : idim;
+      for (const auto& ph : k.phases)
+        if (ph.over_reduce) decline("reduce phase without a reduce domain");
+    } else {
+      plan.mode = k.outer.empty() ? Mode::Global : Mode::Row;
+      plan.row_dims = static_cast<int>(k.outer.size());
+      plan.reduce_n = k.reduce[0];
+    }
+
+    std::map<std::string, int> base_ids, addr_ids;
+    auto access = [&](int buffer, const ExprRef& index, bool in_loop) -> Access {
+      Affine a = split(index, is, idim);
+      if (a.coeff != 0 && a.coeff != 1)
+        decline("stride " + std::to_string(a.coeff) + " in the innermost loop variable (only 0 and 1)");
+      if (!in_loop && a.coeff != 0) decline("internal: inner variable outside a loop");
+      ExprRef base = or_zero(a.base);
+      std::string bk = key(base);
+      auto [bit, bnew] = base_ids.emplace(bk, static_cast<int>(plan.bases.size()));
+      if (bnew) plan.bases.push_back(base);
+      std::string ak = std::to_string(buffer) + "@" + bk;
+      auto [ait, anew] = addr_ids.emplace(ak, static_cast<int>(plan.addrs.size()));
+      if (anew) plan.addrs.push_back({buffer, bit->second});
+      return {ait->second, static_cast<int>(a.coeff)};
+    };
+
+    std::unordered_set<const ir::Expr*> seen;
+    std::function<void(const ExprRef&, bool)> value = [&](const ExprRef& e, bool in_loop) {
+      if (!seen.insert(e.get()).second) return;
+      switch (e->kind) {
+        case ExprKind::Const:
+          if (e->dtype != DType::F32 && e->dtype != DType::Bool)
+            decline(std::string(dtype_name(e->dtype)) + " arithmetic not supported");
+          return;
+        case ExprKind::Acc: return;
+        case ExprKind::Load:
+          if (e->args.size() > 1) decline("masked loads not supported");
+          plan.loads[e.get()] = access(e->index, e->args[0], in_loop);
+          return;
+        case ExprKind::Var:
+        case ExprKind::Param:
+        case ExprKind::IDiv:
+        case ExprKind::IMod: decline("i64 arithmetic not supported (index used as a value)");
+        case ExprKind::Op: break;
+      }
+      if (e->dtype != DType::F32 && e->dtype != DType::Bool)
+        decline(std::string(dtype_name(e->dtype)) + " arithmetic not supported (" + op_name(e->op) + ")");
+      if (!supported_value_op(e->op)) decline(std::string("op ") + op_name(e->op) + " not supported");
+      for (const auto& a : e->args) {
+        if (a->dtype != DType::F32 && a->dtype != DType::Bool)
+          decline(std::string(dtype_name(a->dtype)) + " operand of " + op_name(e->op) + " not supported");
+        value(a, in_loop);
+      }
+      if (e->op == Op::Cast && e->dtype == DType::F32 && e->args[0]->dtype != DType::F32 &&
+          e->args[0]->dtype != DType::Bool)
+        decline("cast not supported");
+    };
+
+    plan.stores.resize(k.phases.size());
+    for (size_t p = 0; p < k.phases.size(); ++p) {
+      const auto& ph = k.phases[p];
+      bool in_loop = ph.over_reduce || (plan.mode == Mode::Pointwise);
+      seen.clear();
+      for (int a : ph.accs) {
+        if (k.accs[a].value->dtype != DType::F32) decline("non-f32 accumulated value");
+        value(k.accs[a].value, in_loop);
+      }
+      for (const auto& s : ph.stores) {
+        if (s.value->dtype != DType::F32) decline("non-f32 store");
+        value(s.value, in_loop);
+        Access acc = access(s.buffer, s.index, in_loop);
+        if (in_loop && acc.coeff == 0 && !plan.scalar)
+          decline("store not contiguous in the innermost loop variable (same element stored repeatedly)");
+        plan.stores[p].push_back(acc);
+      }
+    }
+    return {};
+  } catch (const Decline& d) {
+    return d.why;
+  }
+}
+
+}  // namespace kfuse::detail::xb

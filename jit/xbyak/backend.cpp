@@ -1,0 +1,296 @@
+// xbyak backend: Backend/CompiledKernel, executable memory (W^X), threading and serialisation.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <xbyak/xbyak_util.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/factories.hpp"
+#include "kfuse/error.hpp"
+#include "kfuse/options.hpp"
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail {
+
+namespace xb {
+
+const char* isa_name(Isa isa) { return isa == Isa::Avx512 ? "avx512" : "avx2"; }
+
+bool cpu_supports(Isa isa) {
+  using Xbyak::util::Cpu;
+  static const Cpu cpu;
+  bool avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tBMI2);
+  if (isa == Isa::Avx2) return avx2;
+  return avx2 && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512DQ) && cpu.has(Cpu::tAVX512VL) &&
+         cpu.has(Cpu::tAVX512BW);
+}
+
+namespace {
+
+using Fn = void (*)(Frame*);
+
+// Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 1;
+constexpr size_t kHeader = 16;
+
+// Read-only executable copy of the code (never writable and executable at once).
+class ExecMem {
+ public:
+  explicit ExecMem(const uint8_t* p, size_t n) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_ = (n + page - 1) / page * page;
+    void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw BackendError("xbyak: mmap failed");
+    std::memcpy(m, p, n);
+    if (mprotect(m, size_, PROT_READ | PROT_EXEC) != 0) {
+      munmap(m, size_);
+      throw BackendError("xbyak: mprotect(RX) failed");
+    }
+    mem_ = m;
+  }
+  ~ExecMem() { munmap(mem_, size_); }
+  ExecMem(const ExecMem&) = delete;
+  ExecMem& operator=(const ExecMem&) = delete;
+  Fn fn() const { return reinterpret_cast<Fn>(mem_); }
+
+ private:
+  void* mem_ = nullptr;
+  size_t size_ = 0;
+};
+
+int64_t host_ieval(const ir::ExprRef& e, const std::vector<int64_t>& params) {
+  switch (e->kind) {
+    case ir::ExprKind::Const: return static_cast<int64_t>(e->value);
+    case ir::ExprKind::Param: return params.at(e->index);
+    case ir::ExprKind::IDiv: {
+      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
+      return b ? a / b : 0;
+    }
+    case ir::ExprKind::IMod: {
+      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
+      return b ? a % b : 0;
+    }
+    case ir::ExprKind::Op: {
+      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
+      if (e->op == Op::Add) return a + b;
+      if (e->op == Op::Sub) return a - b;
+      if (e->op == Op::Mul) return a * b;
+      break;
+    }
+    default: break;
+  }
+  throw InternalError("xbyak: unsupported outer extent expression");
+}
+
+constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
+constexpr int64_t kPointwiseGrain = 1 << 14;
+
+class XbyakKernel final : public CompiledKernel {
+ public:
+  XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n)
+      : k_(k), plan_(std::move(plan)), mem_(code, n) {}
+
+  void run(const ir::LaunchArgs& args) const override {
+    Fn fn = mem_.fn();
+    std::vector<int64_t> ext;
+    int64_t outer_n = 1;
+    for (const auto& o : k_.outer) {
+      ext.push_back(host_ieval(o, args.params));
+      outer_n *= ext.back();
+    }
+    Frame base{};
+    base.bufs = args.buffers.data();
+    base.params = args.params.data();
+    for (size_t d = 0; d < ext.size(); ++d) base.ext[d] = ext[d];
+    auto frame_for_rows = [&](Frame& f, int64_t b, int64_t e) {
+      f = base;
+      f.row_begin = b;
+      f.row_end = e;
+      int64_t rem = b;
+      for (int d = plan_.row_dims; d-- > 0;) {
+        f.idx[d] = rem % ext[d];
+        rem /= ext[d];
+      }
+    };
+    switch (plan_.mode) {
+      case Mode::Pointwise: {
+        if (outer_n == 0) return;
+        int64_t inner = plan_.scalar ? 1 : ext.back();
+        int64_t rows = plan_.scalar ? 1 : outer_n / inner;
+        if (rows == 1) {
+          parallel_for(inner, kPointwiseGrain, [&](int64_t b, int64_t e) {
+            Frame f;
+            frame_for_rows(f, 0, 1);
+            f.lo = b;
+            f.hi = e;
+            fn(&f);
+          });
+        } else {
+          parallel_for(rows, std::max<int64_t>(1, kPointwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t b, int64_t e) {
+            Frame f;
+            frame_for_rows(f, b, e);
+            f.lo = 0;
+            f.hi = inner;
+            fn(&f);
+          });
+        }
+        return;
+      }
+      case Mode::Row: {
+        if (outer_n == 0) return;
+        parallel_for(outer_n, std::max<int64_t>(1, 4096 / plan_.reduce_n), [&](int64_t b, int64_t e) {
+          Frame f;
+          float accs[kMaxAccs];
+          frame_for_rows(f, b, e);
+          f.accs = accs;
+          fn(&f);
+        });
+        return;
+      }
+      case Mode::Global: {
+        std::vector<float> accs(std::max<size_t>(k_.accs.size(), 1), 0.0f);
+        const int64_t n = plan_.reduce_n;
+        const int64_t nb = (n + kGlobalBlock - 1) / kGlobalBlock;
+        for (size_t p = 0; p < k_.phases.size(); ++p) {
+          const ir::Phase& ph = k_.phases[p];
+          if (!ph.over_reduce) {
+            Frame f;
+            frame_for_rows(f, 0, 1);
+            f.accs = accs.data();
+            f.phase = static_cast<int64_t>(p);
+            f.lo = 0;
+            f.hi = 1;
+            fn(&f);
+            continue;
+          }
+          std::vector<float> part(static_cast<size_t>(nb) * accs.size());
+          parallel_for(nb, 1, [&](int64_t b, int64_t e) {
+            for (int64_t blk = b; blk < e; ++blk) {
+              float* pa = part.data() + blk * accs.size();
+              std::copy(accs.begin(), accs.end(), pa);
+              Frame f;
+              frame_for_rows(f, 0, 1);
+              f.accs = pa;
+              f.phase = static_cast<int64_t>(p);
+              f.lo = blk * kGlobalBlock;
+              f.hi = std::min(n, f.lo + kGlobalBlock);
+              fn(&f);
+            }
+          });
+          for (int a : ph.accs) {  // fixed combine order: block 0, 1, 2, ...
+            ir::AccKind kind = k_.accs[a].kind;
+            double s = kind == ir::AccKind::Prod ? 1.0 : 0.0;
+            float m = part[a];
+            bool nan = false;
+            for (int64_t blk = 0; blk < nb; ++blk) {
+              float v = part[blk * accs.size() + a];
+              nan |= std::isnan(v);
+              if (kind == ir::AccKind::Sum) s += v;
+              else if (kind == ir::AccKind::Prod) s *= v;
+              else if (kind == ir::AccKind::Max) m = std::max(m, v);
+              else m = std::min(m, v);
+            }
+            if (kind == ir::AccKind::Sum || kind == ir::AccKind::Prod) accs[a] = static_cast<float>(s);
+            else accs[a] = nan ? NAN : m;
+          }
+        }
+        return;
+      }
+    }
+  }
+
+ private:
+  ir::Kernel k_;
+  Plan plan_;
+  ExecMem mem_;
+};
+
+class XbyakBackend final : public Backend {
+ public:
+  explicit XbyakBackend(Isa isa) : isa_(isa) {}
+  std::string name() const override { return "xbyak"; }
+  std::string target() const override { return std::string("x86_64-") + isa_name(isa_); }
+
+  CompileResult compile(const ir::Kernel& k) override {
+    auto t0 = std::chrono::steady_clock::now();
+    Plan plan;
+    std::string why = analyze(k, plan);
+    if (!why.empty()) return {nullptr, why};
+    Code code;
+    try {
+      code = emit(k, plan, isa_);
+    } catch (const DeclineError& e) {
+      return {nullptr, e.what()};
+    }
+    auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size());
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    fill(*ck, k, code, ms);
+    return {ck, {}};
+  }
+
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& bin) override {
+    if (bin.size() < kHeader) return nullptr;
+    uint32_t h[4];
+    std::memcpy(h, bin.data(), sizeof h);
+    if (h[0] != kMagic || h[1] != kVersion || h[2] != static_cast<uint32_t>(isa_)) return nullptr;
+    Plan plan;
+    if (!analyze(k, plan).empty()) return nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    auto ck = std::make_shared<XbyakKernel>(k, plan, bin.data() + kHeader, bin.size() - kHeader);
+    Code code;
+    code.bytes.assign(bin.begin() + kHeader, bin.end());
+    code.code_bytes = h[3];
+    fill(*ck, k, code, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    return ck;
+  }
+
+ private:
+  void fill(CompiledKernel& ck, const ir::Kernel& k, const Code& code, double ms) const {
+    ck.backend = name();
+    ck.target = target();
+    ck.compile_ms = ms;
+    std::ostringstream os;
+    os << "; xbyak " << isa_name(isa_) << ": " << code.code_bytes << " bytes of code, "
+       << code.bytes.size() - code.code_bytes << " bytes of constants (RIP-relative), entry at 0\n"
+       << "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp\n";
+    std::istringstream ir_text(print_kernel(k));
+    for (std::string line; std::getline(ir_text, line);) os << "; " << line << "\n";
+    ck.source = os.str();
+    ck.source_kind = "asm";
+    ck.binary.resize(kHeader + code.bytes.size());
+    uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa_), static_cast<uint32_t>(code.code_bytes)};
+    std::memcpy(ck.binary.data(), h, sizeof h);
+    std::memcpy(ck.binary.data() + kHeader, code.bytes.data(), code.bytes.size());
+    ck.binary_kind = "x86-raw";
+  }
+
+  Isa isa_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_backend(Isa isa) {
+  if (!cpu_supports(isa)) return nullptr;
+  return std::make_shared<XbyakBackend>(isa);
+}
+
+}  // namespace xb
+
+std::shared_ptr<Backend> make_xbyak_backend() {
+  const std::string& want = options().isa;
+  if (!xb::cpu_supports(xb::Isa::Avx2)) {
+    log("backend", "xbyak: CPU lacks AVX2/FMA/BMI2; backend unavailable");
+    return nullptr;
+  }
+  xb::Isa isa = xb::cpu_supports(xb::Isa::Avx512) ? xb::Isa::Avx512 : xb::Isa::Avx2;
+  if (want == "avx2") isa = xb::Isa::Avx2;
+  else if (want == "avx512" && isa != xb::Isa::Avx512) log("backend", "xbyak: KFUSE_ISA=avx512 but the CPU lacks AVX-512; using avx2");
+  return xb::make_backend(isa);
+}
+
+}  // namespace kfuse::detail

@@ -1,0 +1,876 @@
+// xbyak backend: machine-code emission from an analysed kernel (see xbyak_backend.hpp).
+//
+// Generated function: void fn(Frame*). Registers: rdi frame, rbp saved rsp, r12/r13 row range,
+// r14 inner index, r15 inner end, rax/rdx scratch, {rbx rsi r8 r9 r10 r11 rcx} stream pointers
+// (further streams are reloaded from their stack slot into rax at each use). Stack (64-aligned):
+// pointer slots, then 64-byte vector slots (loop invariants and spills). Vector registers: the
+// last one is the AVX2 tail mask (k1 on AVX-512), the one before it the accumulator scratch;
+// accumulators are pinned, the rest is allocated per expression DAG with Belady spilling.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "injectors.hpp"
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail::xb {
+
+using ir::ExprKind;
+using ir::ExprRef;
+using Xbyak::Address;
+using Xbyak::Label;
+using Xbyak::Reg64;
+
+namespace {
+
+int scratch_count(const ir::Expr* e) {
+  if (e->kind != ExprKind::Op) return 0;
+  switch (e->op) {
+    case Op::Exp:
+    case Op::Exp2: return 2;
+    case Op::Log:
+    case Op::Log2: return 4;
+    case Op::Tanh: return 5;
+    case Op::Sigmoid: return 4;
+    case Op::Silu: return 5;
+    case Op::Erf: return 3;
+    case Op::GeluErf: return 6;
+    case Op::GeluTanh: return 5;
+    case Op::Log1p: return 5;
+    case Op::Expm1: return 6;
+    case Op::Maximum:
+    case Op::Minimum:
+    case Op::Sign:
+    case Op::Relu:
+    case Op::Where:
+    case Op::Rsqrt:
+    case Op::Recip: return 1;
+    default: return 1;
+  }
+}
+
+template <class Vmm>
+class Gen : public Xbyak::CodeGenerator {
+ public:
+  static constexpr bool Z = std::is_same_v<Vmm, Xbyak::Zmm>;
+  static constexpr int W = Z ? 16 : 8;
+  static constexpr int VB = W * 4;
+  static constexpr int NREG = Z ? 32 : 16;
+  static constexpr int kMaskReg = NREG - 1;  // AVX2 tail mask
+  static constexpr int kAccTmp = NREG - 2;   // accumulator update scratch
+  static constexpr int kMaxVSlots = 128;
+
+  Gen(const ir::Kernel& k, const Plan& p) : CodeGenerator(1 << 20, Xbyak::DontSetProtectRWE), k_(k), p_(p), inj_{*this} {}
+
+  // ---- constants (full vectors, after the code) ----
+  Address cstu(uint32_t bits) {
+    auto it = cidx_.find(bits);
+    int i;
+    if (it == cidx_.end()) {
+      i = static_cast<int>(cvals_.size());
+      cidx_[bits] = i;
+      cvals_.push_back(bits);
+    } else {
+      i = it->second;
+    }
+    return ptr[rip + ctab_ + i * VB];
+  }
+  Address cst(float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return cstu(b);
+  }
+  // dst = (a pred b) ? v : dst
+  void select(const Vmm& dst, const Vmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Operand& v,
+              const Vmm& tmp) {
+    if constexpr (Z) {
+      vcmpps(k2, a, b, pred);
+      vmovups(dst | k2, v);
+    } else {
+      vcmpps(tmp, a, b, pred);
+      vblendvps(dst, dst, v, tmp);
+    }
+  }
+
+  size_t generate() {
+    prologue();
+    switch (p_.mode) {
+      case Mode::Pointwise: {
+        row_loop([&] {
+          std::vector<PhaseItem> items;
+          for (size_t ph = 0; ph < k_.phases.size(); ++ph)
+            for (size_t s = 0; s < k_.phases[ph].stores.size(); ++s) items.push_back({&k_.phases[ph].stores[s], p_.stores[ph][s]});
+          loop_phase(items, {}, false);
+        });
+        break;
+      }
+      case Mode::Row:
+        row_loop([&] {
+          for (size_t ph = 0; ph < k_.phases.size(); ++ph) phase(ph, true);
+        });
+        break;
+      case Mode::Global: {
+        compute_addrs();
+        Label end;
+        for (size_t ph = 0; ph < k_.phases.size(); ++ph) {
+          Label next;
+          cmp(qword[rdi + frame_off::phase], static_cast<int>(ph));
+          jne(next, T_NEAR);
+          phase(ph, false);
+          jmp(end, T_NEAR);
+          L(next);
+        }
+        L(end);
+        break;
+      }
+    }
+    epilogue();
+    size_t code = getSize();
+    align(64);
+    L(ctab_);
+    for (uint32_t v : cvals_)
+      for (int i = 0; i < W; ++i) dd(v);
+    L(masktab_);
+    for (int i = 0; i < 8; ++i) dd(0xffffffffu);
+    for (int i = 0; i < 8; ++i) dd(0);
+    return code;
+  }
+
+ private:
+  struct PhaseItem {
+    const ir::Store* store;
+    Access acc;
+  };
+
+  const ir::Kernel& k_;
+  const Plan& p_;
+  Injectors<Gen, Vmm> inj_;
+  std::unordered_map<uint32_t, int> cidx_;
+  std::vector<uint32_t> cvals_;
+  Label ctab_, masktab_;
+  int vslot_base_ = 0;
+  int nvslots_ = 0;
+  bool static_tail_ = false;
+
+  const std::vector<Reg64>& ptr_pool() {
+    static const std::vector<Reg64> p = {rbx, rsi, r8, r9, r10, r11, rcx};
+    return p;
+  }
+  const std::vector<Reg64>& ieval_pool() {
+    static const std::vector<Reg64> p = {r8, r9, r10, r11, rsi, rbx, rcx};
+    return p;
+  }
+
+  int ptr_slot(int addr) const { return addr * 8; }
+  int vslot_off(int s) const { return vslot_base_ + s * 64; }
+  int new_vslot() {
+    if (nvslots_ >= kMaxVSlots) throw DeclineError("xbyak: too many spill/invariant slots");
+    return nvslots_++;
+  }
+
+  void prologue() {
+    for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
+    mov(rbp, rsp);
+    vslot_base_ = static_cast<int>((p_.addrs.size() * 8 + 63) / 64 * 64);
+    sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
+    and_(rsp, -64);
+  }
+  void epilogue() {
+    mov(rsp, rbp);
+    for (const auto& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
+    vzeroupper();
+    ret();
+  }
+
+  // ---- rows ----
+  void row_loop(const std::function<void()>& body) {
+    Label top, done;
+    mov(r12, qword[rdi + frame_off::row_begin]);
+    mov(r13, qword[rdi + frame_off::row_end]);
+    L(top);
+    cmp(r12, r13);
+    jge(done, T_NEAR);
+    compute_addrs();
+    nvslots_ = 0;
+    body();
+    // advance the row index and its decomposition (idx[] with carries)
+    inc(r12);
+    if (p_.row_dims > 0) {
+      Label adv_done;
+      for (int d = p_.row_dims - 1; d >= 0; --d) {
+        Label carry;
+        mov(rax, qword[rdi + frame_off::idx + 8 * d]);
+        inc(rax);
+        cmp(rax, qword[rdi + frame_off::ext + 8 * d]);
+        jge(carry, T_NEAR);
+        mov(qword[rdi + frame_off::idx + 8 * d], rax);
+        jmp(adv_done, T_NEAR);
+        L(carry);
+        mov(qword[rdi + frame_off::idx + 8 * d], 0);
+      }
+      L(adv_done);
+    }
+    jmp(top, T_NEAR);
+    L(done);
+  }
+
+  // i64 index expression -> ieval_pool()[depth]
+  void ieval(const ExprRef& e, size_t depth) {
+    if (depth >= ieval_pool().size()) throw DeclineError("xbyak: index expression too deep");
+    const Reg64& r = ieval_pool()[depth];
+    switch (e->kind) {
+      case ExprKind::Const: mov(r, static_cast<int64_t>(e->value)); return;
+      case ExprKind::Param:
+        mov(rax, qword[rdi + frame_off::params]);
+        mov(r, qword[rax + 8 * e->index]);
+        return;
+      case ExprKind::Var:
+        if (e->space != ir::Space::Outer || e->index >= p_.row_dims) throw DeclineError("xbyak: internal: inner var in base");
+        mov(r, qword[rdi + frame_off::idx + 8 * e->index]);
+        return;
+      case ExprKind::IDiv:
+      case ExprKind::IMod:
+        ieval(e->args[0], depth);
+        ieval(e->args[1], depth + 1);
+        mov(rax, r);
+        cqo();
+        idiv(ieval_pool()[depth + 1]);
+        mov(r, e->kind == ExprKind::IDiv ? rax : rdx);
+        return;
+      case ExprKind::Op:
+        ieval(e->args[0], depth);
+        ieval(e->args[1], depth + 1);
+        if (e->op == Op::Add) add(r, ieval_pool()[depth + 1]);
+        else if (e->op == Op::Sub) sub(r, ieval_pool()[depth + 1]);
+        else if (e->op == Op::Mul) imul(r, ieval_pool()[depth + 1]);
+        else throw DeclineError("xbyak: index op not supported");
+        return;
+      default: throw DeclineError("xbyak: index expression not supported");
+    }
+  }
+
+  void compute_addrs() {
+    for (size_t b = 0; b < p_.bases.size(); ++b) {
+      bool used = false;
+      for (const auto& a : p_.addrs) used |= a.base == static_cast<int>(b);
+      if (!used) continue;
+      ieval(p_.bases[b], 0);
+      for (size_t a = 0; a < p_.addrs.size(); ++a) {
+        if (p_.addrs[a].base != static_cast<int>(b)) continue;
+        mov(rax, qword[rdi + frame_off::bufs]);
+        mov(rax, qword[rax + 8 * p_.addrs[a].buffer]);
+        lea(rax, ptr[rax + r8 * 4]);
+        mov(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
+      }
+    }
+  }
+  void load_ptr_regs() {
+    for (size_t a = 0; a < p_.addrs.size() && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
+  }
+  // base register of a stream (rax reloaded for overflow streams)
+  Reg64 stream(int addr) {
+    if (addr < static_cast<int>(ptr_pool().size())) return ptr_pool()[addr];
+    mov(rax, qword[rsp + ptr_slot(addr)]);
+    return rax;
+  }
+
+  // ---- phases ----
+  void phase(size_t ph, bool static_range) {
+    const ir::Phase& P = k_.phases[ph];
+    std::vector<PhaseItem> items;
+    for (size_t s = 0; s < P.stores.size(); ++s) items.push_back({&P.stores[s], p_.stores[ph][s]});
+    if (P.over_reduce) loop_phase(items, P.accs, static_range);
+    else once_phase(items);
+  }
+
+  // Expression evaluation context
+  struct Eval {
+    bool in_loop = false;
+    bool masked = false;
+    const std::unordered_map<const ir::Expr*, int>* inv_slots = nullptr;  // invariant leaves
+    std::unordered_set<const ir::Expr*> variant;
+    // root actions
+    std::unordered_map<const ir::Expr*, std::vector<const PhaseItem*>> stores;
+    std::unordered_map<const ir::Expr*, std::vector<int>> accs;       // acc ids
+    std::unordered_map<const ir::Expr*, int> to_slot;                  // pre-block: save to slot
+  };
+  std::map<int, int> acc_reg_, acc_nan_;  // pinned accumulator registers
+
+  bool is_leaf(const Eval& ev, const ir::Expr* e) const {
+    if (ev.inv_slots && ev.inv_slots->count(e)) return true;
+    return e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
+  }
+
+  // ---- register allocator state (one DAG evaluation) ----
+  struct RA {
+    std::vector<const ir::Expr*> order;
+    std::unordered_map<const ir::Expr*, int> pos;
+    std::unordered_map<const ir::Expr*, std::vector<int>> uses;
+    std::unordered_map<const ir::Expr*, int> reg, slot;
+    int owner[32];
+    bool pinned[32];
+  };
+
+  void eval(const std::vector<const ir::Expr*>& roots, Eval& ev) {
+    RA ra;
+    std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+      if (ra.pos.count(e)) return;
+      if (!is_leaf(ev, e))
+        for (const auto& a : e->args) visit(a.get());
+      ra.pos[e] = static_cast<int>(ra.order.size());
+      ra.order.push_back(e);
+    };
+    for (const auto* r : roots) visit(r);
+    for (const auto* e : ra.order)
+      if (!is_leaf(ev, e))
+        for (const auto& a : e->args) ra.uses[a.get()].push_back(ra.pos[e]);
+    for (int i = 0; i < NREG; ++i) {
+      ra.owner[i] = -1;
+      ra.pinned[i] = false;
+    }
+    ra.pinned[kMaskReg] = ra.pinned[kAccTmp] = true;
+    for (auto [a, r] : acc_reg_) ra.pinned[r] = true;
+    for (auto [a, r] : acc_nan_) ra.pinned[r] = true;
+
+    auto next_use = [&](const ir::Expr* e, int i) {
+      for (int u : ra.uses[e])
+        if (u >= i) return u;
+      return 1 << 30;
+    };
+    auto last_use = [&](const ir::Expr* e) {
+      auto& u = ra.uses[e];
+      return u.empty() ? ra.pos[e] : u.back();
+    };
+    std::vector<int> busy;  // registers that must not be taken now
+    auto alloc = [&](int i) -> int {
+      for (int r = 0; r < NREG; ++r)
+        if (!ra.pinned[r] && ra.owner[r] < 0 && std::find(busy.begin(), busy.end(), r) == busy.end()) return r;
+      int victim = -1, far = -1;
+      for (int r = 0; r < NREG; ++r) {
+        if (ra.pinned[r] || ra.owner[r] < 0 || std::find(busy.begin(), busy.end(), r) != busy.end()) continue;
+        int nu = next_use(ra.order[ra.owner[r]], i);
+        if (nu > far) {
+          far = nu;
+          victim = r;
+        }
+      }
+      if (victim < 0) throw DeclineError("xbyak: out of vector registers");
+      const ir::Expr* ve = ra.order[ra.owner[victim]];
+      if (!ra.slot.count(ve)) {
+        ra.slot[ve] = new_vslot();
+        vmovups(ptr[rsp + vslot_off(ra.slot[ve])], Vmm(victim));
+      }
+      ra.reg.erase(ve);
+      ra.owner[victim] = -1;
+      return victim;
+    };
+
+    for (int i = 0; i < static_cast<int>(ra.order.size()); ++i) {
+      const ir::Expr* e = ra.order[i];
+      busy.clear();
+      std::vector<int> opr;
+      bool leaf = is_leaf(ev, e);
+      if (!leaf) {
+        for (const auto& a : e->args) {
+          const ir::Expr* ae = a.get();
+          auto it = ra.reg.find(ae);
+          int r;
+          if (it != ra.reg.end()) {
+            r = it->second;
+          } else {
+            r = alloc(i);
+            vmovups(Vmm(r), ptr[rsp + vslot_off(ra.slot.at(ae))]);
+            ra.reg[ae] = r;
+            ra.owner[r] = ra.pos[ae];
+          }
+          opr.push_back(r);
+          busy.push_back(r);
+        }
+      }
+      // operands whose last use is here may be reused as the destination (not as scratch)
+      for (size_t j = 0; j < opr.size(); ++j) {
+        const ir::Expr* ae = e->args[j].get();
+        if (last_use(ae) == i && ra.reg.count(ae)) {
+          ra.owner[ra.reg[ae]] = -1;
+          ra.reg.erase(ae);
+        }
+      }
+      std::vector<int> keep_busy = busy;
+      busy.clear();
+      for (int r : keep_busy)
+        if (ra.owner[r] >= 0) busy.push_back(r);  // still-live operands stay put
+      int dst = alloc(i);
+      busy = keep_busy;
+      busy.push_back(dst);
+      std::vector<Vmm> scr;
+      int ns = leaf ? 0 : scratch_count(e);
+      for (int s = 0; s < ns; ++s) {
+        int r = alloc(i);
+        scr.push_back(Vmm(r));
+        busy.push_back(r);
+      }
+      if (leaf) emit_leaf(e, Vmm(dst), ev);
+      else emit_op(e, Vmm(dst), opr, scr.data());
+      ra.reg[e] = dst;
+      ra.owner[dst] = i;
+      root_actions(e, Vmm(dst), ev);
+      if (last_use(e) <= i) {
+        ra.owner[dst] = -1;
+        ra.reg.erase(e);
+      }
+    }
+  }
+
+  void emit_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
+    if (ev.inv_slots) {
+      auto it = ev.inv_slots->find(e);
+      if (it != ev.inv_slots->end()) {
+        vmovups(d, ptr[rsp + vslot_off(it->second)]);
+        return;
+      }
+    }
+    switch (e->kind) {
+      case ExprKind::Const:
+        if (e->dtype == DType::Bool) vmovups(d, cstu(e->value != 0 ? 0xffffffffu : 0u));
+        else vmovups(d, cst(static_cast<float>(e->value)));
+        return;
+      case ExprKind::Acc:
+        mov(rax, qword[rdi + frame_off::accs]);
+        vbroadcastss(d, dword[rax + 4 * e->index]);
+        return;
+      case ExprKind::Load: {
+        const Access& a = p_.loads.at(e);
+        Reg64 b = stream(a.addr);
+        if (a.coeff == 0) {
+          vbroadcastss(d, dword[b]);
+        } else if (!ev.masked) {
+          vmovups(d, ptr[b + r14 * 4]);
+        } else if constexpr (Z) {
+          vmovups(d | k1 | T_z, ptr[b + r14 * 4]);
+        } else {
+          vmaskmovps(d, Vmm(kMaskReg), ptr[b + r14 * 4]);
+        }
+        return;
+      }
+      default: throw DeclineError("xbyak: internal: bad leaf");
+    }
+  }
+
+  // bool operand as a lane mask (bool values are all-ones/zero lanes); f32 -> (x != 0)
+  void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v) {
+    if (arg->dtype == DType::Bool) {
+      if (d.getIdx() != v.getIdx()) vmovups(d, v);
+    } else {
+      cmp_to_mask(d, v, cst(0.0f), kNeqUQ);
+    }
+  }
+  void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred) {
+    if constexpr (Z) {
+      vcmpps(k2, a, b, pred);
+      vpmovm2d(d, k2);
+    } else {
+      vcmpps(d, a, b, pred);
+    }
+  }
+  void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false) {
+    if constexpr (Z) {
+      vpmovd2m(k2, mask);
+      vblendmps(d | k2, if_false, if_true);
+    } else {
+      vblendvps(d, if_false, if_true, mask);
+    }
+  }
+
+  void emit_op(const ir::Expr* e, const Vmm& d, const std::vector<int>& o, const Vmm* t) {
+    Vmm a(o[0]);
+    Vmm b(o.size() > 1 ? o[1] : o[0]);
+    auto unary_inplace = [&](auto&& f) {
+      if (d.getIdx() != a.getIdx()) vmovups(d, a);
+      f(d, t);
+    };
+    switch (e->op) {
+      case Op::Neg: inj_.vxor(d, a, cstu(0x80000000u)); return;
+      case Op::Abs: inj_.vand(d, a, cstu(0x7fffffffu)); return;
+      case Op::Exp: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp(x, s); }); return;
+      case Op::Exp2: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp2(x, s); }); return;
+      case Op::Log: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); }); return;
+      case Op::Log2:
+        unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); });
+        vmulps(d, d, cst(1.44269504088896341f));
+        return;
+      case Op::Log1p: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log1p(x, s); }); return;
+      case Op::Expm1: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.expm1(x, s); }); return;
+      case Op::Tanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.tanh(x, s); }); return;
+      case Op::Sigmoid: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.sigmoid(x, s); }); return;
+      case Op::Silu: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.silu(x, s); }); return;
+      case Op::Erf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.erf(x, s); }); return;
+      case Op::GeluErf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_erf(x, s); }); return;
+      case Op::GeluTanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_tanh(x, s); }); return;
+      case Op::Sqrt: vsqrtps(d, a); return;
+      case Op::Rsqrt:
+        vsqrtps(t[0], a);
+        vmovups(d, cst(1.0f));
+        vdivps(d, d, t[0]);
+        return;
+      case Op::Recip:
+        vmovups(t[0], cst(1.0f));
+        vdivps(d, t[0], a);
+        return;
+      case Op::Square: vmulps(d, a, a); return;
+      case Op::Relu:
+        // x > 0 or NaN ? x : +0
+        if constexpr (Z) {
+          vcmpps(k2, a, cst(0.0f), kNleUQ);
+          vmovups(d | k2 | T_z, a);
+        } else {
+          vcmpps(t[0], a, cst(0.0f), kNleUQ);
+          vandps(d, a, t[0]);
+        }
+        return;
+      case Op::Floor: inj_.round(d, a, 1); return;
+      case Op::Ceil: inj_.round(d, a, 2); return;
+      case Op::Round: inj_.round(d, a, 0); return;
+      case Op::Sign:
+        vmovups(t[0], a);
+        select(t[0], a, cst(0.0f), kGtOS, cst(1.0f), d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);
+        select(t[0], a, cst(0.0f), kLtOS, cst(-1.0f), d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);
+        vmovups(d, t[0]);
+        return;
+      case Op::Not:
+        if (e->args[0]->dtype == DType::Bool) inj_.vxor(d, a, cstu(0xffffffffu));
+        else cmp_to_mask(d, a, cst(0.0f), kEqOQ);
+        return;
+      case Op::Add: vaddps(d, a, b); return;
+      case Op::Sub: vsubps(d, a, b); return;
+      case Op::Mul: vmulps(d, a, b); return;
+      case Op::Div: vdivps(d, a, b); return;
+      case Op::Maximum:
+      case Op::Minimum:
+        if (e->dtype == DType::Bool) {  // max/min of truth masks
+          if (e->op == Op::Maximum) inj_.vor(d, a, b); else inj_.vand(d, a, b);
+          return;
+        }
+        if (e->op == Op::Maximum) vmaxps(t[0], a, b); else vminps(t[0], a, b);  // NaN in b -> b
+        select(t[0], a, a, kUnordQ, a, d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);  // NaN in a -> a
+        vmovups(d, t[0]);
+        return;
+      case Op::Eq:
+      case Op::Ne:
+      case Op::Lt:
+      case Op::Le:
+      case Op::Gt:
+      case Op::Ge: {
+        static const std::map<Op, uint8_t> pred = {{Op::Eq, kEqOQ}, {Op::Ne, kNeqUQ}, {Op::Lt, kLtOS},
+                                                   {Op::Le, kLeOS}, {Op::Gt, kGtOS}, {Op::Ge, kGeOS}};
+        if (e->args[0]->dtype == DType::Bool) {  // compare truth masks: as 0/1 floats
+          inj_.vand(t[0], a, cst(1.0f));
+          inj_.vand(d, b, cst(1.0f));
+          cmp_to_mask(d, t[0], d, pred.at(e->op));
+        } else {
+          cmp_to_mask(d, a, b, pred.at(e->op));
+        }
+        return;
+      }
+      case Op::And:
+      case Op::Or:
+        truth(t[0], e->args[0].get(), a);
+        truth(d, e->args[1].get(), b);
+        if (e->op == Op::And) inj_.vand(d, d, t[0]); else inj_.vor(d, d, t[0]);
+        return;
+      case Op::Where: {
+        Vmm c(o[0]), x(o[1]), y(o[2]);
+        truth(t[0], e->args[0].get(), c);
+        blend(d, t[0], x, y);
+        if (e->dtype == DType::Bool && e->args[1]->dtype != DType::Bool) throw DeclineError("xbyak: where dtype mix");
+        return;
+      }
+      case Op::Cast: {
+        DType from = e->args[0]->dtype, to = e->dtype;
+        if (from == to) {
+          if (d.getIdx() != a.getIdx()) vmovups(d, a);
+        } else if (to == DType::Bool) {
+          cmp_to_mask(d, a, cst(0.0f), kNeqUQ);
+        } else {
+          inj_.vand(d, a, cst(1.0f));  // bool mask -> 1.0f / 0.0f
+        }
+        return;
+      }
+      default: throw DeclineError(std::string("xbyak: op ") + op_name(e->op) + " not supported");
+    }
+  }
+
+  void root_actions(const ir::Expr* e, const Vmm& v, const Eval& ev) {
+    if (auto it = ev.to_slot.find(e); it != ev.to_slot.end()) vmovups(ptr[rsp + vslot_off(it->second)], v);
+    if (auto it = ev.stores.find(e); it != ev.stores.end())
+      for (const PhaseItem* s : it->second) {
+        Reg64 b = stream(s->acc.addr);
+        if (!ev.in_loop) {
+          vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+        } else if (s->acc.coeff == 0) {  // one-point kernel: lane 0
+          vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+        } else if (!ev.masked) {
+          vmovups(ptr[b + r14 * 4], v);
+        } else if constexpr (Z) {
+          vmovups(ptr[b + r14 * 4] | k1, v);
+        } else {
+          vmaskmovps(ptr[b + r14 * 4], Vmm(kMaskReg), v);
+        }
+      }
+    if (auto it = ev.accs.find(e); it != ev.accs.end())
+      for (int a : it->second) accumulate(a, v, ev.masked);
+  }
+
+  float identity(ir::AccKind k) {
+    switch (k) {
+      case ir::AccKind::Sum: return 0.0f;
+      case ir::AccKind::Prod: return 1.0f;
+      case ir::AccKind::Max: return -INFINITY;
+      case ir::AccKind::Min: return INFINITY;
+      default: return 0.0f;
+    }
+  }
+
+  void accumulate(int a, const Vmm& v0, bool masked) {
+    ir::AccKind kind = k_.accs[a].kind;
+    Vmm acc(acc_reg_.at(a));
+    Vmm v = v0;
+    Vmm tmp(kAccTmp);
+    if constexpr (!Z) {
+      if (masked) {  // masked-off lanes contribute the identity
+        vmovups(tmp, cst(identity(kind)));
+        vblendvps(tmp, tmp, v0, Vmm(kMaskReg));
+        v = tmp;
+      }
+    }
+    auto m = [&](const Vmm& r) -> Vmm {
+      if constexpr (Z) {
+        if (masked) return r | k1;
+      }
+      return r;
+    };
+    switch (kind) {
+      case ir::AccKind::Sum: vaddps(m(acc), acc, v); break;
+      case ir::AccKind::Prod: vmulps(m(acc), acc, v); break;
+      case ir::AccKind::Max:
+      case ir::AccKind::Min: {
+        Vmm nan(acc_nan_.at(a));
+        if (kind == ir::AccKind::Max) vmaxps(m(acc), v, acc); else vminps(m(acc), v, acc);  // NaN in v -> acc kept
+        if constexpr (Z) {
+          if (masked) vcmpps(k2 | k1, v, v, kUnordQ); else vcmpps(k2, v, v, kUnordQ);
+          vmovups(nan | k2, v);
+        } else {
+          vcmpps(tmp, v, v, kUnordQ);
+          vblendvps(nan, nan, cst(NAN), tmp);
+        }
+        break;
+      }
+      default: throw DeclineError("xbyak: accumulator kind");
+    }
+  }
+
+  // horizontal reduction of accumulator a into accs[a] (fixed order)
+  void finish_acc(int a) {
+    ir::AccKind kind = k_.accs[a].kind;
+    Vmm acc(acc_reg_.at(a));
+    mov(rax, qword[rdi + frame_off::accs]);
+    Label done;
+    if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
+      Vmm nan(acc_nan_.at(a));
+      if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan); else vminps(acc, acc, nan);
+      Label clean;
+      if constexpr (Z) {
+        vcmpps(k2, acc, acc, kUnordQ);
+        kortestw(k2, k2);
+      } else {
+        vcmpps(Vmm(kAccTmp), acc, acc, kUnordQ);
+        vtestps(Vmm(kAccTmp), Vmm(kAccTmp));
+      }
+      jz(clean, T_NEAR);
+      mov(dword[rax + 4 * a], 0x7fc00000);
+      jmp(done, T_NEAR);
+      L(clean);
+    }
+    auto op = [&](const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Xmm& y) {
+      switch (kind) {
+        case ir::AccKind::Sum: vaddps(d, x, y); break;
+        case ir::AccKind::Prod: vmulps(d, x, y); break;
+        case ir::AccKind::Max: vmaxps(d, x, y); break;
+        default: vminps(d, x, y); break;
+      }
+    };
+    vmovups(Vmm(0), acc);  // low registers: VEX-encodable; nothing else is live here
+    Xbyak::Ymm ya(0), yt(1);
+    Xbyak::Xmm xa(0), xt(1);
+    if constexpr (Z) {
+      vextractf64x4(yt, Xbyak::Zmm(0), 1);
+      op(ya, ya, yt);
+    }
+    vextractf128(xt, ya, 1);
+    op(xa, xa, xt);
+    vmovhlps(xt, xt, xa);
+    op(xa, xa, xt);
+    vmovshdup(xt, xa);
+    op(xa, xa, xt);
+    vmovss(dword[rax + 4 * a], xa);
+    L(done);
+  }
+
+  void once_phase(const std::vector<PhaseItem>& items) {
+    load_ptr_regs();
+    Eval ev;
+    std::vector<const ir::Expr*> roots;
+    for (const auto& it : items) {
+      ev.stores[it.store->value.get()].push_back(&it);
+      roots.push_back(it.store->value.get());
+    }
+    eval(roots, ev);
+  }
+
+  void mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr*, bool>& memo) {
+    if (memo.count(e)) return;
+    bool v = false;
+    if (e->kind == ExprKind::Load) v = p_.loads.at(e).coeff != 0;
+    for (const auto& a : e->args) {
+      if (e->kind == ExprKind::Load) break;
+      mark_variant(a.get(), memo);
+      v |= memo[a.get()];
+    }
+    memo[e] = v;
+  }
+
+  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range) {
+    load_ptr_regs();
+    std::vector<const ir::Expr*> roots;
+    for (const auto& it : items) roots.push_back(it.store->value.get());
+    for (int a : accs) roots.push_back(k_.accs[a].value.get());
+    // loop-invariant frontier: non-leaf invariant nodes used by variant nodes or roots
+    std::unordered_map<const ir::Expr*, bool> var;
+    for (const auto* r : roots) mark_variant(r, var);
+    std::unordered_map<const ir::Expr*, int> inv;
+    std::vector<const ir::Expr*> frontier;
+    auto consider = [&](const ir::Expr* e) {
+      if (var[e] || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load) return;
+      if (!inv.count(e)) {
+        inv[e] = new_vslot();
+        frontier.push_back(e);
+      }
+    };
+    std::unordered_set<const ir::Expr*> seen;
+    std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
+      if (!seen.insert(e).second || !var[e] || e->kind == ExprKind::Load) return;
+      for (const auto& a : e->args) {
+        consider(a.get());
+        walk(a.get());
+      }
+    };
+    for (const auto* r : roots) {
+      consider(r);
+      walk(r);
+    }
+    if (!frontier.empty()) {
+      Eval pre;
+      for (const auto* f : frontier) pre.to_slot[f] = inv[f];
+      eval(frontier, pre);
+    }
+    // accumulators
+    acc_reg_.clear();
+    acc_nan_.clear();
+    int next = kAccTmp - 1;
+    for (int a : accs) {
+      acc_reg_[a] = next--;
+      vmovups(Vmm(acc_reg_[a]), cst(identity(k_.accs[a].kind)));
+      if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
+        acc_nan_[a] = next--;
+        vmovups(Vmm(acc_nan_[a]), cst(identity(k_.accs[a].kind)));
+      }
+      if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
+    }
+    auto body = [&](bool masked) {
+      Eval ev;
+      ev.in_loop = true;
+      ev.masked = masked;
+      ev.inv_slots = &inv;
+      for (const auto& it : items) ev.stores[it.store->value.get()].push_back(&it);
+      for (int a : accs) ev.accs[k_.accs[a].value.get()].push_back(a);
+      eval(roots, ev);
+    };
+    auto set_mask_rax = [&] {  // rax = remaining lanes (1..W-1)
+      if constexpr (Z) {
+        bzhi(eax, dword[rip + masktab_], eax);
+        kmovw(k1, eax);
+      } else {
+        lea(rdx, ptr[rip + masktab_ + 32]);
+        shl(rax, 2);
+        sub(rdx, rax);
+        vmovups(Vmm(kMaskReg), ptr[rdx]);
+      }
+    };
+    if (static_range && p_.mode != Mode::Global) {
+      int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
+      xor_(r14d, r14d);
+      if (nfull == 1) {
+        body(false);
+      } else if (nfull > 1) {
+        Label top;
+        L(top);
+        body(false);
+        add(r14, W);
+        cmp(r14, static_cast<int>(nfull * W));
+        jl(top, T_NEAR);
+      }
+      if (rem) {
+        mov(r14, nfull * W);
+        mov(eax, static_cast<int>(rem));
+        set_mask_rax();
+        body(true);
+      }
+    } else {
+      Label top, tail, done;
+      mov(r14, qword[rdi + frame_off::lo]);
+      mov(r15, qword[rdi + frame_off::hi]);
+      L(top);
+      lea(rax, ptr[r14 + W]);
+      cmp(rax, r15);
+      jg(tail, T_NEAR);
+      body(false);
+      add(r14, W);
+      jmp(top, T_NEAR);
+      L(tail);
+      mov(rax, r15);
+      sub(rax, r14);
+      jle(done, T_NEAR);
+      set_mask_rax();
+      body(true);
+      L(done);
+    }
+    for (int a : accs) finish_acc(a);
+    acc_reg_.clear();
+    acc_nan_.clear();
+  }
+};
+
+template <class Vmm>
+Code emit_isa(const ir::Kernel& k, const Plan& p) {
+  try {
+    Gen<Vmm> g(k, p);
+    size_t code = g.generate();
+    g.ready();
+    Code c;
+    c.code_bytes = code;
+    c.bytes.assign(g.getCode(), g.getCode() + g.getSize());
+    return c;
+  } catch (const Xbyak::Error& e) {
+    throw DeclineError(std::string("xbyak: emitter error: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {
+  return isa == Isa::Avx512 ? emit_isa<Xbyak::Zmm>(k, plan) : emit_isa<Xbyak::Ymm>(k, plan);
+}
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,244 @@
+// Vector math injectors of the xbyak backend, written once for both register widths
+// (Xbyak::Zmm with opmask registers, Xbyak::Ymm with blend masks).
+//
+// Convention: every injector works IN PLACE on `x` (input and result) and clobbers only the
+// scratch registers t[0..n) it is given (never aliasing `x`); the number each needs is in
+// scratch_count() of emitter.cpp. Constants come from jit/common/math_constants.hpp through the
+// host's constant table (Host::cst, RIP-relative). Opmask registers k2/k3 are scratch.
+// Measured ULP bounds: README "xbyak backend" and tests/backends/test_xbyak_math.cpp.
+#pragma once
+#include <xbyak/xbyak.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "../common/math_constants.hpp"
+
+namespace kfuse::detail::xb {
+
+// vcmpps predicates
+enum Cmp : uint8_t {
+  kEqOQ = 0x00, kLtOS = 0x01, kLeOS = 0x02, kUnordQ = 0x03, kNeqUQ = 0x04, kNgeUS = 0x09,
+  kGeOS = 0x0D, kGtOS = 0x0E, kLtOQ = 0x11, kGeOQ = 0x1D, kNleUQ = 0x16,
+};
+
+/// Host: a CodeGenerator-derived emitter with
+///   Xbyak::Address cst(float) / cstu(uint32_t): a full vector of one constant;
+///   select(dst, a, b, pred, v, tmp): dst = (a pred b) ? v : dst (lane-wise; tmp: AVX2 scratch).
+template <class Host, class Vmm>
+struct Injectors {
+  Host& h;
+  static constexpr bool Z = std::is_same_v<Vmm, Xbyak::Zmm>;
+
+  void vand(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
+    if constexpr (Z) h.vpandd(d, a, b); else h.vandps(d, a, b);
+  }
+  void vor(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
+    if constexpr (Z) h.vpord(d, a, b); else h.vorps(d, a, b);
+  }
+  void vxor(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
+    if constexpr (Z) h.vpxord(d, a, b); else h.vxorps(d, a, b);
+  }
+  void round(const Vmm& d, const Vmm& s, int mode) {  // 0 nearest-even, 1 floor, 2 ceil, 3 trunc
+    if constexpr (Z) h.vrndscaleps(d, s, mode | 8); else h.vroundps(d, s, mode | 8);
+  }
+  // x = min(max(x, lo), hi), NaN kept (x is the second source of min/max)
+  void clamp(const Vmm& x, float lo, float hi, const Vmm& t) {
+    h.vmovups(t, h.cst(hi));
+    h.vminps(x, t, x);
+    h.vmovups(t, h.cst(lo));
+    h.vmaxps(x, t, x);
+  }
+  // p = c[0] x^(n-1) + ... + c[n-1]
+  void horner(const Vmm& p, const Vmm& x, const float* c, int n) {
+    h.vmovups(p, h.cst(c[0]));
+    for (int i = 1; i < n; ++i) h.vfmadd213ps(p, x, h.cst(c[i]));
+  }
+
+  // r = 2^n * exp(r), n integral float; scratch t (n clobbered)
+  void exp_finish(const Vmm& r, const Vmm& n, const Vmm& t) {
+    using namespace kfuse::jit::mathc;
+    horner(t, r, kExpP, 6);
+    h.vmulps(t, t, r);
+    h.vfmadd213ps(t, r, r);  // P r^2 + r
+    h.vaddps(r, t, h.cst(1.0f));
+    h.vcvtps2dq(n, n);
+    h.vpsrad(t, n, 1);
+    h.vpsubd(n, n, t);
+    h.vpaddd(t, t, h.cstu(127));
+    h.vpslld(t, t, 23);
+    h.vmulps(r, r, t);
+    h.vpaddd(n, n, h.cstu(127));
+    h.vpslld(n, n, 23);
+    h.vmulps(r, r, n);
+  }
+  void exp(const Vmm& x, const Vmm* t) {  // 2 scratch
+    using namespace kfuse::jit::mathc;
+    clamp(x, kExpLo, kExpHi, t[0]);
+    h.vmulps(t[0], x, h.cst(kLog2e));
+    round(t[0], t[0], 0);
+    h.vfnmadd231ps(x, t[0], h.cst(kLn2Hi));
+    h.vfnmadd231ps(x, t[0], h.cst(kLn2Lo));
+    exp_finish(x, t[0], t[1]);
+  }
+  void exp2(const Vmm& x, const Vmm* t) {  // 2 scratch
+    using namespace kfuse::jit::mathc;
+    clamp(x, kExp2Lo, kExp2Hi, t[0]);
+    round(t[0], x, 0);
+    h.vsubps(x, x, t[0]);  // exact
+    h.vmulps(x, x, h.cst(kLn2));
+    exp_finish(x, t[0], t[1]);
+  }
+  void log(const Vmm& x, const Vmm* t) {  // 4 scratch
+    using namespace kfuse::jit::mathc;
+    const Vmm &e = t[0], &a = t[1], &b = t[2], &orig = t[3];
+    h.vmovups(orig, x);
+    // subnormal inputs: x * 2^23, exponent - 23
+    h.vxorps(b, b, b);
+    h.vmulps(a, x, h.cst(kTwo23));
+    h.select(x, orig, h.cst(kMinNormal), kLtOQ, a, e);
+    h.select(b, orig, h.cst(kMinNormal), kLtOQ, h.cst(23.0f), e);
+    h.vpsrld(e, x, 23);
+    h.vpsubd(e, e, h.cstu(126));
+    h.vcvtdq2ps(e, e);
+    h.vsubps(e, e, b);
+    vand(x, x, h.cstu(0x807fffffu));
+    vor(x, x, h.cstu(0x3f000000u));  // m in [0.5, 1)
+    // m < sqrt(1/2): e -= 1, f = 2m - 1; else f = m - 1 (both exact)
+    h.vmovups(a, x);
+    h.vsubps(x, x, h.cst(1.0f));
+    if constexpr (Z) {
+      h.vcmpps(h.k3, a, h.cst(kSqrtHalf), kLtOQ);
+      h.vaddps(x | h.k3, x, a);
+      h.vsubps(e | h.k3, e, h.cst(1.0f));
+    } else {
+      h.vcmpps(b, a, h.cst(kSqrtHalf), kLtOQ);
+      h.vandps(a, a, b);
+      h.vaddps(x, x, a);
+      h.vandps(b, b, h.cst(1.0f));
+      h.vsubps(e, e, b);
+    }
+    h.vmulps(a, x, x);  // z
+    horner(b, x, kLogP, 9);
+    h.vmulps(b, b, a);
+    h.vmulps(b, b, x);                 // f z P
+    h.vfmadd231ps(b, e, h.cst(kLn2Lo));
+    h.vfnmadd231ps(b, a, h.cst(0.5f));
+    h.vaddps(x, x, b);
+    h.vfmadd231ps(x, e, h.cst(kLn2Hi));
+    // specials: 0 -> -inf; < 0 or NaN -> NaN; +inf -> +inf
+    h.vxorps(e, e, e);
+    h.select(x, orig, e, kEqOQ, h.cst(-INFINITY), a);
+    h.select(x, orig, e, kNgeUS, h.cst(NAN), a);
+    h.select(x, orig, h.cst(INFINITY), kEqOQ, h.cst(INFINITY), a);
+  }
+  void tanh(const Vmm& x, const Vmm* t) {  // 5 scratch
+    using namespace kfuse::jit::mathc;
+    const Vmm &sign = t[2], &small = t[3], &a = t[4];
+    vand(sign, x, h.cstu(0x80000000u));
+    vand(a, x, h.cstu(0x7fffffffu));
+    h.vmulps(t[0], a, a);
+    horner(small, t[0], kTanhP, 5);
+    h.vmulps(small, small, t[0]);
+    h.vfmadd213ps(small, a, a);  // a + a^3 P(a^2)
+    h.vaddps(x, a, a);
+    exp(x, t);                    // exp(2a)
+    h.vaddps(x, x, h.cst(1.0f));
+    h.vmovups(t[0], h.cst(2.0f));
+    h.vdivps(x, t[0], x);
+    h.vmovups(t[0], h.cst(1.0f));
+    h.vsubps(x, t[0], x);         // 1 - 2/(e+1)
+    h.select(x, a, h.cst(kTanhSmall), kLtOQ, small, t[0]);
+    vor(x, x, sign);
+  }
+  void sigmoid(const Vmm& x, const Vmm* t) {  // 4 scratch
+    const Vmm &orig = t[2], &s = t[3];
+    h.vmovups(orig, x);
+    vor(x, x, h.cstu(0x80000000u));  // -|x|
+    exp(x, t);                       // e = exp(-|x|)
+    h.vaddps(s, x, h.cst(1.0f));
+    h.vmovups(t[0], h.cst(1.0f));
+    h.vdivps(s, t[0], s);            // 1/(1+e)
+    h.vmulps(x, x, s);               // e/(1+e)
+    h.select(x, orig, h.cst(0.0f), kGeOQ, s, t[0]);
+  }
+  void erf(const Vmm& x, const Vmm* t) {  // 3 scratch
+    using namespace kfuse::jit::mathc;
+    clamp(x, -kErfClamp, kErfClamp, t[0]);
+    h.vmulps(t[0], x, x);
+    horner(t[1], t[0], kErfA, 7);
+    horner(t[2], t[0], kErfB, 5);
+    h.vdivps(t[1], t[1], t[2]);
+    h.vmulps(x, x, t[1]);  // x * (A/B): no subnormal intermediate for tiny x
+  }
+  void silu(const Vmm& x, const Vmm* t) {  // 5 scratch
+    h.vmovups(t[4], x);
+    sigmoid(x, t);
+    h.vmulps(x, x, t[4]);
+  }
+  // gelu(x) = x * erfc(-x/sqrt2) / 2 = x * (x <= 0 ? e : 1 - e), e = erfc(|x|/sqrt2) / 2. 6 scratch
+  void gelu_erf(const Vmm& x, const Vmm* t) {
+    using namespace kfuse::jit::mathc;
+    const Vmm &tt = t[2], &c = t[3], &hi = t[4], &orig = t[5];
+    h.vmovups(orig, x);
+    vand(x, x, h.cstu(0x7fffffffu));
+    h.vmulps(x, x, h.cst(kSqrtHalfF));
+    h.vmovups(t[0], h.cst(kErfcClamp));
+    h.vminps(x, t[0], x);                 // a = min(|x|/sqrt2, 10), NaN kept
+    h.vmulps(tt, x, h.cst(0.5f));
+    h.vaddps(tt, tt, h.cst(1.0f));
+    h.vmovups(t[0], h.cst(1.0f));
+    h.vdivps(tt, t[0], tt);               // t = 1/(1 + a/2)
+    horner(c, tt, kErfcC, 10);            // C(t)
+    h.vmulps(hi, x, x);
+    h.vmovups(t[0], x);
+    h.vfmsub213ps(t[0], x, hi);           // lo = a*a - hi (exact)
+    h.vsubps(c, c, t[0]);
+    h.vsubps(c, c, hi);                   // -a^2 + C(t)
+    exp(c, t);
+    h.vmulps(c, c, tt);
+    h.vmulps(c, c, h.cst(0.5f));          // e
+    h.vmovups(x, h.cst(1.0f));
+    h.vsubps(x, x, c);
+    h.select(x, orig, h.cst(0.0f), kLeOS, c, t[0]);
+    h.vmulps(x, x, orig);
+  }
+  void gelu_tanh(const Vmm& x, const Vmm* t) {  // 5 scratch
+    using namespace kfuse::jit::mathc;
+    h.vmovups(t[4], x);
+    h.vmulps(t[0], x, x);
+    h.vmovups(t[1], h.cst(kGeluTanhC));
+    h.vfmadd213ps(t[1], t[0], h.cst(1.0f));  // 1 + c x^2
+    h.vmulps(x, x, t[1]);
+    h.vmulps(x, x, h.cst(2.0f * kGeluTanhK));
+    sigmoid(x, t);
+    h.vmulps(x, x, t[4]);
+  }
+  // log1p(x) = log(u) * x / (u - 1), u = 1 + x; u == 1 -> x, u == inf -> inf. 5 scratch
+  void log1p(const Vmm& x, const Vmm* t) {
+    h.vmovups(t[4], x);
+    h.vaddps(x, x, h.cst(1.0f));
+    log(x, t);                         // leaves u in t[3]
+    h.vsubps(t[0], t[3], h.cst(1.0f));
+    h.vdivps(t[0], t[4], t[0]);
+    h.vmulps(x, x, t[0]);
+    h.select(x, t[3], h.cst(1.0f), kEqOQ, t[4], t[1]);
+    h.select(x, t[3], h.cst(INFINITY), kEqOQ, h.cst(INFINITY), t[1]);
+  }
+  // expm1(x) = (u - 1) * (x / log(u)), u = exp(x); u == 1 -> x, x < -18 -> -1, u == inf -> inf.
+  // 6 scratch
+  void expm1(const Vmm& x, const Vmm* t) {
+    h.vmovups(t[5], x);
+    exp(x, t);
+    h.vmovups(t[4], x);
+    log(x, t);
+    h.vdivps(x, t[5], x);              // x / log(u) (~1: no overflow near the top)
+    h.vsubps(t[0], t[4], h.cst(1.0f));
+    h.vmulps(x, x, t[0]);
+    h.select(x, t[4], h.cst(1.0f), kEqOQ, t[5], t[1]);
+    h.select(x, t[5], h.cst(kfuse::jit::mathc::kExpm1MinusOne), kLtOQ, h.cst(-1.0f), t[1]);
+    h.select(x, t[4], h.cst(INFINITY), kEqOQ, h.cst(INFINITY), t[1]);
+  }
+};
+
+}  // namespace kfuse::detail::xb

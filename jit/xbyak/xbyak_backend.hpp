@@ -1,0 +1,83 @@
+// Internal interface of the xbyak backend (no xbyak headers here, so tests can include it).
+//
+// The backend emits x86-64 machine code straight from kernel IR (lib/ir/kernel.hpp) for the
+// subset described in README "xbyak backend"; everything else is declined with a reason.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace kfuse::detail::xb {
+
+enum class Isa { Avx2, Avx512 };
+const char* isa_name(Isa isa);  ///< "avx2" | "avx512"
+
+/// True when this CPU can run code of `isa` (AVX2+FMA+BMI2; AVX-512 also needs F/DQ/VL/BW).
+bool cpu_supports(Isa isa);
+
+/// The backend for an explicit ISA (tests); null when the CPU lacks it.
+std::shared_ptr<Backend> make_backend(Isa isa);
+
+// ---- analysis (ISA independent) ----
+enum class Mode { Pointwise, Row, Global };
+
+/// One memory stream: element pointer = buffer + base * elem_size, then + inner * coeff.
+struct Addr {
+  int buffer = 0;
+  int base = 0;  ///< index into Plan::bases
+};
+struct Access {
+  int addr = 0;
+  int coeff = 0;  ///< 0 (broadcast) or 1 (contiguous) in the inner variable
+};
+
+struct Plan {
+  Mode mode = Mode::Pointwise;
+  int row_dims = 0;        ///< outer dims walked by the row loop (idx[] in the frame)
+  int64_t reduce_n = 0;    ///< Row/Global: the compile-time reduce extent
+  bool scalar = false;     ///< Pointwise with an empty outer domain (one point)
+  std::vector<ir::ExprRef> bases;  ///< i64 base expressions (no inner variable)
+  std::vector<Addr> addrs;
+  std::unordered_map<const ir::Expr*, Access> loads;
+  std::vector<std::vector<Access>> stores;  ///< per phase, per store
+};
+
+/// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
+std::string analyze(const ir::Kernel& k, Plan& plan);
+
+/// Machine code of one kernel: position independent (constants after the code, RIP-relative).
+struct Code {
+  std::vector<uint8_t> bytes;
+  size_t code_bytes = 0;   ///< instructions (the rest is the constant table)
+};
+/// Emits code; throws DeclineError when a limit (registers, stack slots, code size) is hit.
+Code emit(const ir::Kernel& k, const Plan& plan, Isa isa);
+
+struct DeclineError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Frame passed to the generated function `void fn(Frame*)` (offsets are part of the ABI
+/// between the emitter and the host side; see frame_off below).
+struct Frame {
+  void* const* bufs;
+  const int64_t* params;
+  int64_t row_begin, row_end;  ///< rows (outer points of row_dims) to run
+  int64_t lo, hi;              ///< inner range (Pointwise, Global)
+  int64_t phase;               ///< Global: the phase to run
+  float* accs;                 ///< accumulator values (read by Acc, written by reduce phases)
+  int64_t idx[8];              ///< current outer index of the row dims (row_begin decomposed)
+  int64_t ext[8];              ///< outer extents
+};
+namespace frame_off {
+inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
+                     accs = 56, idx = 64, ext = 128;
+}
+inline constexpr int kMaxOuterDims = 8;
+inline constexpr int kMaxAccs = 64;
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,292 @@
+// xbyak backend vs the reference interpreter: pointwise chains of every supported op, broadcasts,
+// row kernels (softmax family, norms) on short and long rows, global reductions; AVX-512 and
+// forced AVX2; declines counted; serialisation round trip; thread-count independence; emit time.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "../../lib/runtime/thread_pool.hpp"
+#include "test_xbyak_util.hpp"
+
+namespace kfuse::xbt {
+namespace {
+
+const std::vector<int64_t> kSizes = {0, 1, 7, 15, 16, 17, 1000, (1 << 20) + 5};
+
+struct UnaryCase {
+  Op op;
+  Tol tol;
+  double lo = -3, hi = 3;
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {Op::Neg, {0, 0}},          {Op::Abs, {0, 0}},           {Op::Exp, {4e-7, 1e-38}},
+      {Op::Exp2, {4e-7, 0}},      {Op::Log, {4e-7, 0}, 0, 10}, {Op::Log2, {4e-7, 0}, 0, 10},
+      {Op::Log1p, {6e-7, 0}, -1, 5}, {Op::Expm1, {8e-7, 0}},   {Op::Sqrt, {2e-7, 0}, 0, 10},
+      {Op::Rsqrt, {4e-7, 0}, 0, 10}, {Op::Recip, {2e-7, 0}},   {Op::Square, {2e-7, 0}},
+      {Op::Tanh, {6e-7, 1e-7}},   {Op::Sigmoid, {6e-7, 0}},   {Op::Relu, {0, 0}},
+      {Op::GeluTanh, {1e-6, 1e-7}}, {Op::GeluErf, {1e-6, 2e-7}}, {Op::Silu, {6e-7, 1e-7}},
+      {Op::Erf, {1e-6, 2e-7}},    {Op::Floor, {0, 0}},        {Op::Ceil, {0, 0}},
+      {Op::Round, {0, 0}},        {Op::Sign, {0, 0}},
+  };
+}
+
+TEST(XbyakKernels, EveryUnaryOpEverySize) {
+  for (Isa isa : isas())
+    for (const auto& c : unary_cases())
+      for (int64_t n : kSizes) {
+        Kernel k = pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, n);
+        auto x = inputs(static_cast<size_t>(n), 17 + n, c.lo, c.hi);
+        compare(k, {x}, {static_cast<size_t>(n)}, isa, c.tol, std::string(op_name(c.op)) + " n=" + std::to_string(n));
+      }
+}
+
+TEST(XbyakKernels, BinaryOpsComparisonsWhere) {
+  const std::vector<std::pair<Op, Tol>> bins = {
+      {Op::Add, {2e-7, 0}}, {Op::Sub, {2e-7, 0}}, {Op::Mul, {2e-7, 0}}, {Op::Div, {2e-7, 0}},
+      {Op::Maximum, {0, 0}}, {Op::Minimum, {0, 0}}};
+  for (Isa isa : isas())
+    for (int64_t n : {int64_t{17}, int64_t{1000}, int64_t{4099}}) {
+      auto a = inputs(static_cast<size_t>(n), 1, -3, 3, 0.1), b = inputs(static_cast<size_t>(n), 2, -3, 3, 0.1);
+      for (auto [o, tol] : bins) {
+        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) { return bin(o, in[0], in[1]); }, n);
+        compare(k, {a, b}, {static_cast<size_t>(n)}, isa, tol, op_name(o));
+      }
+      for (Op c : {Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge}) {
+        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) {
+          ExprRef cond = op(c, DType::Bool, {in[0], in[1]});
+          return op(Op::Where, DType::F32, {cond, bin(Op::Mul, in[0], f32c(2)), bin(Op::Sub, in[1], f32c(1))});
+        }, n);
+        compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {0, 0}, std::string("where ") + op_name(c));
+      }
+      // logical ops, not, casts
+      Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) {
+        ExprRef p = op(Op::Gt, DType::Bool, {in[0], f32c(0)});
+        ExprRef q = op(Op::Lt, DType::Bool, {in[1], f32c(0.5)});
+        ExprRef r = op(Op::Or, DType::Bool, {op(Op::And, DType::Bool, {p, q}), op(Op::Not, DType::Bool, {in[1]})});
+        return bin(Op::Add, op(Op::Cast, DType::F32, {r}), op(Op::Cast, DType::F32, {op(Op::And, DType::Bool, {in[0], in[1]})}));
+      }, n);
+      compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {0, 0}, "logical");
+    }
+}
+
+TEST(XbyakKernels, LongChainAndBroadcast) {
+  for (Isa isa : isas()) {
+    // tanh(a*0.5+b)*sigmoid(c) - exp(-a*a) and relu(a*b+c), gelu chains: register pressure
+    for (int64_t n : {int64_t{1000}, int64_t{(1 << 20) + 5}}) {
+      auto a = inputs(static_cast<size_t>(n), 3), b = inputs(static_cast<size_t>(n), 4), c = inputs(static_cast<size_t>(n), 5);
+      Kernel k = pointwise(3, [&](const std::vector<ExprRef>& in) {
+        ExprRef t = bin(Op::Mul, un(Op::Tanh, bin(Op::Add, bin(Op::Mul, in[0], f32c(0.5)), in[1])), un(Op::Sigmoid, in[2]));
+        return bin(Op::Sub, t, un(Op::Exp, un(Op::Neg, bin(Op::Mul, in[0], in[0]))));
+      }, n);
+      compare(k, {a, b, c}, {static_cast<size_t>(n)}, isa, {2e-6, 2e-7}, "chain1");
+      // a wide DAG: many live values (forces spills on AVX2)
+      Kernel k2 = pointwise(3, [&](const std::vector<ExprRef>& in) {
+        std::vector<ExprRef> v;
+        for (int i = 0; i < 24; ++i)
+          v.push_back(bin(Op::Add, bin(Op::Mul, in[i % 3], f32c(0.25 * (i + 1))), un(i % 2 ? Op::Exp : Op::Sigmoid, in[(i + 1) % 3])));
+        ExprRef s = v[0];
+        for (int i = 1; i < 24; ++i) s = bin(Op::Add, s, bin(Op::Mul, v[i], v[23 - i]));
+        return s;
+      }, n);
+      compare(k2, {a, b, c}, {static_cast<size_t>(n)}, isa, {1e-5, 1e-3}, "wide");
+    }
+    // 2-D broadcast: out[o0, o1] = x[o0*$1 + o1] * w[o1] + s[o0]
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{3, 1}, {5, 7}, {4, 16}, {33, 17}, {2, 1000}, {1000, 3}}) {
+      Kernel k = skeleton("k_bcast", "pointwise", 3);
+      k.params = {{"outer0", R}, {"outer1", C}};
+      k.outer = {param(0), param(1)};
+      ExprRef o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1);
+      ExprRef idx = iadd(imul(o0, param(1)), o1);
+      ExprRef v = bin(Op::Add, bin(Op::Mul, load(0, DType::F32, idx), load(1, DType::F32, o1)), un(Op::Exp, load(2, DType::F32, o0)));
+      Phase ph;
+      ph.stores.push_back({3, idx, v});
+      k.phases.push_back(ph);
+      auto x = inputs(static_cast<size_t>(R * C), 6), w = inputs(static_cast<size_t>(C), 7), s = inputs(static_cast<size_t>(R), 8);
+      compare(k, {x, w, s}, {static_cast<size_t>(R * C)}, isa, {1e-6, 4e-6}, "bcast " + std::to_string(R) + "x" + std::to_string(C));
+    }
+    // scalar kernel (empty outer domain)
+    {
+      Kernel k = skeleton("k_scalar", "pointwise", 1);
+      Phase ph;
+      ph.stores.push_back({1, iconst(0), un(Op::Exp, load(0, DType::F32, iconst(0)))});
+      k.phases.push_back(ph);
+      compare(k, {{0.5f}}, {1}, isa, {4e-7, 0}, "scalar");
+    }
+  }
+}
+
+const std::vector<int64_t> kCols = {1, 3, 10, 16, 17, 100, 1000, 4099};
+
+TEST(XbyakKernels, RowKernels) {
+  for (Isa isa : isas())
+    for (int64_t C : kCols) {
+      int64_t R = C >= 1000 ? 37 : 301;
+      for (double sp : {0.0, 0.01}) {
+        auto x = inputs(static_cast<size_t>(R * C), 10 + C, -5, 5, sp), w = inputs(static_cast<size_t>(C), 11, -2, 2, 0),
+             b = inputs(static_cast<size_t>(C), 12, -2, 2, 0);
+        std::string tag = " C=" + std::to_string(C) + (sp > 0 ? " specials" : "");
+        size_t n = static_cast<size_t>(R * C);
+        Tol tol{1e-5, 2e-6};
+        compare(softmax(R, C, false), {x}, {n}, isa, tol, "softmax" + tag);
+        compare(softmax(R, C, true), {x}, {n}, isa, {1e-5, 1e-5}, "log_softmax" + tag);
+        compare(logsumexp(R, C), {x}, {static_cast<size_t>(R)}, isa, {1e-5, 1e-5}, "logsumexp" + tag);
+        compare(layer_norm(R, C), {x, w, b}, {n}, isa, {2e-4, 2e-4}, "layer_norm" + tag);
+        compare(rms_norm(R, C), {x, w}, {n}, isa, {1e-5, 1e-6}, "rms_norm" + tag);
+      }
+    }
+}
+
+TEST(XbyakKernels, GlobalReductions) {
+  for (Isa isa : isas())
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{17}, int64_t{1000}, int64_t{(1 << 20) + 5}}) {
+      auto x = inputs(static_cast<size_t>(n), 20 + n, -1, 1, 0);
+      compare(global_reduce(AccKind::Sum, n), {x}, {1}, isa, {1e-5, 1e-4}, "global sum n=" + std::to_string(n));
+      compare(global_reduce(AccKind::Max, n), {x}, {1}, isa, {0, 0}, "global max n=" + std::to_string(n));
+      compare(global_reduce(AccKind::Min, n), {x}, {1}, isa, {0, 0}, "global min n=" + std::to_string(n));
+      auto y = x;
+      y[y.size() / 2] = NAN;
+      compare(global_reduce(AccKind::Max, n), {y}, {1}, isa, {0, 0}, "global max with NaN");
+      compare(global_reduce(AccKind::Min, n), {y}, {1}, isa, {0, 0}, "global min with NaN");
+    }
+}
+
+// The declined-kernel census: every kernel of the supported set must compile on every ISA.
+TEST(XbyakKernels, NothingSupportedIsDeclined) {
+  std::vector<Kernel> ks;
+  for (const auto& c : unary_cases()) ks.push_back(pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, 100));
+  for (int64_t C : kCols) {
+    ks.push_back(softmax(8, C, false));
+    ks.push_back(softmax(8, C, true));
+    ks.push_back(logsumexp(8, C));
+    ks.push_back(layer_norm(8, C));
+    ks.push_back(rms_norm(8, C));
+  }
+  for (AccKind a : {AccKind::Sum, AccKind::Max, AccKind::Min, AccKind::Prod}) ks.push_back(global_reduce(a, 5000));
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    int declined = 0;
+    for (const auto& k : ks) {
+      auto r = be->compile(k);
+      if (!r.kernel) {
+        ++declined;
+        ADD_FAILURE() << "declined on " << detail::xb::isa_name(isa) << ": " << r.declined << "\n" << print_kernel(k);
+      }
+    }
+    std::printf("[xbyak %s] %zu kernels, %d declined\n", detail::xb::isa_name(isa), ks.size(), declined);
+    EXPECT_EQ(declined, 0);
+  }
+}
+
+TEST(XbyakKernels, DeclinesWithReasons) {
+  auto be = detail::xb::make_backend(Isa::Avx2);
+  ASSERT_TRUE(be);
+  // strided load
+  Kernel k = skeleton("k_strided", "pointwise", 1);
+  k.params.push_back({"outer0", 10});
+  k.outer.push_back(param(0));
+  Phase ph;
+  ph.stores.push_back({1, var(Space::Outer, 0), load(0, DType::F32, imul(var(Space::Outer, 0), iconst(2)))});
+  k.phases.push_back(ph);
+  auto r = be->compile(k);
+  EXPECT_FALSE(r.kernel);
+  EXPECT_NE(r.declined.find("stride 2"), std::string::npos) << r.declined;
+  // i64 buffers
+  Kernel k2 = k;
+  k2.buffers[0].dtype = DType::I64;
+  r = be->compile(k2);
+  EXPECT_FALSE(r.kernel);
+  EXPECT_NE(r.declined.find("xbyak: i64"), std::string::npos) << r.declined;
+  // pow
+  Kernel k3 = pointwise(2, [](const std::vector<ExprRef>& in) { return bin(Op::Pow, in[0], in[1]); }, 10);
+  r = be->compile(k3);
+  EXPECT_FALSE(r.kernel);
+  EXPECT_NE(r.declined.find("pow"), std::string::npos) << r.declined;
+  // argmax
+  Kernel k4 = global_reduce(AccKind::Sum, 10);
+  k4.accs[0].kind = AccKind::ArgMax;
+  k4.accs[0].dtype = DType::I64;
+  r = be->compile(k4);
+  EXPECT_FALSE(r.kernel);
+  EXPECT_NE(r.declined.find("argmax"), std::string::npos) << r.declined;
+}
+
+TEST(XbyakKernels, SerializationRoundTrip) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    for (const Kernel& k : {softmax(50, 17, true), layer_norm(50, 100)}) {
+      auto c = be->compile(k);
+      ASSERT_TRUE(c.kernel) << c.declined;
+      EXPECT_EQ(c.kernel->binary_kind, "x86-raw");
+      EXPECT_EQ(c.kernel->backend, "xbyak");
+      EXPECT_EQ(c.kernel->target, std::string("x86_64-") + detail::xb::isa_name(isa));
+      auto l = be->load(k, c.kernel->binary);
+      ASSERT_TRUE(l);
+      auto x = inputs(50 * 100, 99), w = inputs(100, 98), b = inputs(100, 97);
+      std::vector<float> o1(50 * 100), o2(50 * 100);
+      LaunchArgs a1, a2;
+      a1.buffers = {x.data(), w.data(), b.data()};
+      a1.buffers.resize(static_cast<size_t>(k.num_inputs()));
+      a2.buffers = a1.buffers;
+      a1.buffers.push_back(o1.data());
+      a2.buffers.push_back(o2.data());
+      a1.params = a2.params = k.param_values();
+      c.kernel->run(a1);
+      l->run(a2);
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4));
+      // a corrupted header is refused
+      auto bad = c.kernel->binary;
+      bad[0] ^= 1;
+      EXPECT_FALSE(be->load(k, bad));
+    }
+  }
+}
+
+// Results do not depend on the thread count: the same kernel run inline on a pool worker
+// (one thread) and through parallel_for (all threads) is bitwise identical.
+TEST(XbyakKernels, ThreadCountIndependent) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    const int64_t n = (1 << 20) + 5;
+    for (const Kernel& k : {global_reduce(AccKind::Sum, n), softmax(2048, 512, false)}) {
+      auto c = be->compile(k);
+      ASSERT_TRUE(c.kernel);
+      size_t in_n = k.reduce[0] * (k.outer.empty() ? 1 : 2048), out_n = k.outer.empty() ? 1 : in_n;
+      auto x = inputs(in_n, 5, -1, 1, 0);
+      std::vector<float> o1(out_n), o2(out_n);
+      LaunchArgs a1{{x.data(), o1.data()}, k.param_values()}, a2{{x.data(), o2.data()}, k.param_values()};
+      c.kernel->run(a1);
+      detail::parallel_for(2, 1, [&](int64_t b, int64_t) {
+        if (b == 0) c.kernel->run(a2);  // inside a parallel region: runs on one thread
+      });
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), out_n * 4)) << k.name;
+    }
+  }
+}
+
+TEST(XbyakKernels, EmitTime) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    std::vector<Kernel> ks = {pointwise(3, [](const std::vector<ExprRef>& in) {
+                                return un(Op::Relu, bin(Op::Add, bin(Op::Mul, in[0], in[1]), in[2]));
+                              }, 100),
+                              softmax(8, 1000, true), layer_norm(8, 512),
+                              pointwise(1, [](const std::vector<ExprRef>& in) { return un(Op::GeluTanh, in[0]); }, 100)};
+    for (const auto& k : ks) {
+      std::vector<double> t;
+      size_t bytes = 0;
+      for (int i = 0; i < 51; ++i) {
+        auto c = be->compile(k);
+        t.push_back(c.kernel->compile_ms * 1000);
+        bytes = c.kernel->binary.size();
+      }
+      std::sort(t.begin(), t.end());
+      std::printf("[xbyak %s] %-16s emit median %.1f us (min %.1f), %zu bytes\n", detail::xb::isa_name(isa),
+                  k.name.c_str(), t[t.size() / 2], t[0], bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::xbt
