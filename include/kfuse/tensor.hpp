@@ -190,6 +190,8 @@ Tensor min(const Tensor& x, int64_t axis, bool keepdim = false);
 /// Index (i64) of the first maximum within the reduced axes, counted row-major over them.
 Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdim = false);
 Tensor argmin(const Tensor& x, Axes axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor var(const Tensor& x, Axes axes = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, Axes axes = {}, int64_t correction = 1, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, Axes axes, bool keepdim = false);

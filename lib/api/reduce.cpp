@@ -81,6 +81,8 @@ Tensor min(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ReduceM
 Tensor min(const Tensor& x, int64_t axis, bool keepdim) { return min(x, Axes{axis}, keepdim); }
 Tensor argmax(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ArgMax, "argmax", x, axes, keepdim); }
 Tensor argmin(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ArgMin, "argmin", x, axes, keepdim); }
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) { return argmax(x, Axes{axis}, keepdim); }
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) { return argmin(x, Axes{axis}, keepdim); }
 
 Tensor mean(const Tensor& x, Axes axes_in, bool keepdim) {
   require_float("mean", x);

@@ -9,76 +9,11 @@
 
 #include "fusion/partition.hpp"
 #include "graph/print_graph.hpp"
+#include "random_dag.hpp"
 #include "test_util.hpp"
 
 namespace kfuse::test {
 namespace {
-
-struct Dag {
-  std::vector<Tensor> roots;
-};
-
-Dag random_dag(uint64_t seed) {
-  std::mt19937_64 g(seed);
-  auto pick = [&](size_t n) { return static_cast<size_t>(g() % n); };
-  const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 17};
-  Shape base = {sizes[pick(7)], sizes[pick(7)]};
-  std::vector<Tensor> pool;
-  int n_inputs = 1 + static_cast<int>(pick(3));
-  for (int i = 0; i < n_inputs; ++i)
-    pool.push_back(make_tensor(random_values(static_cast<size_t>(count_of(base)), seed * 31 + i, -1.5, 1.5), base));
-  int n_ops = 3 + static_cast<int>(pick(10));
-  for (int k = 0; k < n_ops; ++k) {
-    const Tensor& a = pool[pick(pool.size())];
-    Tensor r;
-    switch (pick(8)) {
-      case 0: {
-        static const std::function<Tensor(const Tensor&)> un[] = {
-            [](const Tensor& x) { return neg(x); },     [](const Tensor& x) { return tanh(x); },
-            [](const Tensor& x) { return sigmoid(x); }, [](const Tensor& x) { return relu(x); },
-            [](const Tensor& x) { return abs(x); },     [](const Tensor& x) { return sin(x); },
-            [](const Tensor& x) { return x * 0.5 + 0.25; }};
-        r = un[pick(7)](a);
-        break;
-      }
-      case 1:
-      case 2: {
-        // A binary op with another value of a broadcast-compatible shape.
-        std::vector<Tensor> ok;
-        for (const auto& b : pool)
-          if (numpy_broadcast(a.shape(), b.shape())) ok.push_back(b);
-        const Tensor& b = ok[pick(ok.size())];
-        switch (pick(4)) {
-          case 0: r = a + b; break;
-          case 1: r = a * b; break;
-          case 2: r = maximum(a, b); break;
-          default: r = a - b; break;
-        }
-        break;
-      }
-      case 3:
-        if (a.ndim() == 2) r = transpose(a);
-        break;
-      case 4:
-        if (a.ndim() >= 1) r = sum(a, static_cast<int64_t>(pick(a.ndim())), true);
-        break;
-      case 5:
-        if (a.ndim() >= 1) r = max(a, static_cast<int64_t>(pick(a.ndim())), true);
-        break;
-      case 6:
-        if (a.ndim() == 2 && a.shape()[1] > 1) r = a.slice({Range::all(), Range{0, std::nullopt, 2}});
-        break;
-      default:
-        if (a.ndim() == 2 && a.shape()[1] > 0) r = softmax(a, -1);
-        break;
-    }
-    if (r.defined() && r.numel() > 0) pool.push_back(r);
-  }
-  Dag d;
-  size_t n_out = 1 + pick(3);
-  for (size_t i = 0; i < n_out && i < pool.size(); ++i) d.roots.push_back(pool[pool.size() - 1 - pick(std::min<size_t>(pool.size(), 4))]);
-  return d;
-}
 
 std::string check_partition(const std::vector<const Node*>& roots) {
   auto p = detail::partition_graph(roots);
