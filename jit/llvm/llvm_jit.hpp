@@ -32,19 +32,21 @@ using Builder = llvm::IRBuilder<>;
 enum class MathFn : uint8_t { Exp, Log, Tanh, Erf, Sin, Cos, Pow, Expm1, Log1p, Exp2, Log2, Count_ };
 const char* math_fn_name(MathFn f);
 
-/// The vector-math library chosen for the host ISA: SLEEF with FMA on AVX2/AVX-512 hosts
-/// (scalar `purecfma`, 8-wide `avx2`, 16-wide `avx512f`), or the SSE2/`purec` variants.
-/// Every variant of one function runs the same algorithm, so a value does not depend on
-/// whether it was computed in a vector body or a scalar remainder (tested).
+/// The vector-math library chosen for the host ISA (SLEEF u10, one vector variant per tier, see
+/// vector_math.cpp). Generated code calls an internal scalar wrapper that runs the same vector
+/// variant, so an element's value never depends on vector body vs scalar remainder.
 struct MathLib {
   enum class Tier : uint8_t { SSE2, AVX2, AVX512 } tier = Tier::SSE2;
-  /// Scalar symbol called by generated code; the vectoriser maps it to the vector variants.
+  /// Name of the scalar wrapper generated code calls (kf_expf, kf_exp, ...).
   std::string scalar_name(MathFn f, bool f64) const;
+  /// The SLEEF vector variant of this tier (e.g. Sleef_expf16_u10avx512f).
+  std::string vector_name(MathFn f, bool f64) const;
+  int width(bool f64) const;  ///< lanes of the vector variant
   /// Registers the vector variants with the loop vectoriser.
   void add_vector_functions(llvm::TargetLibraryInfoImpl& tlii) const;
   /// Widest vector in bits the generated functions may use (512 on AVX-512, else 256/128).
   int vector_bits() const;
-  /// Emits a call of `f` on f32/f64 scalars.
+  /// Emits a call of `f` on f32/f64 scalars (defines the wrapper in the module on first use).
   llvm::Value* call(Builder& b, MathFn f, bool f64, const std::vector<llvm::Value*>& args) const;
 };
 MathLib detect_math_lib(bool avx512f, bool avx2, bool fma);

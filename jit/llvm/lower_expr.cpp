@@ -283,7 +283,9 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
     case Op::Exp2: return math(MathFn::Exp2, {x});
     case Op::Log: return math(MathFn::Log, {x});
     case Op::Log2: return math(MathFn::Log2, {x});
-    case Op::Log1p: return math(MathFn::Log1p, {x});
+    case Op::Log1p:  // SLEEF's log1p overflows to inf for huge x; there log1p(x) == log(x)
+      return b_.CreateSelect(b_.CreateFCmpOGT(x, fc(f64 ? 1e300 : 1e30)), math(MathFn::Log, {x}),
+                             math(MathFn::Log1p, {x}));
     case Op::Expm1: return math(MathFn::Expm1, {x});
     case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {x});
     case Op::Rsqrt: return b_.CreateFDiv(fc(1.0), intrinsic(llvm::Intrinsic::sqrt, {x}));
@@ -301,8 +303,10 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
       // (1 + tanh(u) for u << 0) would otherwise amplify f32 rounding far beyond ops.def's bound.
       Value* xd = f64 ? x : b_.CreateFPExt(x, b_.getDoubleTy());
       auto d = [&](double v) -> Value* { return llvm::ConstantFP::get(b_.getDoubleTy(), v); };
-      auto sigmoid = [&](Value* u) {
-        return b_.CreateFDiv(d(1.0), b_.CreateFAdd(d(1.0), math_.call(b_, MathFn::Exp, true, {b_.CreateFNeg(u)})));
+      auto sigmoid = [&](Value* u) {  // e = exp(-|u|) never overflows: 1/(1+e) or e/(1+e)
+        Value* e = math_.call(b_, MathFn::Exp, true, {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {u}))});
+        Value* den = b_.CreateFAdd(d(1.0), e);
+        return b_.CreateSelect(b_.CreateFCmpOLT(u, d(0.0)), b_.CreateFDiv(e, den), b_.CreateFDiv(d(1.0), den));
       };
       Value* r;
       if (e.op == Op::Sigmoid) r = sigmoid(xd);
