@@ -1,11 +1,15 @@
 #include "kernel_cache.hpp"
 
 #include <chrono>
-#include <condition_variable>
+#include <ctime>
 #include <mutex>
-#include <unordered_map>
 
+#include "cache/disk_cache.hpp"
+#include "cache/memory_cache.hpp"
+#include "fusion/lower_group.hpp"
+#include "kfuse/cache.hpp"
 #include "kfuse/error.hpp"
+#include "kfuse/stats.hpp"
 #include "kfuse/options.hpp"
 #include "stats_impl.hpp"
 
@@ -13,73 +17,186 @@ namespace kfuse::detail {
 
 namespace {
 
-struct Slot {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool busy = false;
-  std::shared_ptr<CompiledKernel> kernel;
-};
+using cache::DiskCache;
+using cache::Entry;
+using cache::KernelKey;
+using cache::KeyFields;
 
-std::mutex g_mu;
-std::unordered_map<std::string, std::shared_ptr<Slot>>& table() {
-  static auto* t = new std::unordered_map<std::string, std::shared_ptr<Slot>>();
-  return *t;
+cache::MemoryCache& memory() {
+  static auto* m = new cache::MemoryCache();  // never destroyed: kernels may outlive static teardown
+  return *m;
 }
 
-std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k, const std::string& text,
-                                               std::string* declined) {
-  std::string key = be.name() + "|" + be.target() + "|" + text;
-  std::shared_ptr<Slot> slot;
-  {
-    std::lock_guard<std::mutex> lk(g_mu);
-    auto& s = table()[key];
-    if (!s) s = std::make_shared<Slot>();
-    slot = s;
+enum class Mode { Off, Memory, Disk };
+Mode mode_of(const Options& o) {
+  if (o.cache_mode == "off") return Mode::Off;
+  if (o.cache_mode == "memory") return Mode::Memory;
+  if (o.cache_mode != "disk")
+    cache::warn_once("mode:" + o.cache_mode, "KFUSE_CACHE=" + o.cache_mode + " is not off, memory or disk; using memory");
+  return o.cache_mode == "disk" ? Mode::Disk : Mode::Memory;
+}
+
+// The disk cache of the current options, opened (and its directory checked) once per Options
+// value: set_options() makes a new value, so tests and tools that change them re-open it.
+std::shared_ptr<DiskCache> disk_for(const Options& o) {
+  static std::mutex mu;
+  static std::shared_ptr<DiskCache> current;
+  static const Options* opened_for = nullptr;  // set_options keeps retired values alive: addresses are unique
+  std::lock_guard<std::mutex> lk(mu);
+  if (!current || opened_for != &o || current->dir() != o.cache_dir || current->max_bytes() != o.cache_max_bytes) {
+    current = std::make_shared<DiskCache>(o.cache_dir, o.cache_max_bytes, true);
+    opened_for = &o;
   }
-  std::unique_lock<std::mutex> lk(slot->mu);
-  slot->cv.wait(lk, [&] { return !slot->busy; });
-  if (slot->kernel) {
-    bump(global_counters().cache_hits);
-    return slot->kernel;
+  return current;
+}
+
+// Backends whose load() re-creates the kernel from its IR alone (no binary to store).
+bool loads_from_ir(const Backend& be) { return be.name() == "reference"; }
+
+// "[$0, 4] x [10]": outer extents (run-time params as $n) x reduce extents (specialised).
+std::string shape_of(const ir::Kernel& k) {
+  std::string s = "[";
+  for (size_t i = 0; i < k.outer.size(); ++i) {
+    const ir::Expr& e = *k.outer[i];
+    s += i ? ", " : "";
+    s += e.kind == ir::ExprKind::Param ? "$" + std::to_string(e.index)
+         : e.kind == ir::ExprKind::Const ? std::to_string(static_cast<int64_t>(e.value))
+                                         : "expr";
   }
-  slot->busy = true;
-  lk.unlock();
-  bump(global_counters().cache_misses);
-  CompileResult r;
-  auto t0 = std::chrono::steady_clock::now();
+  s += "]";
+  if (!k.reduce.empty()) {
+    s += " x [";
+    for (size_t i = 0; i < k.reduce.size(); ++i) s += (i ? ", " : "") + std::to_string(k.reduce[i]);
+    s += "]";
+  }
+  return s;
+}
+
+std::vector<std::string> param_names(const ir::Kernel& k) {
+  std::vector<std::string> p;
+  for (const auto& x : k.params) p.push_back(x.name);
+  return p;
+}
+
+// Disk lookup: the entry's kernel, or null (miss, bad entry, or the backend cannot load it).
+std::shared_ptr<CompiledKernel> load_from_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KernelKey& key) {
+  Entry e;
+  if (disk.load(key, &e) != DiskCache::Lookup::Hit) return nullptr;
+  if (e.binary.empty() && !loads_from_ir(be)) return nullptr;
+  std::shared_ptr<CompiledKernel> ck;
   try {
-    r = be.compile(k);
-  } catch (...) {
-    lk.lock();
-    slot->busy = false;
-    slot->cv.notify_all();
-    throw;
+    ck = be.load(k, e.binary);
+  } catch (const std::exception& ex) {
+    log("cache", be.name() + " could not load " + key.stem + " " + key.hex() + ": " + ex.what() + "; recompiling");
+    return nullptr;
   }
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  lk.lock();
-  slot->busy = false;
-  if (r.kernel) {
-    slot->kernel = r.kernel;
-    bump(global_counters().kernels_compiled);
-    bump(global_counters().compile_ns, static_cast<uint64_t>(ns));
-  } else {
+  if (!ck) {
+    log("cache", be.name() + " load() declined " + key.stem + " " + key.hex() + "; recompiling");
+    return nullptr;
+  }
+  if (ck->backend.empty()) ck->backend = be.name();
+  if (ck->target.empty()) ck->target = e.fields.target;
+  if (ck->source.empty()) {
+    ck->source = std::move(e.source);
+    ck->source_kind = e.source_kind;
+  }
+  if (ck->binary.empty()) {
+    ck->binary = std::move(e.binary);
+    ck->binary_kind = e.binary_kind;
+  }
+  ck->compile_ms = e.compile_ms;
+  bump(global_counters().disk_loads);
+  disk.record_use(key);
+  log("cache", "disk hit " + key.stem + " " + key.hex() + " (" + be.name() + ")");
+  return ck;
+}
+
+void store_to_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KeyFields& f, const KernelKey& key,
+                   const CompiledKernel& ck, const KernelProvenance* prov) {
+  if (ck.binary.empty() && !loads_from_ir(be)) return;  // nothing a later process could load
+  Entry e;
+  e.key = key;
+  e.fields = f;
+  e.kind = k.kind;
+  if (prov) {
+    e.ops = prov->ops;
+    e.pattern = prov->pattern;
+    e.specialised = prov->specialised;
+  }
+  e.params = param_names(k);
+  e.shape = shape_of(k);
+  e.source = ck.source;
+  e.source_kind = ck.source_kind;
+  e.binary = ck.binary;
+  e.binary_kind = ck.binary_kind;
+  e.compile_ms = ck.compile_ms;
+  e.created = static_cast<int64_t>(std::time(nullptr));
+  disk.store(e);
+}
+
+// One backend's answer for `k`: memory -> disk -> compile. Null kernel: declined (`declined`).
+std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k, const std::string& text,
+                                               const std::string& dtypes, const KernelProvenance* prov,
+                                               std::string* declined) {
+  const Options& opts = options();
+  Mode mode = mode_of(opts);
+  KeyFields f;
+  f.backend = be.name();
+  f.target = be.target();
+  f.dtypes = dtypes;
+  f.ir_text = text;
+  KernelKey key = cache::make_key(f, k.name);
+
+  auto produce = [&]() -> CompileResult {
+    bump(global_counters().cache_misses);
+    std::shared_ptr<DiskCache> disk = mode == Mode::Disk ? disk_for(opts) : nullptr;
+    if (disk) {
+      if (auto ck = load_from_disk(*disk, be, k, key)) return {ck, {}};
+    }
+    log("cache", "miss " + key.stem + " " + key.hex() + " (" + be.name() + ", " + f.target + "): compiling");
+    auto t0 = std::chrono::steady_clock::now();
+    CompileResult r = be.compile(k);
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (r.kernel) {
+      bump(global_counters().kernels_compiled);
+      bump(global_counters().compile_ns, static_cast<uint64_t>(ns));
+      if (r.kernel->compile_ms <= 0) r.kernel->compile_ms = static_cast<double>(ns) / 1e6;
+      if (disk) store_to_disk(*disk, be, k, f, key, *r.kernel, prov);
+    }
+    return r;
+  };
+
+  if (mode == Mode::Off) {
+    CompileResult r = produce();
     *declined = r.declined;
+    return r.kernel;
   }
-  slot->cv.notify_all();
+  cache::MemoryCache::Result r = memory().get(key, produce);
+  if (r.hit && r.kernel) bump(global_counters().cache_hits);
+  *declined = r.declined;
   return r.kernel;
 }
 
 }  // namespace
 
-CompiledRef compile_kernel(const ir::Kernel& k, Device device) {
+KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk) {
+  KernelProvenance p;
+  for (const Node* n : g.nodes) p.ops.push_back(op_name(n->op));
+  p.pattern = g.pattern;
+  p.specialised = lk.specialised;
+  return p;
+}
+
+CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProvenance* prov) {
   std::string text = ir::print_kernel(k);
+  std::string dtypes = cache::dtype_signature(k);
   auto chain = backends_for(device);
   std::string why_all;
   for (size_t i = 0; i < chain.size(); ++i) {
     Backend& be = *chain[i];
     std::string declined;
     try {
-      if (auto ck = compile_cached(be, k, text, &declined)) {
+      if (auto ck = compile_cached(be, k, text, dtypes, prov, &declined)) {
         if (i > 0) bump(global_counters().fallbacks);
         return {ck, be.name()};
       }
@@ -94,3 +211,67 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device) {
 }
 
 }  // namespace kfuse::detail
+
+// ---- public inspection API (include/kfuse/cache.hpp) ----
+namespace kfuse {
+
+CacheStats cache_stats() {
+  using namespace detail;
+  const Options& o = options();
+  CacheStats s;
+  Mode m = mode_of(o);
+  s.mode = m == Mode::Off ? "off" : m == Mode::Memory ? "memory" : "disk";
+  s.dir = o.cache_dir;
+  auto& mem = memory();
+  s.memory_entries = mem.size();
+  s.memory_bytes = mem.bytes();
+  s.memory_evictions = mem.evictions();
+  if (m == Mode::Disk) {
+    auto d = disk_for(o);
+    s.disk_readable = d->readable();
+    s.disk_writable = d->writable();
+    s.disk_note = d->note();
+    for (const auto& e : d->list()) {
+      ++s.disk_entries;
+      s.disk_bytes += e.file_bytes;
+    }
+  } else {
+    s.disk_note = "KFUSE_CACHE=" + s.mode;
+  }
+  Counters c = counters();
+  s.hits = c.cache_hits;
+  s.misses = c.cache_misses;
+  s.compiles = c.kernels_compiled;
+  s.disk_loads = c.disk_loads;
+  s.compile_ms = c.compile_ms;
+  auto& dc = cache::disk_counters();
+  s.disk_stores = dc.stores.load();
+  s.disk_corrupt = dc.corrupt.load();
+  s.disk_refused = dc.refused.load();
+  s.disk_evictions = dc.evicted.load();
+  return s;
+}
+
+std::vector<CacheEntry> cache_entries() {
+  using namespace detail;
+  std::vector<CacheEntry> out;
+  const Options& o = options();
+  if (mode_of(o) != Mode::Disk) return out;
+  for (const auto& e : disk_for(o)->list()) out.push_back(cache::to_public(e));
+  return out;
+}
+
+void clear_memory_cache() { detail::memory().clear(); }
+
+void clear_cache() {
+  using namespace detail;
+  clear_memory_cache();
+  const Options& o = options();
+  if (mode_of(o) == Mode::Disk) disk_for(o)->clear();
+}
+
+void set_memory_cache_limits(uint64_t max_entries, uint64_t max_bytes) {
+  detail::memory().set_limits(static_cast<size_t>(max_entries), max_bytes);
+}
+
+}  // namespace kfuse

@@ -1,21 +1,34 @@
-// The in-process kernel cache: compiled kernels keyed by backend target + canonical kernel IR.
-// Concurrent requests for one key compile once (single flight); a failed compile is not cached.
+// The kernel cache used by the planner: memory (single flight, LRU) -> disk (atomic,
+// checksummed, shared between processes) -> compile, per backend of the device's chain.
+// Keys, layout, shape policy and trust model: lib/cache/*.hpp and README "Kernel cache".
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "kfuse/device.hpp"
 
 namespace kfuse::detail {
 
+struct FusionGroup;
+struct LoweredKernel;
+
 struct CompiledRef {
   std::shared_ptr<CompiledKernel> kernel;
   std::string backend;
 };
 
+/// Where a kernel came from, recorded in its cache entry (the cache tool shows it).
+struct KernelProvenance {
+  std::vector<std::string> ops;          ///< fused ops in topological order
+  std::string pattern;                   ///< what formed the group ("lattice", a pattern name)
+  std::vector<std::string> specialised;  ///< specialised (compile-time) dims and why
+};
+KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk);
+
 /// Compiles `k` with the first backend of the chain for `device` that accepts it, through the
 /// cache. Declines and compiler failures are logged (channel `backend`) and counted as fallbacks.
-CompiledRef compile_kernel(const ir::Kernel& k, Device device);
+CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProvenance* prov = nullptr);
 
 }  // namespace kfuse::detail

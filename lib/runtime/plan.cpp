@@ -25,7 +25,8 @@ std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool co
     pk.lowered = lower_group(g);
     if (compile) {
       Device dev = g.outputs.empty() ? Device::cpu() : g.outputs[0]->device;
-      CompiledRef c = compile_kernel(pk.lowered.kernel, dev);
+      KernelProvenance prov = provenance_of(g, pk.lowered);
+      CompiledRef c = compile_kernel(pk.lowered.kernel, dev, &prov);
       pk.compiled = c.kernel;
       pk.backend = c.backend;
     }
