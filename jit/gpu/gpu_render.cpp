@@ -1,0 +1,924 @@
+// The C-like GPU renderer (see gpu_render.hpp for the strategy). Expressions are emitted in SSA
+// form: every non-leaf node of a phase's DAG becomes one typed temporary, so shared
+// subexpressions are computed once per point and masked loads never touch memory.
+#include "gpu_render.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "kfuse/error.hpp"
+
+namespace kfuse::detail::gpu {
+
+namespace {
+
+using ir::AccKind;
+using ir::ExprKind;
+using ir::ExprRef;
+
+// ---------------------------------------------------------------- dialect-independent text
+std::string fill(std::string t, const std::vector<std::pair<std::string, std::string>>& slots) {
+  for (const auto& [key, val] : slots) {
+    const std::string pat = "{{" + key + "}}";
+    for (size_t p = t.find(pat); p != std::string::npos; p = t.find(pat, p + val.size())) t.replace(p, pat.size(), val);
+  }
+  if (t.find("{{") != std::string::npos) throw InternalError("gpu renderer: unfilled template slot in:\n" + t);
+  return t;
+}
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::Bool:
+      return "kf_bool";
+    case DType::I32:
+      return "kf_i32";
+    case DType::I64:
+      return "kf_i64";
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
+  }
+  return "?";
+}
+const char* sfx(DType t) { return t == DType::I32 ? "i32" : t == DType::I64 ? "i64" : t == DType::F32 ? "f32" : "f64"; }
+
+// NaN-propagating maximum/minimum for floats (a helper); a select for integers and bools.
+std::string max_min(bool is_max, DType t, const std::string& a, const std::string& b) {
+  if (is_float(t)) return std::string(is_max ? "kf_max_" : "kf_min_") + sfx(t) + "(" + a + ", " + b + ")";
+  return "(" + b + (is_max ? " > " : " < ") + a + " ? " + b + " : " + a + ")";
+}
+// a <sym> b for floats; the wrapping helper kf_<fn>_<type> for integers.
+std::string wrap_arith(const char* fn, const char* sym, DType t, const std::string& a, const std::string& b) {
+  if (is_float(t)) return "(" + a + " " + sym + " " + b + ")";
+  return std::string("kf_") + fn + "_" + sfx(t) + "(" + a + ", " + b + ")";
+}
+
+struct Ctx {
+  const ir::Kernel& k;
+  const Dialect& d;
+  bool f64 = false;
+  int tmp = 0;
+
+  void note(DType t) { f64 |= t == DType::F64; }
+
+  std::string int_lit(int64_t x, DType t) const {
+    if (t == DType::I32) {
+      if (x == std::numeric_limits<int32_t>::min()) return "((kf_i32)(-2147483647 - 1))";
+      return "((kf_i32)" + std::to_string(x) + ")";
+    }
+    if (x == std::numeric_limits<int64_t>::min())
+      return std::string("((kf_i64)(-9223372036854775807") + d.i64_literal_suffix + " - 1))";
+    return "((kf_i64)" + std::to_string(x) + d.i64_literal_suffix + ")";
+  }
+
+  std::string lit(double v, DType t) {
+    note(t);
+    if (t == DType::Bool) return v != 0 ? "((kf_bool)1)" : "((kf_bool)0)";
+    if (!is_float(t)) return int_lit(static_cast<int64_t>(v), t);
+    const bool f = t == DType::F32;
+    if (std::isnan(v)) return f ? "KF_NAN_F" : "KF_NAN_D";
+    if (std::isinf(v)) return std::string(v < 0 ? "(-" : "(") + (f ? "KF_INF_F" : "KF_INF_D") + ")";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f ? "%.9g" : "%.17g", v);
+    std::string s = buf;
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    if (f) s += "f";
+    return "(" + s + ")";
+  }
+
+  bool heavy = false;  ///< an f64 math call was emitted (large inlined bodies)
+  std::string math(const char* fn, DType t) {
+    heavy |= t == DType::F64;
+    return std::string(fn) + (t == DType::F32 ? d.f32_math_suffix : "");
+  }
+
+  std::string cast(const std::string& x, DType from, DType to) {
+    note(to);
+    if (from == to) return x;
+    if (to == DType::Bool) return "((kf_bool)((" + x + ") != 0))";
+    if (is_float(from) && is_integer(to)) return std::string("kf_") + sfx(from) + "_to_" + sfx(to) + "(" + x + ")";
+    return std::string("((") + ctype(to) + ")(" + x + "))";
+  }
+};
+
+// ---------------------------------------------------------------- expressions
+class Emitter {
+ public:
+  Emitter(Ctx& c, std::ostringstream& os, std::string indent, Emitter* hoist = nullptr)
+      : c_(c), os_(os), ind_(std::move(indent)), hoist_(hoist) {}
+
+  std::string val(const ExprRef& e) {
+    auto it = names_.find(e.get());
+    if (it != names_.end()) return it->second;
+    // Inside a reduce loop, work that does not depend on the reduce index is done once before it.
+    if (hoist_ && !e->args.empty() && !reduce_dependent(e)) return hoist_->val(e);
+    c_.note(e->dtype);
+    std::string s;
+    switch (e->kind) {
+      case ExprKind::Const:
+        return c_.lit(e->value, e->dtype);
+      case ExprKind::Var:
+        return std::string(e->space == ir::Space::Outer ? "kf_o" : "kf_r") + std::to_string(e->index);
+      case ExprKind::Param:
+        return "kf_p.v[" + std::to_string(e->index) + "]";
+      case ExprKind::Acc:
+        return "kf_acc" + std::to_string(e->index);
+      case ExprKind::Load: {
+        std::string idx = val(e->args[0]);
+        s = "kf_b" + std::to_string(e->index) + "[" + idx + "]";
+        if (e->args.size() > 1) s = "(" + val(e->args[1]) + " ? " + s + " : " + c_.lit(0, e->dtype) + ")";
+        break;
+      }
+      case ExprKind::IDiv:
+        s = "kf_idiv(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
+        break;
+      case ExprKind::IMod:
+        s = "kf_imod(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
+        break;
+      case ExprKind::Op:
+        s = op(*e, e->dtype);
+        break;
+    }
+    std::string name = "t" + std::to_string(c_.tmp++);
+    os_ << ind_ << "const " << ctype(e->dtype) << " " << name << " = " << s << ";\n";
+    names_[e.get()] = name;
+    return name;
+  }
+
+  // Operand `i` of `e` converted to `t`.
+  std::string arg(const ir::Expr& e, size_t i, DType t) { return c_.cast(val(e.args[i]), e.args[i]->dtype, t); }
+
+ private:
+  static bool bool_native(Op o) {
+    switch (o) {
+      case Op::Maximum:
+      case Op::Minimum:
+      case Op::Eq:
+      case Op::Ne:
+      case Op::Lt:
+      case Op::Le:
+      case Op::Gt:
+      case Op::Ge:
+      case Op::And:
+      case Op::Or:
+      case Op::Not:
+      case Op::Where:
+      case Op::Cast:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  std::string op(const ir::Expr& e, DType t) {
+    const Op o = e.op;
+    if (t == DType::Bool && !bool_native(o)) return c_.cast(op(e, DType::I32), DType::I32, DType::Bool);
+    const bool F = is_float(t);
+    const std::string one = c_.lit(1, t), zero = c_.lit(0, t);
+    auto need_float = [&] {
+      if (!F) throw Unsupported(std::string("op ") + op_name(o) + " with non-float result " + dtype_name(t));
+    };
+    auto cmp = [&](const char* sym) {
+      DType ct = promote_types(e.args[0]->dtype, e.args[1]->dtype);
+      std::string s = "(";  // (built in steps: GCC 12 warns falsely on "lit" + temporary chains)
+      s += arg(e, 0, ct);
+      s += std::string(" ") + sym + " ";
+      s += arg(e, 1, ct);
+      return c_.cast(s + ")", DType::Bool, t);
+    };
+    auto truth = [&](size_t i) {
+      std::string s = "(";
+      s += val(e.args[i]);
+      return s + " != 0)";
+    };
+    if (o == Op::Cast) return c_.cast(val(e.args[0]), e.args[0]->dtype, t);
+    if (o == Op::Where) return "(" + truth(0) + " ? " + arg(e, 1, t) + " : " + arg(e, 2, t) + ")";
+    if (e.args.size() == 1) {
+      if (o == Op::Not) return c_.cast("(" + val(e.args[0]) + " == 0)", DType::Bool, t);
+      const std::string x = arg(e, 0, t);
+      auto m = [&](const char* fn) {
+        need_float();
+        return c_.math(fn, t) + "(" + x + ")";
+      };
+      switch (o) {
+        case Op::Neg:
+          return F ? "(-" + x + ")" : std::string("kf_sub_") + sfx(t) + "(" + zero + ", " + x + ")";
+        case Op::Abs:
+          return F ? m("fabs") : "(" + x + " < 0 ? kf_sub_" + sfx(t) + "(" + zero + ", " + x + ") : " + x + ")";
+        case Op::Exp:
+          return m("exp");
+        case Op::Exp2:
+          return m("exp2");
+        case Op::Log:
+          return m("log");
+        case Op::Log2:
+          return m("log2");
+        case Op::Log1p:
+          return m("log1p");
+        case Op::Expm1:
+          return m("expm1");
+        case Op::Sqrt:
+          return m("sqrt");
+        case Op::Rsqrt:
+          return m("rsqrt");
+        case Op::Recip:
+          need_float();
+          return "(" + one + " / " + x + ")";
+        case Op::Square:
+          return F ? "(" + x + " * " + x + ")" : std::string("kf_mul_") + sfx(t) + "(" + x + ", " + x + ")";
+        case Op::Sin:
+          return m("sin");
+        case Op::Cos:
+          return m("cos");
+        case Op::Tanh:
+          return m("tanh");
+        case Op::Erf:
+          return m("erf");
+        case Op::Sigmoid:
+          need_float();
+          return "(" + one + " / (" + one + " + " + c_.math("exp", t) + "(-" + x + ")))";
+        case Op::Silu:
+          need_float();
+          return "(" + x + " / (" + one + " + " + c_.math("exp", t) + "(-" + x + ")))";
+        case Op::GeluTanh:
+          // 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): no cancellation where tanh(u) is near -1
+          // (an implementation's tanh need not saturate to exactly -1).
+          need_float();
+          return "(" + x + " / (" + one + " + " + c_.math("exp", t) + "(" + c_.lit(-2 * 0.7978845608028654, t) +
+                 " * (" + x + " + " + c_.lit(0.044715, t) + " * " + x + " * " + x + " * " + x + "))))";
+        case Op::GeluErf:
+          need_float();
+          return "(" + c_.lit(0.5, t) + " * " + x + " * (" + one + " + " + c_.math("erf", t) + "(" + x + " * " +
+                 c_.lit(0.7071067811865476, t) + ")))";
+        case Op::Relu:
+          return F ? "(" + x + " > " + zero + " ? " + x + " : (isnan(" + x + ") ? " + x + " : " + zero + "))"
+                   : "(" + x + " > " + zero + " ? " + x + " : " + zero + ")";
+        case Op::Floor:
+          return F ? m("floor") : x;
+        case Op::Ceil:
+          return F ? m("ceil") : x;
+        case Op::Round:
+          return F ? m("rint") : x;  // round half to even
+        case Op::Sign:
+          return "(" + x + " > " + zero + " ? " + one + " : (" + x + " < " + zero + " ? " + c_.lit(-1, t) + " : " +
+                 (F ? x : zero) + "))";
+        default:
+          break;
+      }
+      throw Unsupported(std::string("unary op ") + op_name(o));
+    }
+    switch (o) {
+      case Op::Eq:
+        return cmp("==");
+      case Op::Ne:
+        return cmp("!=");
+      case Op::Lt:
+        return cmp("<");
+      case Op::Le:
+        return cmp("<=");
+      case Op::Gt:
+        return cmp(">");
+      case Op::Ge:
+        return cmp(">=");
+      case Op::And:
+        return c_.cast("(" + truth(0) + " && " + truth(1) + ")", DType::Bool, t);
+      case Op::Or:
+        return c_.cast("(" + truth(0) + " || " + truth(1) + ")", DType::Bool, t);
+      default:
+        break;
+    }
+    const std::string a = arg(e, 0, t), b = arg(e, 1, t);
+    switch (o) {
+      case Op::Add:
+        return wrap_arith("add", "+", t, a, b);
+      case Op::Sub:
+        return wrap_arith("sub", "-", t, a, b);
+      case Op::Mul:
+        return wrap_arith("mul", "*", t, a, b);
+      case Op::Div:
+        need_float();
+        return "(" + a + " / " + b + ")";
+      case Op::Pow:
+        need_float();
+        return c_.math("pow", t) + "(" + a + ", " + b + ")";
+      case Op::Maximum:
+      case Op::Minimum:
+        return max_min(o == Op::Maximum, t, a, b);
+      default:
+        break;
+    }
+    throw Unsupported(std::string("binary op ") + op_name(o));
+  }
+
+  bool reduce_dependent(const ExprRef& e) {
+    auto it = dep_.find(e.get());
+    if (it != dep_.end()) return it->second;
+    bool d = e->kind == ExprKind::Var && e->space == ir::Space::Reduce;
+    for (const auto& a : e->args) d = reduce_dependent(a) || d;
+    return dep_[e.get()] = d;
+  }
+
+  Ctx& c_;
+  std::ostringstream& os_;
+  std::string ind_;
+  Emitter* hoist_;
+  std::unordered_map<const ir::Expr*, std::string> names_;
+  std::unordered_map<const ir::Expr*, bool> dep_;
+};
+
+// ---------------------------------------------------------------- accumulators
+bool is_arg(AccKind k) { return k == AccKind::ArgMax || k == AccKind::ArgMin; }
+
+class Accs {
+ public:
+  Accs(Ctx& c) : c_(c) {}
+
+  // The type a lane keeps for accumulator j (the compared value's type for arg accumulators).
+  DType vtype(int j) const {
+    const auto& a = c_.k.accs[j];
+    return is_arg(a.kind) ? a.value->dtype : a.dtype;
+  }
+  std::string a(int j) const { return "kf_a" + std::to_string(j); }
+  std::string ai(int j) const { return "kf_ai" + std::to_string(j); }
+
+  std::string init(int j) {
+    const DType t = vtype(j);
+    switch (c_.k.accs[j].kind) {
+      case AccKind::Sum:
+        return c_.lit(0, t);
+      case AccKind::Prod:
+        return c_.lit(1, t);
+      case AccKind::Max:
+        return extreme(t, false);
+      case AccKind::Min:
+        return extreme(t, true);
+      default:
+        return c_.lit(0, t);
+    }
+  }
+  // Declares the lane state of accumulator j.
+  std::string declare(int j) {
+    std::string s = std::string(ctype(vtype(j))) + " " + a(j) + " = " + init(j) + ";";
+    if (is_arg(c_.k.accs[j].kind)) s += " kf_i64 " + ai(j) + " = -1;";
+    return s;
+  }
+  // Folds the element value x (index r) into the lane state (reference order within a lane).
+  std::string fold(int j, const std::string& x_raw, DType xt, const std::string& r) {
+    const auto& A = c_.k.accs[j];
+    const DType t = vtype(j);
+    const std::string x = c_.cast(x_raw, xt, t);
+    if (!is_arg(A.kind)) return a(j) + " = " + binop(A.kind, t, a(j), x) + ";";
+    const char* gt = A.kind == AccKind::ArgMax ? " > " : " < ";
+    std::string cond = is_float(t) ? "(!isnan(" + a(j) + ") && (isnan(" + x + ") || " + x + gt + a(j) + "))"
+                                   : "(" + x + gt + a(j) + ")";
+    return "if (" + ai(j) + " < 0 || " + cond + ") { " + a(j) + " = " + x + "; " + ai(j) + " = " + r + "; }";
+  }
+  // Combines partial (b, bi) into (av, aiv); commutative, and ties go to the lower index.
+  std::string combine(int j, const std::string& av, const std::string& aiv, const std::string& b,
+                      const std::string& bi) {
+    const auto& A = c_.k.accs[j];
+    const DType t = vtype(j);
+    if (!is_arg(A.kind)) return av + " = " + binop(A.kind, t, av, b) + ";";
+    const char* gt = A.kind == AccKind::ArgMax ? " > " : " < ";
+    std::string better = "(" + b + gt + av + " || (" + b + " == " + av + " && " + bi + " < " + aiv + "))";
+    if (is_float(t))
+      better = "(isnan(" + b + ") ? (!isnan(" + av + ") || " + bi + " < " + aiv + ") : (!isnan(" + av + ") && " +
+               better + "))";
+    return "if (" + bi + " >= 0 && (" + aiv + " < 0 || " + better + ")) { " + av + " = " + b + "; " + aiv + " = " + bi +
+           "; }";
+  }
+  // The final value of accumulator j from the lane state.
+  std::string result(int j) const {
+    const auto& A = c_.k.accs[j];
+    std::string v = is_arg(A.kind) ? ai(j) : a(j);
+    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + v + ";";
+  }
+  // The value of accumulator j over an empty reduce domain (reference: 0, prod 1, arg 0).
+  std::string empty_result(int j) {
+    const auto& A = c_.k.accs[j];
+    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " +
+           c_.lit(A.kind == AccKind::Prod ? 1 : 0, A.dtype) + ";";
+  }
+
+ private:
+  std::string extreme(DType t, bool high) {
+    switch (t) {
+      case DType::Bool:
+        return c_.lit(high ? 1 : 0, t);
+      case DType::I32:
+        return c_.int_lit(high ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int32_t>::min(), t);
+      case DType::I64:
+        return c_.int_lit(high ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min(), t);
+      default:
+        return c_.lit(high ? INFINITY : -INFINITY, t);
+    }
+  }
+  std::string binop(AccKind k, DType t, const std::string& x, const std::string& y) {
+    switch (k) {
+      case AccKind::Sum:
+        return t == DType::Bool ? "((kf_bool)(" + x + " | " + y + "))" : wrap_arith("add", "+", t, x, y);
+      case AccKind::Prod:
+        return t == DType::Bool ? "((kf_bool)(" + x + " & " + y + "))" : wrap_arith("mul", "*", t, x, y);
+      case AccKind::Max:
+      case AccKind::Min:
+        return max_min(k == AccKind::Max, t, x, y);
+      default:
+        break;
+    }
+    throw InternalError("gpu renderer: binop of an arg accumulator");
+  }
+  Ctx& c_;
+};
+
+// ---------------------------------------------------------------- strategy
+struct Plan {
+  std::string strategy;
+  Team team = Team::Thread;
+  int block = 256;
+  bool two_stage = false;
+  int64_t split = 1, chunk = 0;
+};
+
+int64_t pow2_ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+Plan choose(const ir::Kernel& k, const Dialect& d) {
+  Plan p;
+  p.block = d.block_size;
+  bool has_reduce = false;
+  for (const auto& ph : k.phases) has_reduce |= ph.over_reduce;
+  const int64_t R = k.reduce_numel();
+  if (!has_reduce || R == 0) {
+    p.strategy = has_reduce ? "serial" : "pointwise";
+    return p;
+  }
+  // Two-stage form: one folding phase first (no element stores), every later phase once.
+  bool eligible = k.phases[0].over_reduce && k.phases[0].stores.empty() && !k.phases[0].accs.empty();
+  for (size_t i = 1; i < k.phases.size(); ++i) eligible &= !k.phases[i].over_reduce;
+  if (k.kind == "column") {
+    // A thread per kept element: neighbouring threads read neighbouring addresses.
+    if (eligible && R > 256) {
+      p.two_stage = true;
+      p.split = std::min<int64_t>(256, (R + 63) / 64);
+    }
+    p.strategy = p.two_stage ? "two-stage-thread" : "serial";
+  } else if (k.kind == "global") {
+    p.team = Team::Block;
+    if (eligible && R > 4096) {
+      p.two_stage = true;
+      p.split = std::min<int64_t>(1024, (R + 4095) / 4096);
+    }
+    p.strategy = p.two_stage ? "two-stage-block" : "row-block";
+  } else if (d.warp_shuffle && R <= 1024) {
+    p.team = Team::Warp;
+    p.strategy = "row-warp";
+  } else {
+    p.team = Team::Block;
+    p.block = static_cast<int>(std::min<int64_t>(d.block_size, pow2_ceil(R)));
+    if (d.warp_shuffle) p.block = std::max(p.block, d.warp_size);
+    p.strategy = "row-block";
+  }
+  if (p.two_stage) {
+    p.chunk = (R + p.split - 1) / p.split;
+    p.split = (R + p.chunk - 1) / p.chunk;
+  }
+  return p;
+}
+
+int team_size(Team t, const Plan& p, const Dialect& d) {
+  return t == Team::Thread ? 1 : t == Team::Warp ? d.warp_size : p.block;
+}
+
+// ---------------------------------------------------------------- kernel bodies
+class KernelWriter {
+ public:
+  KernelWriter(Ctx& c, const Plan& p) : c_(c), p_(p), accs_(c) { T_ = team_size(p.team, p, c.d); }
+
+  // stage: 0 single, 1 partials, 2 combine.
+  std::string entry(int stage, const std::string& name) {
+    body_.str("");
+    shared_slots_ = 0;
+    const std::string I = "    ";
+    std::string outer_var = stage == 1 ? "(kf_u / " + std::to_string(p_.split) + ")" : "kf_u";
+    decompose_outer(outer_var, I);
+    if (stage == 1) body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
+    size_t first = 0;
+    if (stage == 1) {
+      phase_reduce(0, I, true);
+      write_partials(I);
+      first = k().phases.size();  // stage 1 ends with the partials
+    } else if (stage == 2) {
+      combine_partials(I);
+      first = 1;
+    }
+    for (size_t i = first; i < k().phases.size(); ++i) {
+      if (k().phases[i].over_reduce)
+        phase_reduce(static_cast<int>(i), I, false);
+      else
+        phase_once(static_cast<int>(i), I);
+    }
+    return fill_kernel(stage, name);
+  }
+
+ private:
+  const ir::Kernel& k() const { return c_.k; }
+  const Dialect& d() const { return c_.d; }
+
+  void decompose_outer(const std::string& o, const std::string& I) {
+    const size_t n = k().outer.size();
+    if (n == 0) return;
+    body_ << I << "kf_i64 kf_rem = " << o << ";\n";
+    for (size_t i = n; i-- > 1;)
+      body_ << I << "const kf_i64 kf_o" << i << " = kf_rem % kf_e" << i << "; kf_rem /= kf_e" << i << ";\n";
+    body_ << I << "const kf_i64 kf_o0 = kf_rem;\n";
+  }
+
+  void decompose_reduce(const std::string& I) {
+    const auto& red = k().reduce;
+    body_ << I << "kf_i64 kf_rr = kf_r;\n";
+    for (size_t i = red.size(); i-- > 1;)
+      body_ << I << "const kf_i64 kf_r" << i << " = kf_rr % " << red[i] << "; kf_rr /= " << red[i] << ";\n";
+    body_ << I << "const kf_i64 kf_r0 = kf_rr;\n";
+  }
+
+  void phase_once(int p, const std::string& I) {
+    const ir::Phase& ph = k().phases[p];
+    if (ph.stores.empty()) return;
+    body_ << I << "if (kf_lane == 0) {  // phase " << p << " (once)\n";
+    Emitter em(c_, body_, I + "  ");
+    stores(em, ph, I + "  ", body_);
+    body_ << I << "}\n";
+  }
+
+  void stores(Emitter& em, const ir::Phase& ph, const std::string& I, std::ostringstream& os) {
+    for (const auto& s : ph.stores) {
+      std::string idx = em.val(s.index);
+      std::string v = em.val(s.value);
+      os << I << "kf_b" << s.buffer << "[" << idx << "] = " << v << ";\n";
+    }
+  }
+
+  // An over-reduce phase: a strided loop of the team's lanes, then the team reduction.
+  void phase_reduce(int p, const std::string& I, bool chunked) {
+    const ir::Phase& ph = k().phases[p];
+    const int64_t R = k().reduce_numel();
+    if (R == 0) {
+      for (int j : ph.accs) body_ << I << accs_.empty_result(j) << "\n";
+      return;
+    }
+    body_ << I << "// phase " << p << " over reduce (" << R << " points)\n";
+    for (int j : ph.accs) body_ << I << accs_.declare(j) << "\n";
+    std::string first = "kf_lane", end = std::to_string(R);
+    if (chunked) {
+      body_ << I << "const kf_i64 kf_rend = kf_s * " << p_.chunk << " + " << p_.chunk << " < " << R << " ? kf_s * "
+            << p_.chunk << " + " << p_.chunk << " : " << R << ";\n";
+      first = "kf_s * " + std::to_string(p_.chunk) + " + kf_lane";
+      end = "kf_rend";
+    }
+    const std::string J = I + "  ";
+    std::ostringstream loop;
+    Emitter pre(c_, body_, I);
+    Emitter em(c_, loop, J, &pre);
+    c_.heavy = false;
+    for (int j : ph.accs) {
+      const auto& A = k().accs[j];
+      std::string x = em.val(A.value);
+      loop << J << accs_.fold(j, x, A.value->dtype, "kf_r") << "\n";
+    }
+    stores(em, ph, J, loop);
+    // Unrolled f64 exp/log bodies make ptxas spill; keep such loops rolled.
+    if (c_.heavy) body_ << I << "KF_NO_UNROLL\n";
+    body_ << I << "for (kf_i64 kf_r = " << first << "; kf_r < " << end << "; kf_r += " << T_ << ") {\n";
+    decompose_reduce(J);
+    body_ << loop.str() << I << "}\n";
+    team_reduce(ph.accs, I);
+    if (!chunked)
+      for (int j : ph.accs) body_ << I << accs_.result(j) << "\n";
+  }
+
+  void team_reduce(const std::vector<int>& js, const std::string& I) {
+    if (js.empty() || p_.team == Team::Thread) return;
+    if (p_.team == Team::Warp) {
+      for (int j : js) {
+        const DType t = accs_.vtype(j);
+        const char* tt = ctype(t);
+        std::string sh = t == DType::Bool ? "(int)" + accs_.a(j) : accs_.a(j);
+        body_ << I << "for (int kf_m = " << d().warp_size / 2 << "; kf_m > 0; kf_m >>= 1) {\n";
+        body_ << I << "  const " << tt << " kf_b = (" << tt << ")KF_SHFL_XOR(" << sh << ", kf_m);\n";
+        std::string bi = "-1";
+        if (is_arg(k().accs[j].kind)) {
+          body_ << I << "  const kf_i64 kf_bi = KF_SHFL_XOR(" << accs_.ai(j) << ", kf_m);\n";
+          bi = "kf_bi";
+        }
+        body_ << I << "  " << accs_.combine(j, accs_.a(j), accs_.ai(j), "kf_b", bi) << "\n";
+        body_ << I << "}\n";
+      }
+      return;
+    }
+    // Block: one fixed tree over shared/local memory for every accumulator of the phase.
+    const int B = p_.block;
+    int slots = 0;
+    std::vector<std::pair<std::string, std::string>> ptr;  // (value array, index array)
+    for (int j : js) {
+      std::string lq = d().local_qual;
+      std::string v =
+          std::string("((") + lq + ctype(accs_.vtype(j)) + "*)(kf_smem + " + std::to_string(slots * B) + "))";
+      std::string ix = "0";
+      ++slots;
+      if (is_arg(k().accs[j].kind)) {
+        ix = std::string("((") + lq + "kf_i64*)(kf_smem + " + std::to_string(slots * B) + "))";
+        ++slots;
+      }
+      ptr.emplace_back(v, ix);
+    }
+    shared_slots_ = std::max(shared_slots_, slots);
+    max_shared_slots_ = std::max(max_shared_slots_, slots);
+    for (size_t n = 0; n < js.size(); ++n) {
+      body_ << I << ptr[n].first << "[kf_lane] = " << accs_.a(js[n]) << ";";
+      if (ptr[n].second != "0") body_ << " " << ptr[n].second << "[kf_lane] = " << accs_.ai(js[n]) << ";";
+      body_ << "\n";
+    }
+    body_ << I << "KF_BARRIER();\n";
+    body_ << I << "for (int kf_h = " << B / 2 << "; kf_h > 0; kf_h >>= 1) {\n";
+    body_ << I << "  if (kf_lane < kf_h) {\n";
+    for (size_t n = 0; n < js.size(); ++n) {
+      const int j = js[n];
+      const char* tt = ctype(accs_.vtype(j));
+      const bool ar = ptr[n].second != "0";
+      const auto& [v, ix] = ptr[n];
+      body_ << I << "    { " << tt << " kf_x = " << v << "[kf_lane]; const " << tt << " kf_y = " << v
+            << "[kf_lane + kf_h];";
+      if (ar) body_ << " kf_i64 kf_xi = " << ix << "[kf_lane]; const kf_i64 kf_yi = " << ix << "[kf_lane + kf_h];";
+      body_ << "\n" << I << "      " << accs_.combine(j, "kf_x", "kf_xi", "kf_y", "kf_yi") << "\n";
+      body_ << I << "      " << v << "[kf_lane] = kf_x;";
+      if (ar) body_ << " " << ix << "[kf_lane] = kf_xi;";
+      body_ << " }\n";
+    }
+    body_ << I << "  }\n" << I << "  KF_BARRIER();\n" << I << "}\n";
+    for (size_t n = 0; n < js.size(); ++n) {
+      body_ << I << accs_.a(js[n]) << " = " << ptr[n].first << "[0];";
+      if (ptr[n].second != "0") body_ << " " << accs_.ai(js[n]) << " = " << ptr[n].second << "[0];";
+      body_ << "\n";
+    }
+    body_ << I << "KF_BARRIER();\n";
+  }
+
+  // Scratch layout: accumulator j of phase 0 owns 8-byte slot columns [slot, slot + 1 (+1 for
+  // the index of arg accumulators)), each (stage-1 units) long.
+  std::vector<std::pair<std::string, std::string>> scratch_ptrs(const std::string& nunits) {
+    std::vector<std::pair<std::string, std::string>> out;
+    int s = 0;
+    const std::string gq = d().global_qual;
+    for (int j : k().phases[0].accs) {
+      std::string v =
+          "((" + gq + ctype(accs_.vtype(j)) + "*)(kf_scratch + " + std::to_string(s) + " * " + nunits + "))";
+      ++s;
+      std::string ix;
+      if (is_arg(k().accs[j].kind)) {
+        ix = "((" + gq + "kf_i64*)(kf_scratch + " + std::to_string(s) + " * " + nunits + "))";
+        ++s;
+      }
+      out.emplace_back(v, ix);
+    }
+    scratch_slots_ = s;
+    return out;
+  }
+
+  void write_partials(const std::string& I) {
+    auto ptrs = scratch_ptrs("kf_units");
+    body_ << I << "if (kf_lane == 0) {\n";
+    const auto& js = k().phases[0].accs;
+    for (size_t n = 0; n < js.size(); ++n) {
+      body_ << I << "  " << ptrs[n].first << "[kf_u] = " << accs_.a(js[n]) << ";";
+      if (!ptrs[n].second.empty()) body_ << " " << ptrs[n].second << "[kf_u] = " << accs_.ai(js[n]) << ";";
+      body_ << "\n";
+    }
+    body_ << I << "}\n";
+  }
+
+  void combine_partials(const std::string& I) {
+    const auto& js = k().phases[0].accs;
+    auto ptrs = scratch_ptrs("(kf_units * " + std::to_string(p_.split) + ")");
+    body_ << I << "// combine the " << p_.split << " partials of this outer point in fixed order\n";
+    for (int j : js) body_ << I << accs_.declare(j) << "\n";
+    body_ << I << "for (kf_i64 kf_s = kf_lane; kf_s < " << p_.split << "; kf_s += " << T_ << ") {\n";
+    body_ << I << "  const kf_i64 kf_q = kf_u * " << p_.split << " + kf_s;\n";
+    for (size_t n = 0; n < js.size(); ++n) {
+      const int j = js[n];
+      const char* tt = ctype(accs_.vtype(j));
+      body_ << I << "  { const " << tt << " kf_b = " << ptrs[n].first << "[kf_q];";
+      std::string bi = "-1";
+      if (!ptrs[n].second.empty()) {
+        body_ << " const kf_i64 kf_bi = " << ptrs[n].second << "[kf_q];";
+        bi = "kf_bi";
+      }
+      body_ << " " << accs_.combine(j, accs_.a(j), accs_.ai(j), "kf_b", bi) << " }\n";
+    }
+    body_ << I << "}\n";
+    team_reduce(js, I);
+    for (int j : js) body_ << I << accs_.result(j) << "\n";
+  }
+
+  std::string fill_kernel(int stage, const std::string& name) {
+    std::string args;
+    for (size_t i = 0; i < k().buffers.size(); ++i) {
+      const auto& b = k().buffers[i];
+      c_.note(b.dtype);
+      args += std::string(i ? ", " : "") + d().global_qual + (b.output ? "" : "const ") + ctype(b.dtype) + "* kf_b" +
+              std::to_string(i);
+    }
+    args += std::string(args.empty() ? "" : ", ") + "const kf_params kf_p";
+    if (stage != 0) args += std::string(", ") + d().global_qual + "kf_i64* kf_scratch";
+
+    std::ostringstream ext;
+    Emitter em(c_, ext, "  ");
+    std::string units;
+    for (size_t i = 0; i < k().outer.size(); ++i) {
+      std::string e = em.val(k().outer[i]);
+      ext << "  const kf_i64 kf_e" << i << " = " << e << ";\n";
+      units += (i ? " * " : "") + std::string("kf_e") + std::to_string(i);
+    }
+    if (units.empty()) units = "1";
+    if (stage == 1) units = "(" + units + ") * " + std::to_string(p_.split);
+
+    const std::string W = std::to_string(d().warp_size);
+    std::string lane, first, step;
+    switch (p_.team) {
+      case Team::Thread:
+        lane = "0";
+        first = "KF_GROUP * KF_LSIZE + KF_LID";
+        step = "KF_NUM_GROUPS * KF_LSIZE";
+        break;
+      case Team::Warp:
+        lane = "KF_LID % " + W;
+        first = "(KF_GROUP * KF_LSIZE + KF_LID) / " + W;
+        step = "KF_NUM_GROUPS * (KF_LSIZE / " + W + ")";
+        break;
+      case Team::Block:
+        lane = "KF_LID";
+        first = "KF_GROUP";
+        step = "KF_NUM_GROUPS";
+        break;
+    }
+    std::string shared;
+    if (shared_slots_ > 0) shared = "  KF_SHARED kf_i64 kf_smem[" + std::to_string(shared_slots_ * p_.block) + "];\n";
+    std::string doc = stage == 1   ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
+                      : stage == 2 ? "unit = outer point, combines " + std::to_string(p_.split) + " partials"
+                                   : "unit = outer point";
+    return fill(template_text("gpu/kernel.tmpl"),
+                {{"ENTRY", name},
+                 {"STRATEGY", p_.strategy + (stage ? " stage " + std::to_string(stage) : "")},
+                 {"TEAM", team_name(p_.team)},
+                 {"TEAM_SIZE", std::to_string(T_)},
+                 {"UNITS_DOC", doc},
+                 {"ARGS", args},
+                 {"SHARED", shared},
+                 {"LANE", lane},
+                 {"EXTENTS", ext.str()},
+                 {"UNITS", units},
+                 {"UNIT_FIRST", first},
+                 {"UNIT_STEP", step},
+                 {"BODY", body_.str()}});
+  }
+
+  Ctx& c_;
+  const Plan& p_;
+  Accs accs_;
+  int T_ = 1;
+  std::ostringstream body_;
+  int shared_slots_ = 0;
+
+ public:
+  int max_shared_slots_ = 0;
+  int scratch_slots_ = 0;
+};
+
+std::string sanitize(const std::string& s) {
+  std::string o;
+  for (char ch : s) o += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') ? ch : '_';
+  if (o.empty() || std::isdigit(static_cast<unsigned char>(o[0]))) o = "k_" + o;
+  return o;
+}
+
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
+  switch (e->kind) {
+    case ExprKind::Const:
+      return static_cast<int64_t>(e->value);
+    case ExprKind::Param:
+      return params.at(e->index);
+    case ExprKind::IDiv:
+      return eval_index(e->args[0], params) / eval_index(e->args[1], params);
+    case ExprKind::IMod:
+      return eval_index(e->args[0], params) % eval_index(e->args[1], params);
+    case ExprKind::Op: {
+      int64_t a = eval_index(e->args.at(0), params), b = eval_index(e->args.at(1), params);
+      if (e->op == Op::Add) return a + b;
+      if (e->op == Op::Sub) return a - b;
+      if (e->op == Op::Mul) return a * b;
+      break;
+    }
+    default:
+      break;
+  }
+  throw InternalError("gpu backend: an outer extent is not integer arithmetic of params and constants");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- dialect tables
+const Dialect& cuda_dialect() {
+  static const Dialect d{"cuda",
+                         "cuda/prelude.cu.tmpl",
+                         "unsigned char",
+                         "int",
+                         "long long",
+                         "unsigned int",
+                         "unsigned long long",
+                         "LL",
+                         "f",
+                         "",
+                         "",
+                         true,
+                         32,
+                         256,
+                         int64_t{1} << 20};
+  return d;
+}
+const Dialect& opencl_dialect() {
+  static const Dialect d{"opencl",   "opencl/prelude.cl.tmpl",
+                         "uchar",    "int",
+                         "long",     "uint",
+                         "ulong",    "L",
+                         "",         "__global ",
+                         "__local ", false,
+                         1,          256,
+                         4096};
+  return d;
+}
+
+const char* team_name(Team t) { return t == Team::Thread ? "thread" : t == Team::Warp ? "warp" : "block"; }
+
+Rendered render(const ir::Kernel& k, const Dialect& d) {
+  ir::verify_kernel(k);
+  Ctx c{k, d};
+  Plan p = choose(k, d);
+  KernelWriter w(c, p);
+  Rendered r;
+  r.strategy = p.strategy;
+  r.split = p.split;
+  r.num_params = static_cast<int>(k.params.size());
+  const std::string base = sanitize(k.name.empty() ? "kfuse_kernel" : k.name);
+  std::string kernels;
+  if (!p.two_stage) {
+    kernels = w.entry(0, base);
+    r.stages.push_back({base, p.team, p.block, 1, false});
+  } else {
+    kernels = w.entry(1, base + "_partials");
+    kernels += w.entry(2, base + "_combine");
+    r.stages.push_back({base + "_partials", p.team, p.block, p.split, true});
+    r.stages.push_back({base + "_combine", p.team, p.block, 1, true});
+    r.scratch_slots = w.scratch_slots_;
+  }
+  r.uses_f64 = c.f64;
+  std::ostringstream td;
+  td << "typedef " << d.t_bool << " kf_bool;\ntypedef " << d.t_i32 << " kf_i32;\ntypedef " << d.t_i64
+     << " kf_i64;\ntypedef " << d.t_u32 << " kf_u32;\ntypedef " << d.t_u64 << " kf_u64;\n"
+     << "typedef struct { kf_i64 v[" << std::max(1, r.num_params) << "]; } kf_params;\n";
+  r.source = fill(template_text(d.prelude_template),
+                  {{"NAME", base}, {"BLOCK", std::to_string(p.block)}, {"TYPEDEFS", td.str()}}) +
+             fill(template_text("gpu/helpers.tmpl"), {{"I64", d.i64_literal_suffix}}) + kernels;
+  if (r.uses_f64) r.source = "#define KF_USES_FP64 1\n" + r.source;
+  return r;
+}
+
+bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined) {
+  try {
+    out = render(k, d);
+    return true;
+  } catch (const Unsupported& e) {
+    declined = std::string(d.name) + ": " + e.what();
+    return false;
+  }
+}
+
+int64_t outer_points(const ir::Kernel& k, const std::vector<int64_t>& params) {
+  int64_t n = 1;
+  for (const auto& e : k.outer) n *= eval_index(e, params);
+  return n;
+}
+
+int64_t groups_for(const Stage& s, const Dialect& d, int64_t units) {
+  if (units <= 0) return 0;
+  const int64_t per = s.team == Team::Thread ? s.block : s.team == Team::Warp ? s.block / d.warp_size : 1;
+  return std::min<int64_t>((units + per - 1) / per, d.max_groups);
+}
+
+}  // namespace kfuse::detail::gpu

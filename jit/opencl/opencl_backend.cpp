@@ -1,0 +1,277 @@
+// The OpenCL backend: kernel IR -> OpenCL C 1.2 (jit/gpu renderer) -> clBuildProgram -> launches
+// on the device's in-order queue. Device memory and copies: opencl_runtime.hpp.
+#include <CL/cl.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include "../gpu/gpu_render.hpp"
+#include "backend/factories.hpp"
+#include "kfuse/error.hpp"
+#include "kfuse/options.hpp"
+#include "opencl_runtime.hpp"
+
+namespace kfuse::detail {
+
+namespace {
+
+std::atomic<uint64_t> g_launches{0};
+
+void check(cl_int rc, const char* what) {
+  if (rc != CL_SUCCESS)
+    throw BackendError(std::string("OpenCL: ") + what + " failed (error " + std::to_string(rc) + ")");
+}
+
+// clGetPlatformInfo / clGetDeviceInfo string queries.
+template <typename Obj, typename Info, typename Fn>
+std::string info_str(Fn fn, Obj obj, Info what) {
+  size_t n = 0;
+  fn(obj, what, 0, nullptr, &n);
+  std::string s(n, '\0');
+  fn(obj, what, n, s.data(), nullptr);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// One OpenCL device with its context and in-order queue, created on first use.
+struct ClDevice {
+  cl_device_id device = nullptr;
+  cl_context ctx = nullptr;
+  cl_command_queue queue = nullptr;
+  std::string desc;   // platform / device / driver
+  std::string error;  // why unusable (empty when usable)
+  bool fp64 = false;
+  size_t max_wg = 0;
+};
+
+ClDevice make_device(int index) {
+  ClDevice d;
+  cl_uint np = 0;
+  if (clGetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) {
+    d.error = "no OpenCL platform (is an ICD such as pocl-opencl-icd installed?)";
+    return d;
+  }
+  std::vector<cl_platform_id> plats(np);
+  clGetPlatformIDs(np, plats.data(), nullptr);
+  int seen = 0;
+  for (cl_platform_id p : plats) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS) continue;
+    std::vector<cl_device_id> devs(nd);
+    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, devs.data(), nullptr);
+    for (cl_device_id dev : devs) {
+      if (seen++ != index) continue;
+      cl_int rc = CL_SUCCESS;
+      d.device = dev;
+      d.ctx = clCreateContext(nullptr, 1, &dev, nullptr, nullptr, &rc);
+      if (rc != CL_SUCCESS) {
+        d.error = "clCreateContext failed (error " + std::to_string(rc) + ")";
+        return d;
+      }
+      d.queue = clCreateCommandQueue(d.ctx, dev, 0, &rc);
+      if (rc != CL_SUCCESS) {
+        d.error = "clCreateCommandQueue failed (error " + std::to_string(rc) + ")";
+        return d;
+      }
+      cl_uint fp = 0;
+      cl_device_fp_config cfg = 0;
+      clGetDeviceInfo(dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof cfg, &cfg, nullptr);
+      clGetDeviceInfo(dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE, sizeof fp, &fp, nullptr);
+      d.fp64 = cfg != 0 && fp != 0;
+      clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d.max_wg, &d.max_wg, nullptr);
+      d.desc = info_str(clGetPlatformInfo, p, CL_PLATFORM_VERSION) + " / " +
+               info_str(clGetDeviceInfo, dev, CL_DEVICE_NAME) + " / " +
+               info_str(clGetDeviceInfo, dev, CL_DRIVER_VERSION);
+      return d;
+    }
+  }
+  d.error = "no OpenCL device with index " + std::to_string(index) + " (" + std::to_string(seen) + " found)";
+  return d;
+}
+
+ClDevice& device(int index) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<ClDevice>> devs;
+  std::lock_guard<std::mutex> lk(mu);
+  if (index < 0) throw BackendUnavailable("OpenCL: negative device index");
+  if (devs.size() <= static_cast<size_t>(index)) devs.resize(index + 1);
+  if (!devs[index]) devs[index] = std::make_unique<ClDevice>(make_device(index));
+  return *devs[index];
+}
+
+ClDevice& usable(int index) {
+  ClDevice& d = device(index);
+  if (!d.error.empty()) throw BackendUnavailable("OpenCL device " + std::to_string(index) + ": " + d.error);
+  return d;
+}
+
+cl_mem mem_of(const Storage& s) {
+  if (s.device.kind() != Device::Kind::OpenCL) throw InternalError("OpenCL: storage is not on an OpenCL device");
+  return static_cast<cl_mem>(s.data);
+}
+
+// ---------------------------------------------------------------- compiled kernels
+class OpenCLKernel final : public CompiledKernel {
+ public:
+  OpenCLKernel(const ir::Kernel& k, gpu::Rendered r, ClDevice& dev, cl_program prog)
+      : k_(k), r_(std::move(r)), dev_(dev), prog_(prog) {
+    for (const auto& s : r_.stages) {
+      cl_int rc = CL_SUCCESS;
+      cl_kernel kn = clCreateKernel(prog_, s.entry.c_str(), &rc);
+      check(rc, "clCreateKernel");
+      kernels_.push_back(kn);
+    }
+  }
+  ~OpenCLKernel() override {
+    for (cl_kernel kn : kernels_) clReleaseKernel(kn);
+    clReleaseProgram(prog_);
+  }
+
+  void run(const ir::LaunchArgs& args) const override {
+    if (args.buffers.size() != k_.buffers.size() || args.params.size() != k_.params.size())
+      throw InternalError("OpenCL: launch of " + k_.name + " with the wrong number of buffers or params");
+    std::vector<int64_t> params(args.params);
+    params.resize(std::max<size_t>(1, params.size()), 0);
+    const int64_t outer = gpu::outer_points(k_, args.params);
+    if (outer <= 0) return;
+    cl_mem scratch = nullptr;
+    if (r_.scratch_slots > 0) {
+      cl_int rc = CL_SUCCESS;
+      size_t bytes = static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8;
+      scratch = clCreateBuffer(dev_.ctx, CL_MEM_READ_WRITE, bytes, nullptr, &rc);
+      check(rc, "clCreateBuffer (partials)");
+    }
+    std::lock_guard<std::mutex> lk(mu_);  // clSetKernelArg is not thread-safe per kernel object
+    try {
+      for (size_t s = 0; s < r_.stages.size(); ++s) {
+        const gpu::Stage& st = r_.stages[s];
+        cl_kernel kn = kernels_[s];
+        cl_uint a = 0;
+        for (void* b : args.buffers) {
+          cl_mem m = static_cast<cl_mem>(b);
+          check(clSetKernelArg(kn, a++, sizeof(cl_mem), &m), "clSetKernelArg (buffer)");
+        }
+        check(clSetKernelArg(kn, a++, params.size() * sizeof(int64_t), params.data()), "clSetKernelArg (params)");
+        if (st.uses_scratch) check(clSetKernelArg(kn, a++, sizeof(cl_mem), &scratch), "clSetKernelArg (partials)");
+        const int64_t groups = gpu::groups_for(st, gpu::opencl_dialect(), outer * st.units_per_outer);
+        size_t local = static_cast<size_t>(st.block), global = static_cast<size_t>(groups) * local;
+        check(clEnqueueNDRangeKernel(dev_.queue, kn, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+              "clEnqueueNDRangeKernel");
+        g_launches.fetch_add(1, std::memory_order_relaxed);
+      }
+    } catch (...) {
+      if (scratch) clReleaseMemObject(scratch);
+      throw;
+    }
+    if (scratch) clReleaseMemObject(scratch);  // freed by the runtime once the launches complete
+  }
+
+ private:
+  ir::Kernel k_;
+  gpu::Rendered r_;
+  ClDevice& dev_;
+  cl_program prog_;
+  std::vector<cl_kernel> kernels_;
+  mutable std::mutex mu_;
+};
+
+class OpenCLBackend final : public Backend {
+ public:
+  explicit OpenCLBackend(int index) : index_(index), dev_(usable(index)) {}
+  std::string name() const override { return "opencl"; }
+  std::string target() const override { return "opencl " + dev_.desc; }
+  Device device() const override { return Device::opencl(index_); }
+
+  CompileResult compile(const ir::Kernel& k) override {
+    auto t0 = std::chrono::steady_clock::now();
+    gpu::Rendered r;
+    std::string why;
+    if (!gpu::try_render(k, gpu::opencl_dialect(), r, why)) return {nullptr, why};
+    if (r.uses_f64 && !dev_.fp64) return {nullptr, "opencl: the device has no fp64 (cl_khr_fp64)"};
+    for (const auto& s : r.stages)
+      if (static_cast<size_t>(s.block) > dev_.max_wg)
+        return {nullptr, "opencl: work-group size " + std::to_string(s.block) + " exceeds the device's maximum"};
+    const char* src = r.source.c_str();
+    size_t len = r.source.size();
+    cl_int rc = CL_SUCCESS;
+    cl_program prog = clCreateProgramWithSource(dev_.ctx, 1, &src, &len, &rc);
+    check(rc, "clCreateProgramWithSource");
+    rc = clBuildProgram(prog, 1, &dev_.device, "-cl-std=CL1.2", nullptr, nullptr);
+    if (rc != CL_SUCCESS) {
+      size_t n = 0;
+      clGetProgramBuildInfo(prog, dev_.device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+      std::string blog(n, '\0');
+      clGetProgramBuildInfo(prog, dev_.device, CL_PROGRAM_BUILD_LOG, n, blog.data(), nullptr);
+      clReleaseProgram(prog);
+      throw BackendError("OpenCL: clBuildProgram failed for " + k.name + " (error " + std::to_string(rc) + ")",
+                         blog + "\n---- source ----\n" + r.source);
+    }
+    auto ck = std::make_shared<OpenCLKernel>(k, r, dev_, prog);
+    ck->backend = name();
+    ck->target = target();
+    ck->source = r.source;
+    ck->source_kind = "opencl";
+    ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (options().logging("codegen"))
+      log("codegen", "opencl: " + k.name + " strategy " + r.strategy + ", " + std::to_string(r.stages.size()) +
+                         " launch(es), built in " + std::to_string(ck->compile_ms) + " ms");
+    return {ck, {}};
+  }
+
+ private:
+  int index_;
+  ClDevice& dev_;
+};
+
+}  // namespace
+
+bool opencl_available(int index) { return device(index).error.empty(); }
+
+std::string opencl_describe(int index) {
+  ClDevice& d = device(index);
+  return d.error.empty() ? d.desc : d.error;
+}
+
+std::shared_ptr<Storage> opencl_alloc(DType dtype, int64_t numel, int index) {
+  ClDevice& d = usable(index);
+  auto s = std::make_shared<Storage>();
+  s->dtype = dtype;
+  s->numel = numel;
+  s->device = Device::opencl(index);
+  cl_int rc = CL_SUCCESS;
+  cl_mem m = clCreateBuffer(d.ctx, CL_MEM_READ_WRITE, std::max<size_t>(1, s->bytes()), nullptr, &rc);
+  check(rc, "clCreateBuffer");
+  s->data = m;
+  s->owner = std::shared_ptr<void>(m, [](void* p) { clReleaseMemObject(static_cast<cl_mem>(p)); });
+  return s;
+}
+
+void opencl_copy_to_device(const Storage& dst, const void* src) {
+  if (dst.bytes() == 0) return;
+  ClDevice& d = usable(dst.device.index());
+  check(clEnqueueWriteBuffer(d.queue, mem_of(dst), CL_TRUE, 0, dst.bytes(), src, 0, nullptr, nullptr),
+        "clEnqueueWriteBuffer");
+}
+
+void opencl_copy_to_host(const Storage& src, void* dst) {
+  if (src.bytes() == 0) return;
+  ClDevice& d = usable(src.device.index());
+  check(clEnqueueReadBuffer(d.queue, mem_of(src), CL_TRUE, 0, src.bytes(), dst, 0, nullptr, nullptr),
+        "clEnqueueReadBuffer");
+}
+
+void opencl_finish(int index) { check(clFinish(usable(index).queue), "clFinish"); }
+
+uint64_t opencl_launch_count() { return g_launches.load(std::memory_order_relaxed); }
+
+std::shared_ptr<Backend> make_opencl_backend() {
+  if (!opencl_available(0)) {
+    log("backend", "opencl: unavailable: " + opencl_describe(0));
+    return nullptr;
+  }
+  return std::make_shared<OpenCLBackend>(0);
+}
+
+}  // namespace kfuse::detail
