@@ -1,0 +1,73 @@
+// Golden kernel IR of the two kernels every backend must handle best: log_softmax and layer_norm
+// rows. A change here changes every cache key: update the text only for an intended IR change.
+#include "runtime/plan.hpp"
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+std::string kernel_text(const Tensor& y) {
+  auto plan = detail::make_plan({y.node()}, /*compile=*/false);
+  EXPECT_EQ(plan->kernels.size(), 1u);
+  return ir::print_kernel(plan->kernels.at(0).lowered.kernel);
+}
+
+TEST(KernelIrGolden, LogSoftmaxRow) {
+  Tensor x = make_tensor(random_values(40, 1), {4, 10});
+  EXPECT_EQ(kernel_text(log_softmax(x, -1)), std::string(R"IR(kernel k_log_softmax_f32 (row)
+  buffers: in0:f32 out0:f32
+  params: $0=outer0
+  outer: [$0]  reduce: [10]
+  phase 0 over reduce:
+    t0 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    acc0 = max.f32 t0
+  phase 1 over reduce:
+    t1 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    t2 = (sub.f32 t1 acc0)
+    acc1 = sum.f32 (exp.f32 t2)
+  phase 2 over reduce:
+    t3 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    t4 = (sub.f32 t3 acc0)
+    store out0[(add.i64 r0 (mul.i64 o0 10))] = (sub.f32 t4 (log.f32 acc1))
+)IR"));
+  // Only the batch changes: same text (the outer extent is a run-time parameter).
+  Tensor x2 = make_tensor(random_values(70, 2), {7, 10});
+  EXPECT_EQ(kernel_text(log_softmax(x2, -1)), kernel_text(log_softmax(x, -1)));
+}
+
+TEST(KernelIrGolden, LayerNormRow) {
+  Tensor x = make_tensor(random_values(40, 3), {4, 10});
+  Tensor w = make_tensor(random_values(10, 4), {10}), b = make_tensor(random_values(10, 5), {10});
+  EXPECT_EQ(kernel_text(layer_norm(x, {10}, w, b)), std::string(R"IR(kernel k_layer_norm_f32 (row)
+  buffers: in0:f32 in1:f32 in2:f32 out0:f32
+  params: $0=outer0
+  outer: [$0]  reduce: [10]
+  phase 0 over reduce:
+    t0 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    acc0 = sum.f32 t0
+  phase 1 over reduce:
+    t1 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    t2 = (sub.f32 t1 (mul.f32 acc0 0.10000000149011612))
+    acc1 = sum.f32 (square.f32 t2)
+  phase 2 over reduce:
+    t3 = (load in0[(add.i64 r0 (mul.i64 o0 10))])
+    t4 = (sub.f32 t3 (mul.f32 acc0 0.10000000149011612))
+    store out0[(add.i64 r0 (mul.i64 o0 10))] = (add.f32 (mul.f32 (mul.f32 t4 (rsqrt.f32 (add.f32 (mul.f32 acc1 0.10000000149011612) 9.9999997473787516e-06))) (load in1[r0])) (load in2[r0]))
+)IR"));
+}
+
+TEST(KernelIrGolden, VerifierRejectsBrokenKernels) {
+  Tensor x = make_tensor(random_values(40, 6), {4, 10});
+  auto plan = detail::make_plan({softmax(x, -1).node()}, false);
+  ir::Kernel k = plan->kernels.at(0).lowered.kernel;
+  EXPECT_NO_THROW(ir::verify_kernel(k));
+  ir::Kernel bad = k;
+  std::swap(bad.phases[0], bad.phases[1]);  // reads acc0 before it is complete
+  EXPECT_THROW(ir::verify_kernel(bad), InternalError);
+  bad = k;
+  bad.phases.back().stores[0].buffer = 0;  // stores into an input
+  EXPECT_THROW(ir::verify_kernel(bad), InternalError);
+}
+
+}  // namespace
+}  // namespace kfuse::test
