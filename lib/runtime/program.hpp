@@ -1,0 +1,52 @@
+// A Program: a Plan reduced to what running it needs, with graph nodes replaced by positions
+// (leaf k of the graph signature, or temporary value m). Programs are cached by graph signature,
+// so evaluating an expression whose structure was seen before skips passes, partitioning,
+// lowering and kernel-cache lookups: it hashes the graph, finds the program and runs it.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "fusion/partition.hpp"
+#include "runtime/graph_signature.hpp"
+#include "runtime/plan.hpp"
+
+namespace kfuse::detail {
+
+struct ValueRef {
+  bool leaf = false;
+  uint32_t index = 0;  ///< into GraphSignature::leaves, or the program's temporaries
+};
+
+struct Step {
+  GroupKind kind = GroupKind::Fused;
+  std::shared_ptr<CompiledKernel> kernel;  ///< fused groups
+  std::vector<int64_t> params;             ///< launch parameters (fixed by the shapes in the key)
+  const Node* host_node = nullptr;         ///< source/opaque groups (their programs keep the plan)
+  std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
+  std::vector<uint32_t> outputs;           ///< temporaries written
+  std::vector<uint32_t> release;           ///< temporaries whose last reader is this step
+};
+
+struct Program {
+  struct Temp {
+    DType dtype;
+    int64_t numel;
+  };
+  std::vector<Step> steps;
+  std::vector<Temp> temps;
+  std::vector<ValueRef> roots;  ///< the value of each requested root
+  std::shared_ptr<const Plan> plan;  ///< uncached programs keep their plan (host steps point into it)
+};
+
+/// Builds the program of `plan` for a graph whose leaves are `sig.leaves`.
+std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignature& sig);
+
+/// The program for `roots`: from the plan cache, or planned, compiled and (when the graph is
+/// cacheable) cached. `sig` must be graph_signature(roots).
+std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig);
+
+/// Runs a program over the leaf values of `sig`; returns each root's value.
+std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig);
+
+}  // namespace kfuse::detail
