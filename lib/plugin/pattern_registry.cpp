@@ -2,6 +2,7 @@
 // registration order. Process-wide, guarded by one mutex; a partition takes a snapshot.
 #include "plugin/pattern_registry.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -105,6 +106,16 @@ void ensure_builtins_locked(Registry& r) {
   }
 }
 
+std::atomic<uint64_t> g_generation{0};
+
+// The set of patterns changed: plans made before may be wrong now (a custom kernel that is gone,
+// a group that would be named or formed differently). State derived from the options (the plan
+// cache) is dropped when options_generation() changes, so the change goes through set_options.
+void patterns_changed() {
+  g_generation.fetch_add(1);
+  set_options(options());
+}
+
 class LambdaPattern : public Pattern {
  public:
   LambdaPattern(std::string name, std::vector<Op> ops, int benefit,
@@ -131,22 +142,31 @@ std::shared_ptr<Pattern> make_pattern(std::string name, std::vector<Op> root_ops
 
 void register_pattern(std::shared_ptr<Pattern> p) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lk(r.mu);
-  ensure_builtins_locked(r);
-  std::string why = add_locked(r, std::move(p), "code");
-  if (!why.empty()) throw UserError("register_pattern: " + why);
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    ensure_builtins_locked(r);
+    std::string why = add_locked(r, std::move(p), "code");
+    if (!why.empty()) throw UserError("register_pattern: " + why);
+  }
+  patterns_changed();
 }
 
 bool unregister_pattern(const std::string& name) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lk(r.mu);
-  ensure_builtins_locked(r);
-  for (auto it = r.entries.begin(); it != r.entries.end(); ++it)
-    if (it->name == name) {
-      r.entries.erase(it);
-      return true;
-    }
-  return false;
+  std::shared_ptr<Pattern> gone;  // destroyed outside the lock
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    ensure_builtins_locked(r);
+    for (auto it = r.entries.begin(); it != r.entries.end(); ++it)
+      if (it->name == name) {
+        gone = it->pattern;
+        r.entries.erase(it);
+        break;
+      }
+  }
+  if (!gone) return false;
+  patterns_changed();
+  return true;
 }
 
 std::vector<PatternStatus> pattern_status() {
@@ -164,19 +184,24 @@ namespace detail {
 std::vector<std::string> register_plugin_patterns(const std::vector<std::shared_ptr<Pattern>>& ps,
                                                   const std::string& source, std::string& error) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lk(r.mu);
-  ensure_builtins_locked(r);
   std::vector<std::string> names;
-  for (const auto& p : ps) {
-    std::string why = add_locked(r, p, source);
-    if (!why.empty()) {
-      error += (error.empty() ? "" : "; ") + std::string("pattern refused: ") + why;
-      continue;
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    ensure_builtins_locked(r);
+    for (const auto& p : ps) {
+      std::string why = add_locked(r, p, source);
+      if (!why.empty()) {
+        error += (error.empty() ? "" : "; ") + std::string("pattern refused: ") + why;
+        continue;
+      }
+      names.push_back(r.entries.back().name);
     }
-    names.push_back(r.entries.back().name);
   }
+  if (!names.empty()) patterns_changed();
   return names;
 }
+
+uint64_t pattern_generation() { return g_generation.load(); }
 
 std::vector<ActivePattern> active_patterns() {
   load_env_plugins_once();

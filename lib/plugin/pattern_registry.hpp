@@ -26,6 +26,11 @@ struct ActivePattern {
 /// The enabled patterns in registration order (loads KFUSE_PLUGINS on first call).
 std::vector<ActivePattern> active_patterns();
 
+/// Bumped whenever the set of registered patterns changes (register, unregister, plugin load).
+/// Such a change also calls set_options(options()), so that options_generation() moves and
+/// cached plans are dropped.
+uint64_t pattern_generation();
+
 /// Runs `p.match(root, view)`, catching everything: an exception disables the pattern in the
 /// registry (reported on stderr and in pattern_status()) and comes back as a failure.
 MatchResult run_match(const ActivePattern& p, const Node& root, const GraphView& view);

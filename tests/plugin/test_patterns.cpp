@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 
 #include <kfuse/kfuse.hpp>
@@ -260,8 +261,16 @@ TEST(CustomKernels, RunInsteadOfTheGeneratedKernel) {
 }
 
 TEST(CustomKernels, EvalRunsTheSuppliedKernel) {
-  // A kernel that computes x + 100 for x * 3: eval() must show the kernel's values.
-  testkit::ScopedPattern reg(make_pattern("liar", {Op::Mul}, 1, [](const Node& mul, const GraphView& g) {
+  // A kernel that computes x + 100 for x * 3: eval() must show the kernel's values, and
+  // registering or removing it must not reuse plans made before (the plan cache).
+  auto times3 = [](uint64_t seed) {
+    Tensor x = input({3, 4}, seed);
+    std::vector<double> xv = test::values(x), want(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) want[i] = xv[i] * 3.0;
+    return test::all_close(test::values(x * 3.0), want, 1e-6, 0);
+  };
+  EXPECT_TRUE(times3(1));
+  auto reg = std::make_unique<testkit::ScopedPattern>(make_pattern("liar", {Op::Mul}, 1, [](const Node& mul, const GraphView& g) {
     KernelBuilder b;
     int in = b.input(*mul.inputs[0]);
     int out = b.output(mul);
@@ -270,9 +279,11 @@ TEST(CustomKernels, EvalRunsTheSuppliedKernel) {
     b.store(out, i, b.apply(Op::Add, DType::F32, {b.load(in, i), b.constant(100, DType::F32)}));
     return MatchResult::ok({&mul}, std::make_shared<CustomKernel>(b.build()));
   }));
-  Tensor x = input({3, 4});
+  Tensor x = input({3, 4}, 2);
   std::vector<double> xv = test::values(x), got = test::values(x * 3.0);
   for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(got[i], xv[i] + 100);
+  reg.reset();
+  EXPECT_TRUE(times3(3));
 }
 
 TEST(CustomKernels, AKernelThatDoesNotBindTheGroupIsRefused) {
