@@ -40,6 +40,10 @@ const Options& options();
 /// Replaces the process-wide options (for tests and tools; not while evaluating).
 void set_options(const Options& o);
 
+/// Incremented by every set_options(): state derived from the options (the plan cache) is
+/// dropped when it changes.
+uint64_t options_generation();
+
 /// Writes one log line "[kfuse:<channel>] <msg>" to stderr when the channel is enabled.
 void log(const char* channel, const std::string& msg);
 

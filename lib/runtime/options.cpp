@@ -1,6 +1,7 @@
 #include "kfuse/options.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -26,6 +27,7 @@ const char* env(const char* k) {
 
 std::mutex g_mu;
 std::shared_ptr<const Options> g_opts;
+std::atomic<uint64_t> g_generation{0};
 }  // namespace
 
 bool Options::logging(const char* channel) const {
@@ -66,7 +68,10 @@ void set_options(const Options& o) {
   static std::vector<std::shared_ptr<const Options>> retired;  // references may still be held
   if (g_opts) retired.push_back(g_opts);
   g_opts = std::make_shared<const Options>(o);
+  g_generation.fetch_add(1);
 }
+
+uint64_t options_generation() { return g_generation.load(std::memory_order_acquire); }
 
 void log(const char* channel, const std::string& msg) {
   if (!options().logging(channel)) return;

@@ -67,11 +67,18 @@ class PlanCache {
  public:
   std::shared_ptr<const Program> find(const std::string& key) {
     std::shared_lock<std::shared_mutex> lk(mu_);
+    if (generation_ != options_generation()) return nullptr;
     auto it = map_.find(key);
     return it == map_.end() ? nullptr : it->second;
   }
   void insert(const std::string& key, std::shared_ptr<const Program> p) {
     std::unique_lock<std::shared_mutex> lk(mu_);
+    // Programs hold kernels compiled under the options of their time (backends, cache).
+    uint64_t gen = options_generation();
+    if (generation_ != gen) {
+      map_.clear();
+      generation_ = gen;
+    }
     // Bounded: a program pins its compiled kernels, so an unbounded table would defeat the
     // kernel cache's eviction. Past the bound the table starts over (cheap to refill).
     if (map_.size() >= kMaxPrograms) map_.clear();
@@ -81,6 +88,7 @@ class PlanCache {
 
  private:
   std::shared_mutex mu_;
+  uint64_t generation_ = 0;
   std::unordered_map<std::string, std::shared_ptr<const Program>> map_;
 };
 
@@ -94,7 +102,13 @@ PlanCache& plan_cache() {
 std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig) {
   bool use_cache = sig.cacheable && options().cache_mode != "off";
   if (use_cache)
-    if (auto p = plan_cache().find(sig.bytes)) return p;
+    if (auto p = plan_cache().find(sig.bytes)) {
+      // A program hit is a memory-cache hit for each of its kernels.
+      uint64_t kernels = 0;
+      for (const Step& s : p->steps) kernels += s.kind == GroupKind::Fused;
+      bump(global_counters().cache_hits, kernels);
+      return p;
+    }
   std::shared_ptr<const Plan> plan = get_plan(roots);
   auto prog = make_program(*plan, sig);
   if (use_cache) {
