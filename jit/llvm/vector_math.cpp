@@ -15,6 +15,7 @@
 // README "LLVM backend" and enforced by test_llvm_math.cpp.
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include <deque>
 #include <mutex>
@@ -135,6 +136,9 @@ llvm::Function* lane_uniform_trig(llvm::Module& m, llvm::Function* sleef, bool f
   auto* fn = llvm::Function::Create(sleef->getFunctionType(), llvm::Function::InternalLinkage, name, m);
   set_pure(fn);
   fn->addFnAttr(llvm::Attribute::NoInline);  // must survive until the vectoriser calls it
+  // Address "taken": keeps GlobalOpt from giving it fastcc, since the vectoriser's calls use the
+  // C convention (a mismatch is UB, and LLVM then deletes the vector loop as unreachable).
+  llvm::appendToCompilerUsed(m, {fn});
   fn->addFnAttr("prefer-vector-width", std::to_string(bits));
   fn->addFnAttr("min-legal-vector-width", std::to_string(bits));
   auto* entry = llvm::BasicBlock::Create(c, "entry", fn);

@@ -161,6 +161,22 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
   check_vs_reference(k, {Buf::from(DType::F64, rand_values(A * B * 120, 2, -1, 1))}, {A * B}, {1e-12, 4});
 }
 
+// Regression: a short unrolled reduce loop under a vectorised outer loop calling sin/cos (the
+// lane-uniform trig wrapper once got fastcc from GlobalOpt while the vectoriser called it with
+// the C convention, and LLVM deleted the vector loop as unreachable: outputs 8.. unwritten).
+TEST(LlvmReduce, ReduceThenTrigInAVectorisedOuterLoop) {
+  KFUSE_REQUIRE_LLVM();
+  for (DType dt : {DType::F32, DType::F64})
+    for (Op o : {Op::Sin, Op::Cos, Op::Exp})
+      for (int64_t R : {int64_t{7}, int64_t{40}, int64_t{1000}}) {
+        Kernel k = row_reduce(AccKind::Max, dt, dt, R, 3);
+        k.phases[1].stores[0].value = op(o, dt, {acc(0, dt)});
+        auto x = rand_values(R * 3, 8, -200, 200);
+        check_vs_reference(k, {Buf::from(dt, x)}, {static_cast<size_t>(R)}, dt == DType::F32 ? Tol{1e-6, 2} : Tol{1e-11, 4},
+                           op_name(o));
+      }
+}
+
 TEST(LlvmReduce, GlobalSumOverAMillion) {
   KFUSE_REQUIRE_LLVM();
   const int64_t n = 1000003;
