@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "graph/print_graph.hpp"
+#include "plugin/pattern_registry.hpp"
 #include "runtime/plan.hpp"
 
 namespace kfuse {
@@ -68,6 +69,7 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
     }
     ex.kernels.push_back(std::move(k));
   }
+  ex.patterns = pattern_traces(plan.partition.pattern_attempts, rr);
   for (const auto& b : plan.partition.boundaries)
     ex.boundaries.push_back({name[b.producer] + " " + op_name(b.producer->op),
                              name[b.consumer] + " " + op_name(b.consumer->op), b.reason});
