@@ -96,6 +96,9 @@ class Tensor {
   Tensor unsqueeze(int64_t axis) const;
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor cast(DType t) const;
+  /// A copy of this tensor's value on device `d` (evaluates first). Throws BackendUnavailable
+  /// when no backend for `d` can run here. Ops whose operands live on different devices are
+  /// refused when recorded.
   Tensor to(Device d) const;
 
  private:
@@ -266,6 +269,7 @@ void convert_to(const void* src, DType src_t, void* dst, DType dst_t, int64_t n)
 }
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (device() != Device::cpu()) return to(Device::cpu()).to_vector<T>();
   eval();
   std::vector<T> out(static_cast<size_t>(numel()));
   if constexpr (std::is_same_v<T, bool>) {

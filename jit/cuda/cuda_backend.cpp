@@ -185,6 +185,9 @@ class CudaBackend final : public Backend {
     desc_ = dev.name;
   }
   std::string name() const override { return "cuda"; }
+  std::shared_ptr<Storage> allocate(DType dtype, int64_t numel) override { return cuda_alloc(dtype, numel, index_); }
+  void copy_to_device(const Storage& dst, const void* host) override { cuda_copy_to_device(dst, host); }
+  void copy_to_host(const Storage& src, void* host) override { cuda_copy_to_host(src, host); }
   std::string target() const override {
     return "sm_" + std::to_string(arch_) + (cubin_ ? " cubin" : " ptx") + " nvrtc " + nvrtc_version() + " driver " +
            std::to_string(cuda::driver().version);

@@ -181,6 +181,9 @@ class OpenCLBackend final : public Backend {
  public:
   explicit OpenCLBackend(int index) : index_(index), dev_(usable(index)) {}
   std::string name() const override { return "opencl"; }
+  std::shared_ptr<Storage> allocate(DType dtype, int64_t numel) override { return opencl_alloc(dtype, numel, index_); }
+  void copy_to_device(const Storage& dst, const void* host) override { opencl_copy_to_device(dst, host); }
+  void copy_to_host(const Storage& src, void* host) override { opencl_copy_to_host(src, host); }
   std::string target() const override { return "opencl " + dev_.desc; }
   Device device() const override { return Device::opencl(index_); }
 

@@ -14,6 +14,7 @@
 
 #include "ir/kernel.hpp"
 #include "kfuse/device.hpp"
+#include "kfuse/node.hpp"
 
 namespace kfuse::detail {
 
@@ -54,7 +55,17 @@ class Backend {
   virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) {
     return nullptr;
   }
+
+  // Memory of device(): GPU backends override these with device allocations and copies; the
+  // defaults are host memory. Storage::data is what CompiledKernel::run receives.
+  virtual std::shared_ptr<Storage> allocate(DType dtype, int64_t numel);
+  virtual void copy_to_device(const Storage& dst, const void* host);
+  virtual void copy_to_host(const Storage& src, void* host);
 };
+
+/// The backend that owns memory on `device` (the first of its chain); throws
+/// BackendUnavailable, naming what is missing, when none is available.
+std::shared_ptr<Backend> memory_backend(Device device);
 
 /// The backends for `device` in preference order (from Options::backends when set).
 std::vector<std::shared_ptr<Backend>> backends_for(Device device);

@@ -5,6 +5,9 @@
 #include <unordered_map>
 
 #include "backend/factories.hpp"
+#include <cstring>
+
+#include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 
 namespace kfuse::detail {
@@ -55,6 +58,25 @@ std::shared_ptr<Backend> instance(const Entry& e) {
 }
 
 }  // namespace
+
+std::shared_ptr<Storage> Backend::allocate(DType dtype, int64_t numel) { return Storage::allocate(dtype, numel); }
+void Backend::copy_to_device(const Storage& dst, const void* host) {
+  if (dst.bytes()) std::memcpy(dst.data, host, dst.bytes());
+}
+void Backend::copy_to_host(const Storage& src, void* host) {
+  if (src.bytes()) std::memcpy(host, src.data, src.bytes());
+}
+
+std::shared_ptr<Backend> memory_backend(Device device) {
+  auto chain = backends_for(device);
+  if (chain.empty()) {
+    std::string have;
+    for (const auto& n : builtin_backend_names()) have += (have.empty() ? "" : ", ") + n;
+    throw BackendUnavailable("device " + device.str() + " is not available: no backend for it could start (built-in "
+                             "backends: " + have + "; KFUSE_LOG=backend tells why a backend did not start)");
+  }
+  return chain[0];
+}
 
 std::vector<std::string> builtin_backend_names() {
   std::vector<std::string> n;

@@ -7,6 +7,7 @@
 
 #include "../graph/random.hpp"
 #include "../graph/ref_math.hpp"
+#include "backend/backend.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/reference.hpp"
 
@@ -233,6 +234,12 @@ double round_to_dtype(double v, DType dt) {
 
 std::vector<double> storage_to_double(const Storage& s) {
   std::vector<double> out(s.numel);
+  if (s.device != Device::cpu()) {  // device memory: through the device's backend
+    auto host = Storage::allocate(s.dtype, s.numel);
+    memory_backend(s.device)->copy_to_host(s, host->data);
+    convert_to(host->data, s.dtype, out.data(), DType::F64, s.numel);
+    return out;
+  }
   convert_to(s.data, s.dtype, out.data(), DType::F64, s.numel);
   return out;
 }

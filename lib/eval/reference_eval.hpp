@@ -17,7 +17,8 @@ ValueMap evaluate_reference(const std::vector<const Node*>& roots, bool use_real
 /// Evaluates one node whose inputs' values are given (in input order).
 std::vector<double> evaluate_node(const Node& n, const std::vector<const std::vector<double>*>& inputs);
 
-/// Converts a storage's elements to double.
+/// Converts a storage's elements to double (copied from device memory first when the storage
+/// lives on a GPU; the evaluator reads device tensors' values this way).
 std::vector<double> storage_to_double(const Storage& s);
 /// Converts doubles to a new storage of `dt` (with the dtype's rounding/wrapping).
 std::shared_ptr<Storage> double_to_storage(const std::vector<double>& v, DType dt);

@@ -1,5 +1,6 @@
 #include "program.hpp"
 
+#include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -22,7 +23,7 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
   };
   auto new_temp = [&](const Node* n) {
     uint32_t t = static_cast<uint32_t>(prog->temps.size());
-    prog->temps.push_back({n->dtype, n->numel()});
+    prog->temps.push_back({n->dtype, n->numel(), n->device});
     where[n] = {false, t};
     return t;
   };
@@ -120,6 +121,26 @@ std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, co
   return prog;
 }
 
+std::shared_ptr<Storage> copy_storage(const Storage& s, Device to) {
+  std::shared_ptr<Storage> host;
+  if (s.device == Device::cpu()) {
+    host = std::make_shared<Storage>(s);
+  } else {
+    host = Storage::allocate(s.dtype, s.numel);
+    memory_backend(s.device)->copy_to_host(s, host->data);
+  }
+  if (to == Device::cpu()) {
+    if (host->owner && s.device != Device::cpu()) return host;
+    auto copy = Storage::allocate(s.dtype, s.numel);
+    if (s.bytes()) std::memcpy(copy->data, host->data, s.bytes());
+    return copy;
+  }
+  auto be = memory_backend(to);
+  auto dev = be->allocate(s.dtype, s.numel);
+  be->copy_to_device(*dev, host->data);
+  return dev;
+}
+
 std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig) {
   std::vector<std::shared_ptr<Storage>> temps(p.temps.size());
   auto value = [&](const ValueRef& v) -> const std::shared_ptr<Storage>& {
@@ -136,7 +157,9 @@ std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphS
       args.buffers.clear();
       for (const ValueRef& v : st.inputs) args.buffers.push_back(value(v)->data);
       for (uint32_t t : st.outputs) {
-        temps[t] = Storage::allocate(p.temps[t].dtype, p.temps[t].numel);
+        const Program::Temp& tp = p.temps[t];
+        temps[t] = tp.device == Device::cpu() ? Storage::allocate(tp.dtype, tp.numel)
+                                              : memory_backend(tp.device)->allocate(tp.dtype, tp.numel);
         args.buffers.push_back(temps[t]->data);
       }
       args.params = st.params;
@@ -146,7 +169,10 @@ std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphS
       std::vector<const std::vector<double>*> ins;
       for (const ValueRef& v : st.inputs) in_vals.push_back(storage_to_double(*value(v)));
       for (const auto& v : in_vals) ins.push_back(&v);
-      temps[st.outputs[0]] = double_to_storage(evaluate_node(*st.host_node, ins), p.temps[st.outputs[0]].dtype);
+      // Source and opaque ops run on the host; their result moves to the node's device.
+      const Program::Temp& tp = p.temps[st.outputs[0]];
+      auto host = double_to_storage(evaluate_node(*st.host_node, ins), tp.dtype);
+      temps[st.outputs[0]] = tp.device == Device::cpu() ? host : copy_storage(*host, tp.device);
     }
     bump(global_counters().kernels_launched);
     for (uint32_t t : st.release) temps[t].reset();

@@ -32,6 +32,7 @@ struct Program {
   struct Temp {
     DType dtype;
     int64_t numel;
+    Device device;
   };
   std::vector<Step> steps;
   std::vector<Temp> temps;
@@ -45,6 +46,9 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
 /// The program for `roots`: from the plan cache, or planned, compiled and (when the graph is
 /// cacheable) cached. `sig` must be graph_signature(roots).
 std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig);
+
+/// A copy of `s` on `to` (through the host when neither side is the CPU).
+std::shared_ptr<Storage> copy_storage(const Storage& s, Device to);
 
 /// Runs a program over the leaf values of `sig`; returns each root's value.
 std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig);
