@@ -2,6 +2,8 @@
 // long as a Tensor or a consumer node refers to it; its deleter removes its table entry.
 #include "kfuse/node.hpp"
 
+#include "host_pool.hpp"
+
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -18,11 +20,9 @@ std::shared_ptr<Storage> Storage::allocate(DType dtype, int64_t numel) {
   s->dtype = dtype;
   s->numel = numel;
   size_t bytes = s->bytes();
-  size_t rounded = ((bytes + 63) / 64) * 64;
-  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-  if (!p) throw std::bad_alloc();
+  void* p = detail::pool_alloc(bytes);
   s->data = p;
-  s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  s->owner = std::shared_ptr<void>(p, [bytes](void* q) { detail::pool_free(q, bytes); });
   return s;
 }
 

@@ -1,0 +1,17 @@
+// The host memory pool behind Storage::allocate: freed blocks are kept by size class and handed
+// out again, so the intermediates of one evaluation reuse the memory of those freed before them
+// (liveness-based reuse) and repeated evaluations do not pay fresh page faults for large outputs
+// (PERFORMANCE.md lesson 4). Bounded: past kMaxCachedBytes freed blocks go back to the system.
+// Disabled under AddressSanitizer, so that use-after-free stays detectable.
+#pragma once
+#include <cstddef>
+
+namespace kfuse::detail {
+
+/// 64-byte aligned, at least `bytes` (rounded up to the block's size class).
+void* pool_alloc(size_t bytes);
+void pool_free(void* p, size_t bytes);
+/// Bytes currently held for reuse.
+size_t pool_cached_bytes();
+
+}  // namespace kfuse::detail
