@@ -808,28 +808,6 @@ std::string sanitize(const std::string& s) {
   return o;
 }
 
-int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
-  switch (e->kind) {
-    case ExprKind::Const:
-      return static_cast<int64_t>(e->value);
-    case ExprKind::Param:
-      return params.at(e->index);
-    case ExprKind::IDiv:
-      return eval_index(e->args[0], params) / eval_index(e->args[1], params);
-    case ExprKind::IMod:
-      return eval_index(e->args[0], params) % eval_index(e->args[1], params);
-    case ExprKind::Op: {
-      int64_t a = eval_index(e->args.at(0), params), b = eval_index(e->args.at(1), params);
-      if (e->op == Op::Add) return a + b;
-      if (e->op == Op::Sub) return a - b;
-      if (e->op == Op::Mul) return a * b;
-      break;
-    }
-    default:
-      break;
-  }
-  throw InternalError("gpu backend: an outer extent is not integer arithmetic of params and constants");
-}
 
 }  // namespace
 
@@ -911,7 +889,7 @@ bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::strin
 
 int64_t outer_points(const ir::Kernel& k, const std::vector<int64_t>& params) {
   int64_t n = 1;
-  for (const auto& e : k.outer) n *= eval_index(e, params);
+  for (const auto& e : k.outer) n *= ir::eval_index(e, params);
   return n;
 }
 

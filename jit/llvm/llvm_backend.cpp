@@ -33,33 +33,6 @@ namespace {
 
 using namespace llvmjit;
 
-int64_t eval_extent(const ir::ExprRef& e, const std::vector<int64_t>& params) {
-  switch (e->kind) {
-    case ir::ExprKind::Const: return static_cast<int64_t>(e->value);
-    case ir::ExprKind::Param:
-      if (e->index < 0 || e->index >= static_cast<int>(params.size()))
-        throw InternalError("llvm: launch is missing param $" + std::to_string(e->index));
-      return params[e->index];
-    case ir::ExprKind::IDiv: {
-      int64_t d = eval_extent(e->args[1], params);
-      return d ? eval_extent(e->args[0], params) / d : 0;
-    }
-    case ir::ExprKind::IMod: {
-      int64_t d = eval_extent(e->args[1], params);
-      return d ? eval_extent(e->args[0], params) % d : 0;
-    }
-    case ir::ExprKind::Op:
-      if (e->args.size() == 2) {
-        int64_t a = eval_extent(e->args[0], params), b = eval_extent(e->args[1], params);
-        if (e->op == Op::Add) return a + b;
-        if (e->op == Op::Sub) return a - b;
-        if (e->op == Op::Mul) return a * b;
-      }
-      break;
-    default: break;
-  }
-  throw InternalError("llvm: unsupported outer extent expression");
-}
 
 class LlvmKernel final : public CompiledKernel {
  public:
@@ -77,7 +50,7 @@ class LlvmKernel final : public CompiledKernel {
     if (a.buffers.size() != nbuf_ || a.params.size() < nparams_)
       throw InternalError("llvm: launch arguments do not match the kernel's buffers/params");
     int64_t total = 1;
-    for (const auto& o : outer_) total *= eval_extent(o, a.params);
+    for (const auto& o : outer_) total *= ir::eval_index(o, a.params);
     if (total <= 0) return;
     void* const* bufs = a.buffers.data();
     const int64_t* params = a.params.data();

@@ -63,29 +63,6 @@ class ExecMem {
   size_t size_ = 0;
 };
 
-int64_t host_ieval(const ir::ExprRef& e, const std::vector<int64_t>& params) {
-  switch (e->kind) {
-    case ir::ExprKind::Const: return static_cast<int64_t>(e->value);
-    case ir::ExprKind::Param: return params.at(e->index);
-    case ir::ExprKind::IDiv: {
-      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
-      return b ? a / b : 0;
-    }
-    case ir::ExprKind::IMod: {
-      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
-      return b ? a % b : 0;
-    }
-    case ir::ExprKind::Op: {
-      int64_t a = host_ieval(e->args[0], params), b = host_ieval(e->args[1], params);
-      if (e->op == Op::Add) return a + b;
-      if (e->op == Op::Sub) return a - b;
-      if (e->op == Op::Mul) return a * b;
-      break;
-    }
-    default: break;
-  }
-  throw InternalError("xbyak: unsupported outer extent expression");
-}
 
 constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
 constexpr int64_t kPointwiseGrain = 1 << 14;
@@ -100,7 +77,7 @@ class XbyakKernel final : public CompiledKernel {
     std::vector<int64_t> ext;
     int64_t outer_n = 1;
     for (const auto& o : k_.outer) {
-      ext.push_back(host_ieval(o, args.params));
+      ext.push_back(ir::eval_index(o, args.params));
       outer_n *= ext.back();
     }
     Frame base{};

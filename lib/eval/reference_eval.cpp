@@ -45,6 +45,8 @@ double canonical(double v, DType dt) {
   }
 }
 
+}  // namespace
+
 double unary_ref(Op op, double x) {
   switch (op) {
 #define KFUSE_UNARY_OP(name, str, rule, expr, tol) \
@@ -62,6 +64,8 @@ double binary_ref(Op op, double a, double b) {
     default: throw InternalError(std::string("binary_ref: ") + op_name(op));
   }
 }
+
+namespace {
 
 std::vector<double> reduce_ref(const Node& n, const std::vector<double>& in) {
   const Node& x = *n.inputs[0];
@@ -190,6 +194,8 @@ std::vector<double> matmul_ref(const Node& n, const std::vector<double>& a, cons
   return out;
 }
 
+}  // namespace
+
 // Cast semantics: float -> integer truncates toward zero (NaN and out-of-range values give the
 // dtype's minimum, as x86's cvtt instructions); integer -> integer wraps; -> bool tests != 0.
 double cast_value(double v, DType from, DType to) {
@@ -205,8 +211,6 @@ double cast_value(double v, DType from, DType to) {
   convert_to(&v, DType::F64, &t, DType::I64, 1);
   return static_cast<double>(t);
 }
-
-}  // namespace
 
 double round_to_dtype(double v, DType dt) {
   switch (dt) {

@@ -17,6 +17,13 @@ ValueMap evaluate_reference(const std::vector<const Node*>& roots, bool use_real
 /// Evaluates one node whose inputs' values are given (in input order).
 std::vector<double> evaluate_node(const Node& n, const std::vector<const std::vector<double>*>& inputs);
 
+/// The fp64 reference of an element-wise op of the op table (ops.def), before dtype rounding.
+double unary_ref(Op op, double x);
+double binary_ref(Op op, double a, double b);
+/// Cast semantics: float -> integer truncates (NaN and out-of-range give the dtype's minimum),
+/// integer -> integer wraps, -> bool tests != 0; float targets keep the double value.
+double cast_value(double v, DType from, DType to);
+
 /// Converts a storage's elements to double (copied from device memory first when the storage
 /// lives on a GPU; the evaluator reads device tensors' values this way).
 std::vector<double> storage_to_double(const Storage& s);

@@ -44,12 +44,6 @@ ExprRef linearize(const std::vector<ExprRef>& idx, const std::vector<ExprRef>& d
   return off;
 }
 
-std::vector<ExprRef> concrete_dims(const Shape& s) {
-  std::vector<ExprRef> d;
-  for (int64_t x : s) d.push_back(ir::iconst(x));
-  return d;
-}
-
 ExprRef band(ExprRef a, ExprRef b) {
   if (!a) return b;
   if (!b) return a;

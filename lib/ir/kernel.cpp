@@ -120,6 +120,35 @@ ExprRef imod(ExprRef a, ExprRef b) {
   return e;
 }
 
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
+  switch (e->kind) {
+    case ExprKind::Const: return static_cast<int64_t>(e->value);
+    case ExprKind::Param: return params.at(static_cast<size_t>(e->index));
+    case ExprKind::IDiv:
+    case ExprKind::IMod: {
+      int64_t a = eval_index(e->args[0], params), b = eval_index(e->args[1], params);
+      if (b == 0) return 0;
+      return e->kind == ExprKind::IDiv ? a / b : a % b;
+    }
+    case ExprKind::Op:
+      if (e->args.size() == 2) {
+        int64_t a = eval_index(e->args[0], params), b = eval_index(e->args[1], params);
+        if (e->op == Op::Add) return a + b;
+        if (e->op == Op::Sub) return a - b;
+        if (e->op == Op::Mul) return a * b;
+      }
+      break;
+    default: break;
+  }
+  throw InternalError("eval_index: not a host-evaluable integer expression");
+}
+
+int64_t outer_points(const Kernel& k, const std::vector<int64_t>& params) {
+  int64_t n = 1;
+  for (const auto& o : k.outer) n *= eval_index(o, params);
+  return n;
+}
+
 const char* acc_kind_name(AccKind k) {
   switch (k) {
     case AccKind::Sum: return "sum";

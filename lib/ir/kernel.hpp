@@ -118,6 +118,12 @@ struct Kernel {
   std::vector<int64_t> param_values() const;
 };
 
+/// Evaluates an integer expression of Consts, Params and + - * idiv imod on the host (outer
+/// extents, launch sizes). Throws InternalError for anything else.
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params);
+/// The number of outer points of a launch: the product of the outer extents.
+int64_t outer_points(const Kernel& k, const std::vector<int64_t>& params);
+
 /// Canonical text; stable across runs; excludes param values. Golden tests and cache keys use it.
 std::string print_kernel(const Kernel& k);
 /// Checks the invariants (ids in range, dtypes consistent, Acc only after its phase, Var spaces
