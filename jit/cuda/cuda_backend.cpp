@@ -134,7 +134,7 @@ class CudaKernel final : public CompiledKernel {
     const cuda::Driver& d = cuda::driver();
     std::vector<int64_t> params(args.params);
     params.resize(std::max<size_t>(1, params.size()), 0);
-    const int64_t outer = gpu::outer_points(k_, args.params);
+    const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
     CUdeviceptr scratch = 0;
     if (r_.scratch_slots > 0)

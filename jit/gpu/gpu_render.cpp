@@ -1,4 +1,7 @@
-// The C-like GPU renderer (see gpu_render.hpp for the strategy). Expressions are emitted in SSA
+// The C-like GPU renderer (see gpu_render.hpp for the strategy). Over 800 lines on purpose: it is
+// ONE renderer for every C-like dialect (DESIGN rule 5), in sections (dialect-independent text,
+// expressions, accumulators, strategy, kernel bodies, dialect tables) that share private helpers.
+// Expressions are emitted in SSA
 // form: every non-leaf node of a phase's DAG becomes one typed temporary, so shared
 // subexpressions are computed once per point and masked loads never touch memory.
 #include "gpu_render.hpp"
@@ -885,12 +888,6 @@ bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::strin
     declined = std::string(d.name) + ": " + e.what();
     return false;
   }
-}
-
-int64_t outer_points(const ir::Kernel& k, const std::vector<int64_t>& params) {
-  int64_t n = 1;
-  for (const auto& e : k.outer) n *= ir::eval_index(e, params);
-  return n;
 }
 
 int64_t groups_for(const Stage& s, const Dialect& d, int64_t units) {

@@ -76,8 +76,6 @@ Rendered render(const ir::Kernel& k, const Dialect& d);
 /// render(), or false with `declined` set ("<dialect>: why") when the kernel is unsupported.
 bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined);
 
-/// Number of outer points for a launch with these params (product of the outer extents).
-int64_t outer_points(const ir::Kernel& k, const std::vector<int64_t>& params);
 /// Work-groups / blocks to launch for `units` work units (0 when there is nothing to do).
 int64_t groups_for(const Stage& s, const Dialect& d, int64_t units);
 

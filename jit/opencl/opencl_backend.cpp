@@ -134,7 +134,7 @@ class OpenCLKernel final : public CompiledKernel {
       throw InternalError("OpenCL: launch of " + k_.name + " with the wrong number of buffers or params");
     std::vector<int64_t> params(args.params);
     params.resize(std::max<size_t>(1, params.size()), 0);
-    const int64_t outer = gpu::outer_points(k_, args.params);
+    const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
     cl_mem scratch = nullptr;
     if (r_.scratch_slots > 0) {
