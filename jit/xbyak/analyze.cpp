@@ -90,6 +90,38 @@ bool supported_value_op(Op op) {
   }
 }
 
+// Rows across lanes: every base must be base(o) + c * o in the single row variable, stores of
+// different rows must not overlap, and no buffer may be both loaded and stored (rows of one
+// 16-row group run phase by phase together).
+void lane_plan(const ir::Kernel& k, Plan& plan) {
+  if (plan.mode != Mode::Row || plan.row_dims != 1 || plan.reduce_n > kLaneMaxReduce) return;
+  std::vector<int64_t> stride;
+  for (const auto& b : plan.bases) {
+    try {
+      Affine a = split(b, ir::Space::Outer, 0);
+      if (a.coeff > (1 << 26) || a.coeff < -(1 << 26)) return;
+      stride.push_back(a.coeff);
+    } catch (const Decline&) {
+      return;
+    }
+  }
+  std::unordered_set<int> loaded;
+  for (const auto& [e, a] : plan.loads) loaded.insert(plan.addrs[a.addr].buffer);
+  std::map<int, int> store_addr;  // buffer -> the one address it is stored through
+  for (const auto& ph : plan.stores)
+    for (const auto& s : ph) {
+      int buf = plan.addrs[s.addr].buffer;
+      if (loaded.count(buf)) return;
+      auto [it, fresh] = store_addr.emplace(buf, s.addr);
+      if (!fresh && it->second != s.addr) return;
+      int64_t c = stride[plan.addrs[s.addr].base];
+      int64_t span = s.coeff ? plan.reduce_n : 1;
+      if (c < span && -c < span) return;
+    }
+  plan.lanes = true;
+  plan.lane_stride = std::move(stride);
+}
+
 }  // namespace
 
 std::string analyze(const ir::Kernel& k, Plan& plan) {
@@ -197,6 +229,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         plan.stores[p].push_back(acc);
       }
     }
+    lane_plan(k, plan);
     return {};
   } catch (const Decline& d) {
     return d.why;

@@ -108,6 +108,10 @@ class Gen : public Xbyak::CodeGenerator {
         break;
       }
       case Mode::Row:
+        if (Z && p_.lanes) {
+          lane_loop();
+          break;
+        }
         row_loop([&] {
           for (size_t ph = 0; ph < k_.phases.size(); ++ph) phase(ph, true);
         });
@@ -136,6 +140,9 @@ class Gen : public Xbyak::CodeGenerator {
     L(masktab_);
     for (int i = 0; i < 8; ++i) dd(0xffffffffu);
     for (int i = 0; i < 8; ++i) dd(0);
+    L(lidxtab_);
+    for (const auto& v : lidx_)
+      for (int32_t i : v) dd(static_cast<uint32_t>(i));
     return code;
   }
 
@@ -154,6 +161,15 @@ class Gen : public Xbyak::CodeGenerator {
   int vslot_base_ = 0;
   int nvslots_ = 0;
   bool static_tail_ = false;
+  // rows across lanes
+  Label lidxtab_;
+  std::vector<std::vector<int32_t>> lidx_;  // index vectors in lidxtab_
+  int cur_idx_ = -1;                 // index vector now in Vmm(kMaskReg); -1 = none
+  bool lane_full_ = false;           // emitting the body for a full group of W rows
+  std::map<int, int> lane_tile_;     // addr -> first of reduce_n slots: outputs of a full group
+  int lane_r_ = 0;                   // reduce index being emitted
+  std::map<std::pair<int, int>, int> lane_cache_;  // (addr, byte disp) -> slot of the gathered vector
+  std::vector<int> acc_slot_;        // per accumulator: slot with its per-lane (per-row) value
 
   const std::vector<Reg64>& ptr_pool() {
     static const std::vector<Reg64> p = {rbx, rsi, r8, r9, r10, r11, rcx};
@@ -290,6 +306,7 @@ class Gen : public Xbyak::CodeGenerator {
   struct Eval {
     bool in_loop = false;
     bool masked = false;
+    bool lanes = false;  ///< rows across lanes: loads gather, stores scatter, accs from slots
     const std::unordered_map<const ir::Expr*, int>* inv_slots = nullptr;  // invariant leaves
     std::unordered_set<const ir::Expr*> variant;
     // root actions
@@ -438,11 +455,19 @@ class Gen : public Xbyak::CodeGenerator {
         else vmovups(d, cst(static_cast<float>(e->value)));
         return;
       case ExprKind::Acc:
+        if (ev.lanes) {
+          vmovups(d, ptr[rsp + vslot_off(acc_slot_.at(e->index))]);
+          return;
+        }
         mov(rax, qword[rdi + frame_off::accs]);
         vbroadcastss(d, dword[rax + 4 * e->index]);
         return;
       case ExprKind::Load: {
         const Access& a = p_.loads.at(e);
+        if (ev.lanes) {
+          lane_load(d, a);
+          return;
+        }
         Reg64 b = stream(a.addr);
         if (a.coeff == 0) {
           vbroadcastss(d, dword[b]);
@@ -606,6 +631,10 @@ class Gen : public Xbyak::CodeGenerator {
     if (auto it = ev.to_slot.find(e); it != ev.to_slot.end()) vmovups(ptr[rsp + vslot_off(it->second)], v);
     if (auto it = ev.stores.find(e); it != ev.stores.end())
       for (const PhaseItem* s : it->second) {
+        if (ev.lanes) {
+          lane_store(s->acc, v);
+          continue;
+        }
         Reg64 b = stream(s->acc.addr);
         if (!ev.in_loop) {
           vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
@@ -718,6 +747,221 @@ class Gen : public Xbyak::CodeGenerator {
     L(done);
   }
 
+  // ---- rows across lanes (AVX-512; Plan::lanes): lane i owns row o+i, r is unrolled ----
+  int64_t lane_stride(int addr) const { return p_.lane_stride.at(p_.addrs.at(addr).base); }
+  void set_index_vector(const std::vector<int32_t>& v) {
+    auto it = std::find(lidx_.begin(), lidx_.end(), v);
+    int i = static_cast<int>(it - lidx_.begin());
+    if (it == lidx_.end()) lidx_.push_back(v);
+    if (cur_idx_ == i) return;
+    vmovups(Vmm(kMaskReg), ptr[rip + lidxtab_ + i * VB]);
+    cur_idx_ = i;
+  }
+  void set_lane_index(int64_t c) {
+    std::vector<int32_t> v(W);
+    for (int i = 0; i < W; ++i) v[i] = static_cast<int32_t>(i * c);
+    set_index_vector(v);
+  }
+  // A full group whose rows are contiguous in the stored buffer (stride reduce_n, coeff 1): the
+  // outputs go to a stack tile (one vector per r) and are written back by a 16x16 transpose in
+  // registers (unpck ps/pd within 128-bit lanes, then two vshuff32x4 stages) and one masked
+  // store of reduce_n floats per row: far cheaper than reduce_n scatters.
+  bool lane_tile_ok_ = false;
+  bool tiled_store(const Access& a) const {
+    return lane_full_ && lane_tile_ok_ && a.coeff == 1 && lane_stride(a.addr) == p_.reduce_n;
+  }
+  void flush_tiles() {
+    if constexpr (Z) {
+      const int C = static_cast<int>(p_.reduce_n);
+      for (auto [addr, slot] : lane_tile_) {
+        const int tile = slot, u = slot + C;  // tile: C slots (column r); u: 16 slots
+        auto V = [](int i) { return Xbyak::Zmm(i); };
+        // stage A: groups of 4 columns -> u[4k..4k+3]
+        for (int k = 0; 4 * k < C; ++k) {
+          for (int j = 0; j < 4; ++j)
+            if (4 * k + j < C) vmovups(V(j), ptr[rsp + vslot_off(tile + 4 * k + j)]);
+          auto in = [&](int j) { return V(4 * k + j < C ? j : 0); };
+          vunpcklps(V(4), in(0), in(1));
+          vunpckhps(V(5), in(0), in(1));
+          vunpcklps(V(6), in(2), in(3));
+          vunpckhps(V(7), in(2), in(3));
+          vunpcklpd(V(0), V(4), V(6));
+          vunpckhpd(V(1), V(4), V(6));
+          vunpcklpd(V(2), V(5), V(7));
+          vunpckhpd(V(3), V(5), V(7));
+          for (int j = 0; j < 4; ++j) vmovups(ptr[rsp + vslot_off(u + 4 * k + j)], V(j));
+        }
+        // stage B: rows c, c+4, c+8, c+12 from u[c], u[c+4], u[c+8], u[c+12]
+        mov(edx, (1 << C) - 1);
+        kmovw(k3, edx);
+        Reg64 b = stream(addr);
+        for (int c = 0; c < 4; ++c) {
+          for (int g = 0; g < 4; ++g)
+            if (4 * g < C) vmovups(V(g), ptr[rsp + vslot_off(u + c + 4 * g)]);
+          auto in = [&](int g) { return V(4 * g < C ? g : 0); };
+          vshuff32x4(V(4), in(0), in(1), 0x88);
+          vshuff32x4(V(5), in(0), in(1), 0xdd);
+          vshuff32x4(V(6), in(2), in(3), 0x88);
+          vshuff32x4(V(7), in(2), in(3), 0xdd);
+          vshuff32x4(V(8), V(4), V(6), 0x88);   // row c
+          vshuff32x4(V(9), V(4), V(6), 0xdd);   // row c + 8
+          vshuff32x4(V(10), V(5), V(7), 0x88);  // row c + 4
+          vshuff32x4(V(11), V(5), V(7), 0xdd);  // row c + 12
+          const int rows[4] = {c, c + 8, c + 4, c + 12};
+          for (int q = 0; q < 4; ++q) vmovups(ptr[b + rows[q] * C * 4] | k3, V(8 + q));
+        }
+      }
+    }
+    lane_tile_.clear();
+  }
+  void lane_load(const Vmm& d, const Access& a) {
+    if constexpr (Z) {
+      int64_t c = lane_stride(a.addr);
+      int disp = a.coeff ? lane_r_ * 4 : 0;
+      if (auto it = lane_cache_.find({a.addr, disp}); it != lane_cache_.end()) {
+        vmovups(d, ptr[rsp + vslot_off(it->second)]);
+        return;
+      }
+      Reg64 b = stream(a.addr);
+      if (c == 0) {  // the same element for every row (weights indexed by r only, scalars)
+        vbroadcastss(d, dword[b + disp]);
+        return;
+      }
+      set_lane_index(c);
+      kmovw(k3, k1);
+      vpxord(d, d, d);  // masked-off lanes: 0 (and no dependency on the old value)
+      vgatherdps(d | k3, ptr[b + Vmm(kMaskReg) * 4 + disp]);
+      if (nvslots_ < kMaxVSlots - 48) {  // keep it for later phases (L1 reload instead of a gather)
+        int slot = new_vslot();
+        lane_cache_[{a.addr, disp}] = slot;
+        vmovups(ptr[rsp + vslot_off(slot)], d);
+      }
+    } else {
+      (void)d;
+      (void)a;
+      throw DeclineError("xbyak: internal: lanes on avx2");
+    }
+  }
+  void lane_store(const Access& a, const Vmm& v) {
+    if constexpr (Z) {
+      if (tiled_store(a)) {
+        vmovups(ptr[rsp + vslot_off(lane_tile_.at(a.addr) + lane_r_)], v);
+        return;
+      }
+      Reg64 b = stream(a.addr);
+      set_lane_index(lane_stride(a.addr));
+      kmovw(k3, k1);
+      vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0)] | k3, v);
+    } else {
+      (void)a;
+      (void)v;
+      throw DeclineError("xbyak: internal: lanes on avx2");
+    }
+  }
+
+  // Groups of W rows; a last group of fewer rows runs the same computation with masked gathers
+  // and scatters (so a row's result does not depend on its group or lane).
+  void lane_loop() {
+    Label top, tail, next, done;
+    mov(r12, qword[rdi + frame_off::row_begin]);
+    mov(r13, qword[rdi + frame_off::row_end]);
+    L(top);
+    mov(rax, r13);
+    sub(rax, r12);
+    jle(done, T_NEAR);
+    cmp(rax, W);
+    jl(tail, T_NEAR);
+    mov(edx, (1 << W) - 1);
+    kmovw(k1, edx);
+    lane_body(true);
+    jmp(next, T_NEAR);
+    L(tail);
+    mov(edx, -1);
+    bzhi(edx, edx, eax);
+    kmovw(k1, edx);  // row mask
+    lane_body(false);
+    L(next);
+    add(r12, W);
+    add(qword[rdi + frame_off::idx], W);
+    jmp(top, T_NEAR);
+    L(done);
+  }
+
+  void lane_body(bool full) {
+    lane_full_ = full;
+    compute_addrs();
+    nvslots_ = 0;
+    lane_cache_.clear();
+    cur_idx_ = -1;
+    acc_slot_.assign(k_.accs.size(), -1);
+    for (size_t a = 0; a < k_.accs.size(); ++a) acc_slot_[a] = new_vslot();
+    for (size_t ph = 0; ph < k_.phases.size(); ++ph) lane_phase(ph);
+  }
+
+
+  void lane_phase(size_t ph) {
+    const ir::Phase& P = k_.phases[ph];
+    std::vector<PhaseItem> items;
+    for (size_t s = 0; s < P.stores.size(); ++s) items.push_back({&P.stores[s], p_.stores[ph][s]});
+    load_ptr_regs();
+    lane_tile_.clear();
+    int acc_regs = 0;
+    for (int a : P.accs)
+      acc_regs += k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min ? 2 : 1;
+    lane_tile_ok_ = P.over_reduce && kAccTmp - acc_regs > 12;  // the transpose uses zmm0..11
+    if (P.over_reduce)
+      for (const auto& it : items)
+        if (tiled_store(it.acc) && !lane_tile_.count(it.acc.addr)) {
+          lane_tile_[it.acc.addr] = nvslots_;
+          for (int64_t r = 0; r < p_.reduce_n + W; ++r) new_vslot();
+        }
+    lane_r_ = 0;
+    if (!P.over_reduce) {
+      Eval ev;
+      ev.lanes = true;
+      std::vector<const ir::Expr*> roots;
+      for (const auto& it : items) {
+        ev.stores[it.store->value.get()].push_back(&it);
+        roots.push_back(it.store->value.get());
+      }
+      eval(roots, ev);
+      return;
+    }
+    std::vector<const ir::Expr*> roots;
+    for (const auto& it : items) roots.push_back(it.store->value.get());
+    for (int a : P.accs) roots.push_back(k_.accs[a].value.get());
+    // values that do not depend on r: computed once into slots
+    std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, true);
+    pin_accs(P.accs);
+    for (int64_t r = 0; r < p_.reduce_n; ++r) {
+      lane_r_ = static_cast<int>(r);
+      Eval ev;
+      ev.in_loop = true;
+      ev.lanes = true;
+      ev.inv_slots = &inv;
+      for (const auto& it : items) ev.stores[it.store->value.get()].push_back(&it);
+      for (int a : P.accs) ev.accs[k_.accs[a].value.get()].push_back(a);
+      eval(roots, ev);
+    }
+    flush_tiles();
+    // per-lane results: a NaN anywhere in the row -> the canonical NaN (as finish_acc)
+    for (int a : P.accs) {
+      Vmm acc(acc_reg_.at(a));
+      ir::AccKind kind = k_.accs[a].kind;
+      if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
+        Vmm nan(acc_nan_.at(a));
+        if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan); else vminps(acc, acc, nan);
+        if constexpr (Z) {
+          vcmpps(k2, acc, acc, kUnordQ);
+          vmovups(acc | k2, cst(NAN));
+        }
+      }
+      vmovups(ptr[rsp + vslot_off(acc_slot_.at(a))], acc);
+    }
+    acc_reg_.clear();
+    acc_nan_.clear();
+  }
+
   void once_phase(const std::vector<PhaseItem>& items) {
     load_ptr_regs();
     Eval ev;
@@ -741,12 +985,25 @@ class Gen : public Xbyak::CodeGenerator {
     memo[e] = v;
   }
 
-  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range) {
-    load_ptr_regs();
-    std::vector<const ir::Expr*> roots;
-    for (const auto& it : items) roots.push_back(it.store->value.get());
-    for (int a : accs) roots.push_back(k_.accs[a].value.get());
-    // loop-invariant frontier: non-leaf invariant nodes used by variant nodes or roots
+  // accumulator registers (and NaN markers for Max/Min), initialised to the identity
+  void pin_accs(const std::vector<int>& accs) {
+    acc_reg_.clear();
+    acc_nan_.clear();
+    int next = kAccTmp - 1;
+    for (int a : accs) {
+      acc_reg_[a] = next--;
+      vmovups(Vmm(acc_reg_[a]), cst(identity(k_.accs[a].kind)));
+      if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
+        acc_nan_[a] = next--;
+        vmovups(Vmm(acc_nan_[a]), cst(identity(k_.accs[a].kind)));
+      }
+      if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
+    }
+  }
+
+  // Loop-invariant frontier (non-leaf invariant nodes used by variant nodes or roots): evaluated
+  // once into slots; returns node -> slot.
+  std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes) {
     std::unordered_map<const ir::Expr*, bool> var;
     for (const auto* r : roots) mark_variant(r, var);
     std::unordered_map<const ir::Expr*, int> inv;
@@ -772,22 +1029,20 @@ class Gen : public Xbyak::CodeGenerator {
     }
     if (!frontier.empty()) {
       Eval pre;
+      pre.lanes = lanes;
       for (const auto* f : frontier) pre.to_slot[f] = inv[f];
       eval(frontier, pre);
     }
-    // accumulators
-    acc_reg_.clear();
-    acc_nan_.clear();
-    int next = kAccTmp - 1;
-    for (int a : accs) {
-      acc_reg_[a] = next--;
-      vmovups(Vmm(acc_reg_[a]), cst(identity(k_.accs[a].kind)));
-      if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
-        acc_nan_[a] = next--;
-        vmovups(Vmm(acc_nan_[a]), cst(identity(k_.accs[a].kind)));
-      }
-      if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
-    }
+    return inv;
+  }
+
+  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range) {
+    load_ptr_regs();
+    std::vector<const ir::Expr*> roots;
+    for (const auto& it : items) roots.push_back(it.store->value.get());
+    for (int a : accs) roots.push_back(k_.accs[a].value.get());
+    std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, false);
+    pin_accs(accs);
     auto body = [&](bool masked) {
       Eval ev;
       ev.in_loop = true;
@@ -870,7 +1125,17 @@ Code emit_isa(const ir::Kernel& k, const Plan& p) {
 }  // namespace
 
 Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {
-  return isa == Isa::Avx512 ? emit_isa<Xbyak::Zmm>(k, plan) : emit_isa<Xbyak::Ymm>(k, plan);
+  if (isa != Isa::Avx512) return emit_isa<Xbyak::Ymm>(k, plan);
+  if (plan.lanes) {
+    try {
+      return emit_isa<Xbyak::Zmm>(k, plan);
+    } catch (const DeclineError&) {  // a limit of the unrolled rows-across-lanes code: per-row code
+      Plan rows = plan;
+      rows.lanes = false;
+      return emit_isa<Xbyak::Zmm>(k, rows);
+    }
+  }
+  return emit_isa<Xbyak::Zmm>(k, plan);
 }
 
 }  // namespace kfuse::detail::xb

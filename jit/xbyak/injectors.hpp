@@ -62,6 +62,10 @@ struct Injectors {
     h.vmulps(t, t, r);
     h.vfmadd213ps(t, r, r);  // P r^2 + r
     h.vaddps(r, t, h.cst(1.0f));
+    if constexpr (Z) {  // r * 2^n in one rounding, as the two exact-then-rounding products below
+      h.vscalefps(r, r, n);
+      return;
+    }
     h.vcvtps2dq(n, n);
     h.vpsrad(t, n, 1);
     h.vpsubd(n, n, t);

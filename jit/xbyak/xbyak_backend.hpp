@@ -44,7 +44,12 @@ struct Plan {
   std::vector<Addr> addrs;
   std::unordered_map<const ir::Expr*, Access> loads;
   std::vector<std::vector<Access>> stores;  ///< per phase, per store
+  /// Row kernels with a short reduce extent (<= kLaneMaxReduce) and one row dim whose every
+  /// base is affine in the row index: rows across lanes (AVX-512: lane i owns row o+i).
+  bool lanes = false;
+  std::vector<int64_t> lane_stride;  ///< per base: elements between consecutive rows
 };
+inline constexpr int64_t kLaneMaxReduce = 16;
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);

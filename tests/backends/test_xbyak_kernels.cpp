@@ -265,6 +265,66 @@ TEST(XbyakKernels, ThreadCountIndependent) {
   }
 }
 
+// Short rows run across lanes on AVX-512 (lane i owns row o+i, a masked group for the last < 16
+// rows). A row's result must not depend on its lane or on which chunk (thread) it lands in: run
+// the kernel on all rows, on the rows from k onwards (every row shifted by k lanes), and on
+// several chunkings of the row range; all bitwise identical.
+TEST(XbyakKernels, ShortRowsLanePositionIndependent) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    for (int64_t C : {1, 3, 10, 16}) {
+      const int64_t R = 301;
+      auto x = inputs(static_cast<size_t>(R * C), 40 + C, -5, 5, 0.02), w = inputs(static_cast<size_t>(C), 41, -2, 2, 0),
+           b = inputs(static_cast<size_t>(C), 42, -2, 2, 0);
+      struct Case {
+        Kernel k;
+        int64_t out_per_row;
+      };
+      for (const Case& cs : {Case{softmax(R, C, false), C}, Case{softmax(R, C, true), C}, Case{logsumexp(R, C), 1},
+                             Case{layer_norm(R, C), C}, Case{rms_norm(R, C), C}}) {
+        auto c = be->compile(cs.k);
+        ASSERT_TRUE(c.kernel) << c.declined;
+        int nin = static_cast<int>(cs.k.buffers.size()) - 1;
+        auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
+          LaunchArgs a;
+          a.buffers.push_back(x.data() + first * C);
+          if (nin > 1) a.buffers.push_back(w.data());
+          if (nin > 2) a.buffers.push_back(b.data());
+          a.buffers.push_back(out.data() + first * cs.out_per_row);
+          a.params = {n};
+          c.kernel->run(a);
+        };
+        size_t on = static_cast<size_t>(R * cs.out_per_row);
+        std::vector<float> all(on, 1.0f);
+        run_rows(0, R, all);
+        for (int64_t k : {1, 5, 16, 17}) {
+          std::vector<float> shifted(on, 1.0f), chunked(on, 1.0f);
+          run_rows(0, k, shifted);
+          run_rows(k, R - k, shifted);
+          for (int64_t r0 = 0; r0 < R; r0 += 3 * k) run_rows(r0, std::min<int64_t>(3 * k, R - r0), chunked);
+          EXPECT_EQ(0, std::memcmp(all.data(), shifted.data(), on * 4)) << cs.k.name << " C=" << C << " k=" << k;
+          EXPECT_EQ(0, std::memcmp(all.data(), chunked.data(), on * 4)) << cs.k.name << " C=" << C << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+// Which kernels take the rows-across-lanes path (analysis only).
+TEST(XbyakKernels, LanePlan) {
+  detail::xb::Plan p;
+  for (int64_t C : {1, 10, 16}) {
+    ASSERT_EQ("", detail::xb::analyze(softmax(64, C, true), p));
+    EXPECT_TRUE(p.lanes) << C;
+    ASSERT_EQ("", detail::xb::analyze(logsumexp(64, C), p));
+    EXPECT_TRUE(p.lanes) << C;
+    ASSERT_EQ("", detail::xb::analyze(layer_norm(64, C), p));
+    EXPECT_TRUE(p.lanes) << C;
+  }
+  ASSERT_EQ("", detail::xb::analyze(softmax(64, 17, true), p));
+  EXPECT_FALSE(p.lanes);
+}
+
 TEST(XbyakKernels, EmitTime) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
