@@ -99,7 +99,7 @@ void lane_plan(const ir::Kernel& k, Plan& plan) {
   for (const auto& b : plan.bases) {
     try {
       Affine a = split(b, ir::Space::Outer, 0);
-      if (a.coeff > (1 << 26) || a.coeff < -(1 << 26)) return;
+      if (a.coeff > (1 << 22) || a.coeff < -(1 << 22)) return;  // byte offsets of 2W rows fit in 32 bits
       stride.push_back(a.coeff);
     } catch (const Decline&) {
       return;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -61,7 +62,8 @@ class Gen : public Xbyak::CodeGenerator {
   static constexpr int NREG = Z ? 32 : 16;
   static constexpr int kMaskReg = NREG - 1;  // AVX2 tail mask
   static constexpr int kAccTmp = NREG - 2;   // accumulator update scratch
-  static constexpr int kMaxVSlots = 128;
+  static constexpr int kMaxVSlots = 256;
+  static constexpr int kLaneSubs = 2;  // rows across lanes: groups of W rows per iteration
 
   Gen(const ir::Kernel& k, const Plan& p) : CodeGenerator(1 << 20, Xbyak::DontSetProtectRWE), k_(k), p_(p), inj_{*this} {}
 
@@ -168,8 +170,9 @@ class Gen : public Xbyak::CodeGenerator {
   bool lane_full_ = false;           // emitting the body for a full group of W rows
   std::map<int, int> lane_tile_;     // addr -> first of reduce_n slots: outputs of a full group
   int lane_r_ = 0;                   // reduce index being emitted
-  std::map<std::pair<int, int>, int> lane_cache_;  // (addr, byte disp) -> slot of the gathered vector
-  std::vector<int> acc_slot_;        // per accumulator: slot with its per-lane (per-row) value
+  std::map<std::tuple<int, int, int>, int> lane_cache_;  // (sub, addr, byte disp) -> slot of a gathered vector
+  std::vector<int> acc_slot_[kLaneSubs];     // per sub-group, per accumulator: slot with its per-lane value
+  int lane_sub_ = 0;                 // sub-group being emitted (a double body runs rows o..o+2W-1)
 
   const std::vector<Reg64>& ptr_pool() {
     static const std::vector<Reg64> p = {rbx, rsi, r8, r9, r10, r11, rcx};
@@ -456,7 +459,7 @@ class Gen : public Xbyak::CodeGenerator {
         return;
       case ExprKind::Acc:
         if (ev.lanes) {
-          vmovups(d, ptr[rsp + vslot_off(acc_slot_.at(e->index))]);
+          vmovups(d, ptr[rsp + vslot_off(acc_slot_[lane_sub_].at(e->index))]);
           return;
         }
         mov(rax, qword[rdi + frame_off::accs]);
@@ -808,7 +811,7 @@ class Gen : public Xbyak::CodeGenerator {
           vshuff32x4(V(10), V(5), V(7), 0x88);  // row c + 4
           vshuff32x4(V(11), V(5), V(7), 0xdd);  // row c + 12
           const int rows[4] = {c, c + 8, c + 4, c + 12};
-          for (int q = 0; q < 4; ++q) vmovups(ptr[b + rows[q] * C * 4] | k3, V(8 + q));
+          for (int q = 0; q < 4; ++q) vmovups(ptr[b + (lane_sub_ * W + rows[q]) * C * 4] | k3, V(8 + q));
         }
       }
     }
@@ -817,8 +820,8 @@ class Gen : public Xbyak::CodeGenerator {
   void lane_load(const Vmm& d, const Access& a) {
     if constexpr (Z) {
       int64_t c = lane_stride(a.addr);
-      int disp = a.coeff ? lane_r_ * 4 : 0;
-      if (auto it = lane_cache_.find({a.addr, disp}); it != lane_cache_.end()) {
+      int disp = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
+      if (auto it = lane_cache_.find({lane_sub_, a.addr, disp}); it != lane_cache_.end()) {
         vmovups(d, ptr[rsp + vslot_off(it->second)]);
         return;
       }
@@ -833,7 +836,7 @@ class Gen : public Xbyak::CodeGenerator {
       vgatherdps(d | k3, ptr[b + Vmm(kMaskReg) * 4 + disp]);
       if (nvslots_ < kMaxVSlots - 48) {  // keep it for later phases (L1 reload instead of a gather)
         int slot = new_vslot();
-        lane_cache_[{a.addr, disp}] = slot;
+        lane_cache_[{lane_sub_, a.addr, disp}] = slot;
         vmovups(ptr[rsp + vslot_off(slot)], d);
       }
     } else {
@@ -844,14 +847,15 @@ class Gen : public Xbyak::CodeGenerator {
   }
   void lane_store(const Access& a, const Vmm& v) {
     if constexpr (Z) {
-      if (tiled_store(a)) {
+      if (tiled_store(a) && lane_tile_.count(a.addr)) {
         vmovups(ptr[rsp + vslot_off(lane_tile_.at(a.addr) + lane_r_)], v);
         return;
       }
       Reg64 b = stream(a.addr);
       set_lane_index(lane_stride(a.addr));
       kmovw(k3, k1);
-      vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0)] | k3, v);
+      int64_t c = lane_stride(a.addr);
+      vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4)] | k3, v);
     } else {
       (void)a;
       (void)v;
@@ -859,27 +863,36 @@ class Gen : public Xbyak::CodeGenerator {
     }
   }
 
-  // Groups of W rows; a last group of fewer rows runs the same computation with masked gathers
-  // and scatters (so a row's result does not depend on its group or lane).
+  // Groups of W rows, two at a time (each phase emitted for both groups back to back, so the
+  // serial parts of one group, e.g. log(sum), overlap the other's); a last single group, and one
+  // of fewer rows (masked gathers and scatters), run the same computation, so a row's result does
+  // not depend on its group or lane.
   void lane_loop() {
-    Label top, tail, next, done;
+    Label top, single, tail, next, done;
     mov(r12, qword[rdi + frame_off::row_begin]);
     mov(r13, qword[rdi + frame_off::row_end]);
     L(top);
     mov(rax, r13);
     sub(rax, r12);
     jle(done, T_NEAR);
-    cmp(rax, W);
-    jl(tail, T_NEAR);
     mov(edx, (1 << W) - 1);
     kmovw(k1, edx);
-    lane_body(true);
+    cmp(rax, kLaneSubs * W);
+    jl(single, T_NEAR);
+    lane_body(true, kLaneSubs);
+    add(r12, kLaneSubs * W);
+    add(qword[rdi + frame_off::idx], kLaneSubs * W);
+    jmp(top, T_NEAR);
+    L(single);
+    cmp(rax, W);
+    jl(tail, T_NEAR);
+    lane_body(true, 1);
     jmp(next, T_NEAR);
     L(tail);
     mov(edx, -1);
     bzhi(edx, edx, eax);
     kmovw(k1, edx);  // row mask
-    lane_body(false);
+    lane_body(false, 1);
     L(next);
     add(r12, W);
     add(qword[rdi + frame_off::idx], W);
@@ -887,15 +900,19 @@ class Gen : public Xbyak::CodeGenerator {
     L(done);
   }
 
-  void lane_body(bool full) {
+  void lane_body(bool full, int nsub) {
     lane_full_ = full;
     compute_addrs();
     nvslots_ = 0;
     lane_cache_.clear();
     cur_idx_ = -1;
-    acc_slot_.assign(k_.accs.size(), -1);
-    for (size_t a = 0; a < k_.accs.size(); ++a) acc_slot_[a] = new_vslot();
-    for (size_t ph = 0; ph < k_.phases.size(); ++ph) lane_phase(ph);
+    for (int sub = 0; sub < nsub; ++sub) {
+      acc_slot_[sub].assign(k_.accs.size(), -1);
+      for (size_t a = 0; a < k_.accs.size(); ++a) acc_slot_[sub][a] = new_vslot();
+    }
+    for (size_t ph = 0; ph < k_.phases.size(); ++ph)
+      for (lane_sub_ = 0; lane_sub_ < nsub; ++lane_sub_) lane_phase(ph);
+    lane_sub_ = 0;
   }
 
 
@@ -911,7 +928,7 @@ class Gen : public Xbyak::CodeGenerator {
     lane_tile_ok_ = P.over_reduce && kAccTmp - acc_regs > 12;  // the transpose uses zmm0..11
     if (P.over_reduce)
       for (const auto& it : items)
-        if (tiled_store(it.acc) && !lane_tile_.count(it.acc.addr)) {
+        if (tiled_store(it.acc) && !lane_tile_.count(it.acc.addr) && nvslots_ + p_.reduce_n + W <= kMaxVSlots - 48) {
           lane_tile_[it.acc.addr] = nvslots_;
           for (int64_t r = 0; r < p_.reduce_n + W; ++r) new_vslot();
         }
@@ -956,7 +973,7 @@ class Gen : public Xbyak::CodeGenerator {
           vmovups(acc | k2, cst(NAN));
         }
       }
-      vmovups(ptr[rsp + vslot_off(acc_slot_.at(a))], acc);
+      vmovups(ptr[rsp + vslot_off(acc_slot_[lane_sub_].at(a))], acc);
     }
     acc_reg_.clear();
     acc_nan_.clear();
