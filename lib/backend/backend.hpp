@@ -52,7 +52,7 @@ class Backend {
   /// (with the compiler's log) when the compiler itself fails.
   virtual CompileResult compile(const ir::Kernel& k) = 0;
   /// Re-creates a kernel from CompiledKernel::binary (disk cache). Null if unsupported.
-  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) { /*k*/, const std::vector<uint8_t>  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) { /*binary*/) {
+  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& /*k*/, const std::vector<uint8_t>& /*binary*/) {
     return nullptr;
   }
 
