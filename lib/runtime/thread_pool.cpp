@@ -38,8 +38,8 @@ class Pool {
     {
       std::lock_guard<std::mutex> lk(mu_);
       job_ = &fn;
-      pending_ = static_cast<int>(workers_.size());
-      ++generation_;
+      pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     t_in_pool = true;
@@ -56,21 +56,28 @@ class Pool {
   }
 
  private:
+  // Waking a sleeping thread costs tens of microseconds on a busy VM, more than a small kernel
+  // takes: workers (and the caller, for the join) spin briefly before blocking, as OpenMP
+  // runtimes do. The spin is bounded, so idle pools do not burn a core.
+  static constexpr int kSpin = 1 << 15;
+
   void wait_done() {
+    for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) __builtin_ia32_pause();
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [this] { return pending_ == 0; });
+    done_cv_.wait(lk, [this] { return pending_.load(std::memory_order_acquire) == 0; });
     job_ = nullptr;
   }
   void loop(int id) {
     t_in_pool = true;
     uint64_t seen = 0;
     for (;;) {
+      for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen; ++i) __builtin_ia32_pause();
       const std::function<void(int)>* job;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+        cv_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
         if (stop_) return;
-        seen = generation_;
+        seen = generation_.load(std::memory_order_acquire);
         job = job_;
       }
       try {
@@ -79,8 +86,10 @@ class Pool {
         // Kernels do not throw; a failure here would be a kfuse bug. Never let it escape a
         // worker (that would terminate the process).
       }
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lk(mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 
@@ -88,27 +97,29 @@ class Pool {
   std::mutex mu_, region_mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void(int)>* job_ = nullptr;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };
 
+int hardware_threads() {
+  unsigned h = std::thread::hardware_concurrency();
+  return h ? static_cast<int>(h) : 1;
+}
+
 Pool& pool() {
+  // Sized once for the larger of the hardware and the first requested count; parallel_for uses
+  // as many of its threads as options() asks for at each call (set_options can change it).
   // Leaked: worker threads must not be joined during static destruction.
-  static Pool* p = new Pool(num_threads());
+  static Pool* p = new Pool(std::max(hardware_threads(), options().num_threads));
   return *p;
 }
 
 }  // namespace
 
 int num_threads() {
-  static int n = [] {
-    int o = options().num_threads;
-    if (o > 0) return o;
-    unsigned h = std::thread::hardware_concurrency();
-    return h ? static_cast<int>(h) : 1;
-  }();
-  return n;
+  int o = options().num_threads;
+  return o > 0 ? std::min(o, pool().size()) : pool().size();
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

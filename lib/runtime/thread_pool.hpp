@@ -13,7 +13,8 @@
 namespace kfuse::detail {
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
-/// Threads parallel_for uses (KFUSE_NUM_THREADS or hardware concurrency).
+/// Threads parallel_for uses now: Options::num_threads (KFUSE_NUM_THREADS, set_options) or, when
+/// 0, every hardware thread.
 int num_threads();
 
 }  // namespace kfuse::detail
