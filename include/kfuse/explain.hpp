@@ -19,7 +19,7 @@ struct KernelReport {
   std::vector<std::string> inputs;   ///< "%3 f32[4096, 10]"
   std::vector<std::string> outputs;
   int64_t min_bytes = 0;             ///< compulsory traffic: inputs read once + outputs written once
-  std::string backend;               ///< backend that would compile it (filled at eval)
+  std::string backend;               ///< backend that ran it, when this structure was evaluated before (else empty)
 };
 
 struct BoundaryReport {

@@ -6,7 +6,9 @@
 
 #include "graph/print_graph.hpp"
 #include "plugin/pattern_registry.hpp"
+#include "runtime/graph_signature.hpp"
 #include "runtime/plan.hpp"
+#include "runtime/program.hpp"
 
 namespace kfuse {
 
@@ -118,7 +120,13 @@ Explanation explain(const std::vector<Tensor>& ts) {
   auto plan = detail::make_plan(roots, /*compile=*/false);
   std::vector<const Node*> raw;
   for (const auto& r : roots) raw.push_back(r.get());
-  return detail::explain_plan(*plan, raw);
+  Explanation ex = detail::explain_plan(*plan, raw);
+  // Planning compiles nothing; when the same structure was evaluated before, its cached program
+  // says which backend took each kernel (one step per group, in the same order).
+  if (auto prog = detail::find_program(detail::graph_signature(roots)))
+    if (prog->steps.size() == ex.kernels.size())
+      for (size_t i = 0; i < ex.kernels.size(); ++i) ex.kernels[i].backend = prog->steps[i].backend;
+  return ex;
 }
 
 std::string to_dot(const std::vector<Tensor>& ts) {

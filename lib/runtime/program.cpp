@@ -34,6 +34,7 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
     if (g.kind == GroupKind::Fused) {
       const PlannedKernel& pk = plan.kernels[gi];
       st.kernel = pk.compiled;
+      st.backend = pk.backend;
       st.params = pk.lowered.kernel.param_values();
       size_t n_in = static_cast<size_t>(pk.lowered.kernel.num_inputs());
       for (size_t b = 0; b < pk.lowered.buffer_nodes.size(); ++b) {
@@ -44,6 +45,7 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
     } else {
       const Node* n = g.nodes.at(0);
       st.host_node = n;
+      st.backend = "host";
       for (const auto& in : n->inputs) st.inputs.push_back(ref_of(in.get()));
       st.outputs.push_back(new_temp(n));
     }
@@ -99,6 +101,10 @@ PlanCache& plan_cache() {
 }
 
 }  // namespace
+
+std::shared_ptr<const Program> find_program(const GraphSignature& sig) {
+  return sig.cacheable ? plan_cache().find(sig.bytes) : nullptr;
+}
 
 std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig) {
   bool use_cache = sig.cacheable && options().cache_mode != "off";

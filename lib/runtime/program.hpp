@@ -21,6 +21,7 @@ struct ValueRef {
 struct Step {
   GroupKind kind = GroupKind::Fused;
   std::shared_ptr<CompiledKernel> kernel;  ///< fused groups
+  std::string backend;                     ///< the backend that compiled it ("host" for host steps)
   std::vector<int64_t> params;             ///< launch parameters (fixed by the shapes in the key)
   const Node* host_node = nullptr;         ///< source/opaque groups (their programs keep the plan)
   std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
@@ -49,6 +50,10 @@ std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, co
 
 /// A copy of `s` on `to` (through the host when neither side is the CPU).
 std::shared_ptr<Storage> copy_storage(const Storage& s, Device to);
+
+/// The cached program for `sig`, or null (never plans or compiles; explain() uses it to report
+/// which backend runs each kernel of an expression evaluated before).
+std::shared_ptr<const Program> find_program(const GraphSignature& sig);
 
 /// Runs a program over the leaf values of `sig`; returns each root's value.
 std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig);

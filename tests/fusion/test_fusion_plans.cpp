@@ -2,6 +2,10 @@
 // against the fp64 reference evaluator.
 #include <kfuse/explain.hpp>
 
+#include <algorithm>
+
+#include "backend/backend.hpp"
+
 #include "test_util.hpp"
 
 namespace kfuse::test {
@@ -112,6 +116,14 @@ TEST(FusionPlans, ExplainTextAndDot) {
   std::string t = ex.text();
   EXPECT_NE(t.find("plan: 1 kernel (an op-by-op library would launch"), std::string::npos) << t;
   EXPECT_GE(ex.unfused_kernels, 3);
+  // Before any evaluation of a structure no backend is known; afterwards explain() reports the
+  // one that ran it. (A shape no other test uses, so the result does not depend on test order.)
+  Tensor u = rnd({4093, 11}, 22);
+  EXPECT_EQ(explain(log_softmax(u, -1)).kernels[0].backend, "");
+  log_softmax(u, -1).eval();
+  std::string ran = explain(log_softmax(u, -1)).kernels[0].backend;
+  auto names = detail::builtin_backend_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), ran), names.end()) << "backend '" << ran << "'";
   std::string dot = to_dot({log_softmax(x, -1)});
   EXPECT_NE(dot.find("digraph kfuse"), std::string::npos);
   EXPECT_NE(dot.find("subgraph cluster_0"), std::string::npos);
