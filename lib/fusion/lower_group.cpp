@@ -172,7 +172,6 @@ class Lowerer {
       memo[e.get()] = d;
       return d;
     };
-    need_ = &need;
     int max_depth = -1;
     for (size_t a = 0; a < accs_.size(); ++a) max_depth = std::max(max_depth, acc_depth(static_cast<int>(a), depth, need));
     int n_reduce_phases = max_depth + 1;
@@ -370,7 +369,6 @@ class Lowerer {
   std::vector<ir::Accumulator> accs_;
   std::unordered_map<const Node*, int> acc_id_;
   std::map<std::vector<const void*>, ExprRef> memo_;
-  const std::function<int(const ExprRef&)>* need_ = nullptr;
 };
 
 }  // namespace

@@ -149,13 +149,11 @@ std::shared_ptr<Storage> copy_storage(const Storage& s, Device to) {
 
 std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig) {
   std::vector<std::shared_ptr<Storage>> temps(p.temps.size());
-  auto value = [&](const ValueRef& v) -> const std::shared_ptr<Storage>& {
+  auto value = [&](const ValueRef& v) -> std::shared_ptr<Storage> {
     if (!v.leaf) return temps[v.index];
     const Node* n = sig.leaves[v.index];
-    static thread_local std::shared_ptr<Storage> tmp;
-    tmp = n->realized();
-    if (!tmp) tmp = n->storage;
-    return tmp;
+    auto r = n->realized();
+    return r ? r : n->storage;
   };
   ir::LaunchArgs args;
   for (const Step& st : p.steps) {
