@@ -35,7 +35,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 2;  // 2: rows across lanes, vscalefps exp
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 3;  // 3: streaming stores, unrolled reductions
 constexpr size_t kHeader = 16;
 
 // Read-only executable copy of the code (never writable and executable at once).
@@ -66,6 +66,11 @@ class ExecMem {
 
 constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
 constexpr int64_t kPointwiseGrain = 1 << 14;
+// Outputs at least this big are written with streaming (non-temporal) stores: they cannot stay in
+// the caches of these cores for a consumer anyway (L2 is 1-2 MiB per core), and skipping the
+// read-for-ownership of every destination line saves a fifth to a quarter of the traffic of an
+// element-wise kernel. Smaller outputs are kept in cache for the next kernel to read.
+constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
 
 class XbyakKernel final : public CompiledKernel {
  public:
@@ -81,6 +86,10 @@ class XbyakKernel final : public CompiledKernel {
       outer_n *= ext.back();
     }
     Frame base{};
+    int64_t stored = 0;  // elements stored per outer point
+    for (const auto& ph : k_.phases)
+      stored += static_cast<int64_t>(ph.stores.size()) * (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
+    base.stream = outer_n * stored * 4 >= kStreamingStoreBytes;
     base.bufs = args.buffers.data();
     base.params = args.params.data();
     for (size_t d = 0; d < ext.size(); ++d) base.ext[d] = ext[d];

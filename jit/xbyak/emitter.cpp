@@ -203,6 +203,7 @@ class Gen : public Xbyak::CodeGenerator {
     and_(rsp, -64);
   }
   void epilogue() {
+    if (uses_stream_) sfence();  // order the write-combined stores before the pool's completion signal
     mov(rsp, rbp);
     for (const auto& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
     vzeroupper();
@@ -322,7 +323,14 @@ class Gen : public Xbyak::CodeGenerator {
     std::unordered_map<const ir::Expr*, std::vector<int>> accs;       // acc ids
     std::unordered_map<const ir::Expr*, int> to_slot;                  // pre-block: save to slot
   };
-  std::map<int, int> acc_reg_, acc_nan_;  // pinned accumulator registers
+  // Pinned accumulator registers (and NaN markers for Max/Min) of the set being emitted; a loop
+  // unrolled U times keeps U independent sets (acc_sets_) so that the adds of consecutive vectors
+  // do not wait on each other's latency, combined in a fixed order after the loop.
+  std::map<int, int> acc_reg_, acc_nan_;
+  std::vector<std::pair<std::map<int, int>, std::map<int, int>>> acc_sets_;
+  int disp_ = 0;     // byte displacement of the vector being emitted within an unrolled iteration
+  bool stream_ = false;  // emit full-vector stores as non-temporal (streaming) stores
+  bool uses_stream_ = false;  // some path streams: the epilogue fences
 
   bool is_leaf(const Eval& ev, const ir::Expr* e) const {
     if (ev.inv_slots && ev.inv_slots->count(e)) return true;
@@ -359,6 +367,10 @@ class Gen : public Xbyak::CodeGenerator {
     ra.pinned[kMaskReg] = ra.pinned[kAccTmp] = true;
     for (auto [a, r] : acc_reg_) ra.pinned[r] = true;
     for (auto [a, r] : acc_nan_) ra.pinned[r] = true;
+    for (const auto& [regs, nans] : acc_sets_) {
+      for (auto [a, r] : regs) ra.pinned[r] = true;
+      for (auto [a, r] : nans) ra.pinned[r] = true;
+    }
 
     auto next_use = [&](const ir::Expr* e, int i) {
       for (int u : ra.uses[e])
@@ -480,11 +492,11 @@ class Gen : public Xbyak::CodeGenerator {
         if (a.coeff == 0) {
           vbroadcastss(d, dword[b]);
         } else if (!ev.masked) {
-          vmovups(d, ptr[b + r14 * 4]);
+          vmovups(d, ptr[b + r14 * 4 + disp_]);
         } else if constexpr (Z) {
-          vmovups(d | k1 | T_z, ptr[b + r14 * 4]);
+          vmovups(d | k1 | T_z, ptr[b + r14 * 4 + disp_]);
         } else {
-          vmaskmovps(d, Vmm(kMaskReg), ptr[b + r14 * 4]);
+          vmaskmovps(d, Vmm(kMaskReg), ptr[b + r14 * 4 + disp_]);
         }
         return;
       }
@@ -649,11 +661,12 @@ class Gen : public Xbyak::CodeGenerator {
         } else if (s->acc.coeff == 0) {  // one-point kernel: lane 0
           vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
         } else if (!ev.masked) {
-          vmovups(ptr[b + r14 * 4], v);
+          if (stream_) vmovntps(ptr[b + r14 * 4 + disp_], v);
+          else vmovups(ptr[b + r14 * 4 + disp_], v);
         } else if constexpr (Z) {
-          vmovups(ptr[b + r14 * 4] | k1, v);
+          vmovups(ptr[b + r14 * 4 + disp_] | k1, v);
         } else {
-          vmaskmovps(ptr[b + r14 * 4], Vmm(kMaskReg), v);
+          vmaskmovps(ptr[b + r14 * 4 + disp_], Vmm(kMaskReg), v);
         }
       }
     if (auto it = ev.accs.find(e); it != ev.accs.end())
@@ -980,8 +993,7 @@ class Gen : public Xbyak::CodeGenerator {
       }
       vmovups(ptr[rsp + vslot_off(acc_slot_[lane_sub_].at(a))], acc);
     }
-    acc_reg_.clear();
-    acc_nan_.clear();
+    release_accs();
   }
 
   void once_phase(const std::vector<PhaseItem>& items) {
@@ -1007,20 +1019,64 @@ class Gen : public Xbyak::CodeGenerator {
     memo[e] = v;
   }
 
-  // accumulator registers (and NaN markers for Max/Min), initialised to the identity
-  void pin_accs(const std::vector<int>& accs) {
+  // Accumulator registers (and NaN markers for Max/Min), initialised to the identity: `nsets`
+  // independent sets (see acc_sets_); set 0 is made current.
+  void pin_accs(const std::vector<int>& accs, int nsets = 1) {
+    acc_sets_.assign(nsets, {});
+    int next = kAccTmp - 1;
+    for (auto& [regs, nans] : acc_sets_)
+      for (int a : accs) {
+        regs[a] = next--;
+        vmovups(Vmm(regs[a]), cst(identity(k_.accs[a].kind)));
+        if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
+          nans[a] = next--;
+          vmovups(Vmm(nans[a]), cst(identity(k_.accs[a].kind)));
+        }
+        if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
+      }
+    use_acc_set(0);
+  }
+  void use_acc_set(int s) {
+    acc_reg_ = acc_sets_[s].first;
+    acc_nan_ = acc_sets_[s].second;
+  }
+  void release_accs() {
+    acc_sets_.clear();
     acc_reg_.clear();
     acc_nan_.clear();
-    int next = kAccTmp - 1;
-    for (int a : accs) {
-      acc_reg_[a] = next--;
-      vmovups(Vmm(acc_reg_[a]), cst(identity(k_.accs[a].kind)));
-      if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
-        acc_nan_[a] = next--;
-        vmovups(Vmm(acc_nan_[a]), cst(identity(k_.accs[a].kind)));
-      }
-      if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
-    }
+  }
+  // Vector registers one set of `accs` pins.
+  int acc_regs(const std::vector<int>& accs) const {
+    int n = 0;
+    for (int a : accs) n += k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min ? 2 : 1;
+    return n;
+  }
+  // Folds the sets into set 0 in a fixed tree order ((0,1),(2,3)),(0,2) so that results do not
+  // depend on anything but the code. NaN markers are OR-ed: a marker is the identity (an
+  // infinity) or a NaN, and an infinity OR a NaN is still a NaN.
+  void combine_acc_sets(const std::vector<int>& accs) {
+    const int n = static_cast<int>(acc_sets_.size());
+    for (int step = 1; step < n; step *= 2)
+      for (int s = 0; s + step < n; s += 2 * step)
+        for (int a : accs) {
+          Vmm d(acc_sets_[s].first.at(a)), o(acc_sets_[s + step].first.at(a));
+          switch (k_.accs[a].kind) {
+            case ir::AccKind::Sum: vaddps(d, d, o); break;
+            case ir::AccKind::Prod: vmulps(d, d, o); break;
+            case ir::AccKind::Max: vmaxps(d, d, o); break;
+            default: vminps(d, d, o); break;
+          }
+          if (acc_sets_[s].second.count(a)) inj_.vor(Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s + step].second.at(a)));
+        }
+    use_acc_set(0);
+  }
+  // Independent accumulator sets for a loop over `accs`: up to 4, within a register budget that
+  // leaves the expression enough registers (the widest op needs 8).
+  int unroll_for(const std::vector<int>& accs) const {
+    const int per = acc_regs(accs);
+    if (per == 0) return 1;
+    const int budget = Z ? 12 : 6;
+    return std::max(1, std::min(4, budget / per));
   }
 
   // Loop-invariant frontier (non-leaf invariant nodes used by variant nodes or roots): evaluated
@@ -1064,8 +1120,17 @@ class Gen : public Xbyak::CodeGenerator {
     for (const auto& it : items) roots.push_back(it.store->value.get());
     for (int a : accs) roots.push_back(k_.accs[a].value.get());
     std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, false);
-    pin_accs(accs);
-    auto body = [&](bool masked) {
+    // Loops with accumulators are unrolled U times, copy j using accumulator set j: a reduction
+    // is then bound by throughput, not by the latency of one add chain. The order stays fixed
+    // (set j takes vectors j, j+U, ...; then the sets are combined) for any chunking.
+    const int U = accs.empty() ? 1 : unroll_for(accs);
+    pin_accs(accs, U);
+    // One vector (copy j of an unrolled iteration at r14 + j*W); spill slots are reused
+    // across copies (nothing in them outlives one copy).
+    auto body = [&](bool masked, int j) {
+      disp_ = j * VB;
+      use_acc_set(j);
+      const int slots = nvslots_;
       Eval ev;
       ev.in_loop = true;
       ev.masked = masked;
@@ -1073,6 +1138,8 @@ class Gen : public Xbyak::CodeGenerator {
       for (const auto& it : items) ev.stores[it.store->value.get()].push_back(&it);
       for (int a : accs) ev.accs[k_.accs[a].value.get()].push_back(a);
       eval(roots, ev);
+      nvslots_ = slots;
+      disp_ = 0;
     };
     auto set_mask_rax = [&] {  // rax = remaining lanes (1..W-1)
       if constexpr (Z) {
@@ -1086,46 +1153,122 @@ class Gen : public Xbyak::CodeGenerator {
       }
     };
     if (static_range && p_.mode != Mode::Global) {
-      int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
-      xor_(r14d, r14d);
-      if (nfull == 1) {
-        body(false);
-      } else if (nfull > 1) {
-        Label top;
-        L(top);
-        body(false);
-        add(r14, W);
-        cmp(r14, static_cast<int>(nfull * W));
-        jl(top, T_NEAR);
+      Label regular, done;
+      if (streaming_ok(items, accs)) {  // a store phase of a row kernel: per row, when aligned
+        xor_(r14d, r14d);
+        streaming_check(items, regular);
+        stream_ = true;
+        static_loop(body, 1, set_mask_rax);
+        stream_ = false;
+        jmp(done, T_NEAR);
       }
-      if (rem) {
-        mov(r14, nfull * W);
-        mov(eax, static_cast<int>(rem));
-        set_mask_rax();
-        body(true);
-      }
+      L(regular);
+      static_loop(body, U, set_mask_rax);
+      L(done);
     } else {
-      Label top, tail, done;
+      Label top, single, tail, done;
       mov(r14, qword[rdi + frame_off::lo]);
       mov(r15, qword[rdi + frame_off::hi]);
-      L(top);
+      if (streaming_ok(items, accs)) {  // whole vectors while aligned; the rest below
+        Label regular;
+        streaming_check(items, regular);
+        stream_ = true;
+        Label ntop, ndone;
+        L(ntop);
+        lea(rax, ptr[r14 + W]);
+        cmp(rax, r15);
+        jg(ndone, T_NEAR);
+        body(false, 0);
+        add(r14, W);
+        jmp(ntop, T_NEAR);
+        L(ndone);
+        stream_ = false;
+        L(regular);
+      }
+      if (U > 1) {
+        L(top);
+        lea(rax, ptr[r14 + U * W]);
+        cmp(rax, r15);
+        jg(single, T_NEAR);
+        for (int j = 0; j < U; ++j) body(false, j);
+        add(r14, U * W);
+        jmp(top, T_NEAR);
+      }
+      L(single);
       lea(rax, ptr[r14 + W]);
       cmp(rax, r15);
       jg(tail, T_NEAR);
-      body(false);
+      body(false, 0);
       add(r14, W);
-      jmp(top, T_NEAR);
+      jmp(single, T_NEAR);
       L(tail);
       mov(rax, r15);
       sub(rax, r14);
       jle(done, T_NEAR);
       set_mask_rax();
-      body(true);
+      body(true, 0);
       L(done);
     }
+    combine_acc_sets(accs);
     for (int a : accs) finish_acc(a);
-    acc_reg_.clear();
-    acc_nan_.clear();
+    release_accs();
+  }
+
+  // Streaming stores: a pointwise loop whose every store is a full contiguous vector may write
+  // with non-temporal stores, which skip the read-for-ownership of the destination lines (a
+  // quarter of the traffic of c = a*b). Taken at run time when the host asks for it (Frame::
+  // stream: the outputs are too big to be read back from cache) and every store address is
+  // vector aligned; the loop leaves the last vectors and the tail to the regular loops.
+  // Static reduce loop (row kernels): n = reduce_n vectors, unrolled U times, masked tail.
+  template <class Body, class Mask>
+  void static_loop(const Body& body, int U, const Mask& set_mask_rax) {
+    const int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
+    const int64_t iters = nfull / U;  // unrolled iterations, then nfull % U single vectors
+    xor_(r14d, r14d);
+    if (iters == 1) {
+      for (int j = 0; j < U; ++j) body(false, j);
+    } else if (iters > 1) {
+      Label top;
+      L(top);
+      for (int j = 0; j < U; ++j) body(false, j);
+      add(r14, U * W);
+      cmp(r14, static_cast<int>(iters * U * W));
+      jl(top, T_NEAR);
+    }
+    if (iters > 0 && nfull % U) mov(r14, iters * U * W);
+    for (int j = 0; j < nfull % U; ++j) body(false, j);
+    if (rem) {
+      mov(r14, nfull * W);
+      mov(eax, static_cast<int>(rem));
+      set_mask_rax();
+      body(true, 0);
+    }
+  }
+
+  // Streaming stores: a phase without accumulators whose every store is a full contiguous
+  // vector may write with non-temporal stores, which skip the read-for-ownership of the
+  // destination lines (a quarter of the traffic of c = a*b). Taken at run time when the host
+  // asks for it (Frame::stream: the outputs are too big to be read back from cache) and every
+  // store address is vector aligned; masked tails use regular stores. The epilogue fences.
+  bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const {
+    if (p_.mode == Mode::Global || p_.scalar || !accs.empty() || items.empty()) return false;
+    for (const auto& it : items)
+      if (it.acc.coeff != 1) return false;
+    return true;
+  }
+  // Jumps to `regular` unless streaming was asked for and every store address at r14 is aligned.
+  void streaming_check(const std::vector<PhaseItem>& items, Label& regular) {
+    uses_stream_ = true;
+    cmp(qword[rdi + frame_off::stream], 0);
+    je(regular, T_NEAR);
+    xor_(edx, edx);
+    for (const auto& it : items) {
+      Reg64 b = stream(it.acc.addr);
+      lea(rax, ptr[b + r14 * 4]);
+      or_(rdx, rax);
+    }
+    test(edx, VB - 1);
+    jnz(regular, T_NEAR);
   }
 };
 

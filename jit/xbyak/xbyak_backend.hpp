@@ -3,6 +3,7 @@
 // The backend emits x86-64 machine code straight from kernel IR (lib/ir/kernel.hpp) for the
 // subset described in README "xbyak backend"; everything else is declined with a reason.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,11 +78,13 @@ struct Frame {
   float* accs;                 ///< accumulator values (read by Acc, written by reduce phases)
   int64_t idx[8];              ///< current outer index of the row dims (row_begin decomposed)
   int64_t ext[8];              ///< outer extents
+  int64_t stream;              ///< Pointwise: non-zero = use streaming stores where aligned
 };
 namespace frame_off {
 inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
-                     accs = 56, idx = 64, ext = 128;
+                     accs = 56, idx = 64, ext = 128, stream = 192;
 }
+static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
 inline constexpr int kMaxOuterDims = 8;
 inline constexpr int kMaxAccs = 64;
 

@@ -325,6 +325,76 @@ TEST(XbyakKernels, LanePlan) {
   EXPECT_FALSE(p.lanes);
 }
 
+// Reduction loops are unrolled with up to 4 independent accumulator sets: row lengths that
+// leave 0..3 single vectors after the unrolled part, with 0, 1 and several unrolled iterations,
+// with and without a masked tail; max/min rows with a NaN in each position class.
+TEST(XbyakKernels, UnrolledReductionRemainders) {
+  for (Isa isa : isas()) {
+    const int64_t W = isa == Isa::Avx512 ? 16 : 8;
+    for (int64_t vecs : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+      for (int64_t rem : {int64_t{0}, W / 2 + 1}) {
+        const int64_t C = vecs * W + rem, R = 9;
+        auto x = inputs(static_cast<size_t>(R * C), 70 + C, -4, 4, 0);
+        for (int64_t r = 0; r < R; ++r) x[r * C + (r * 5) % C] = r % 3 == 0 ? NAN : x[r * C];  // NaN in some rows
+        auto w = inputs(static_cast<size_t>(C), 71, -2, 2, 0), b = inputs(static_cast<size_t>(C), 72, -2, 2, 0);
+        const size_t n = static_cast<size_t>(R * C);
+        std::string tag = " C=" + std::to_string(C);
+        compare(softmax(R, C, true), {x}, {n}, isa, {1e-5, 1e-5}, "log_softmax" + tag);
+        compare(logsumexp(R, C), {x}, {static_cast<size_t>(R)}, isa, {1e-5, 1e-5}, "logsumexp" + tag);
+        compare(layer_norm(R, C), {x, w, b}, {n}, isa, {2e-4, 2e-4}, "layer_norm" + tag);
+        compare(global_reduce(AccKind::Min, C), {x}, {1}, isa, {0, 0}, "global min" + tag);
+        compare(global_reduce(AccKind::Sum, C), {w}, {1}, isa, {1e-5, 1e-5}, "global sum" + tag);
+      }
+    }
+  }
+}
+
+// Outputs of >= 16 MiB are written with streaming stores where every store address is vector
+// aligned, with regular stores otherwise: both paths (aligned and misaligned output buffers),
+// pointwise and row kernels, against the reference interpreter; tails and odd row lengths too.
+TEST(XbyakKernels, StreamingStoresLargeOutputs) {
+  struct Out {
+    explicit Out(size_t n, size_t shift) : mem(static_cast<float*>(std::aligned_alloc(64, (n + 32) * 4))), p(mem + shift) {}
+    ~Out() { std::free(mem); }
+    float* mem;
+    float* p;
+  };
+  auto ref = detail::make_reference_backend();
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    const int64_t n = (int64_t{1} << 22) + 21;  // 16 MiB + a tail
+    const int64_t most = std::max<int64_t>(n, 8200 * 515);  // the largest input below
+    auto a = inputs(static_cast<size_t>(most), 81, -3, 3, 0.01), b = inputs(static_cast<size_t>(n), 82, -3, 3, 0);
+    Kernel pw = pointwise(2, [](const std::vector<ExprRef>& in) { return un(Op::Relu, bin(Op::Mul, in[0], in[1])); }, n);
+    // [R, C] rows with C = 515: misaligned row starts; C = 512: every row aligned
+    std::vector<std::pair<Kernel, int64_t>> ks = {{pw, n}, {softmax(8200, 512, true), 8200 * 512},
+                                                  {softmax(8200, 515, false), 8200 * 515}};
+    for (auto& [k, count] : ks)
+      for (size_t shift : {size_t{0}, size_t{1}}) {
+        auto cx = be->compile(k);
+        ASSERT_TRUE(cx.kernel) << cx.declined;
+        auto cr = ref->compile(k);
+        Out ox(static_cast<size_t>(count), shift), orf(static_cast<size_t>(count), 0);
+        std::vector<void*> bx{a.data()}, br{a.data()};
+        if (k.kind == "pointwise") {
+          bx.push_back(b.data());
+          br.push_back(b.data());
+        }
+        bx.push_back(ox.p);
+        br.push_back(orf.p);
+        ox.p[count] = orf.p[count] = 12345.0f;
+        cx.kernel->run(LaunchArgs{bx, k.param_values()});
+        cr.kernel->run(LaunchArgs{br, k.param_values()});
+        EXPECT_EQ(ox.p[count], 12345.0f) << k.name << ": wrote past the end";
+        int bad = 0;
+        for (int64_t i = 0; i < count; ++i)
+          if (!close(ox.p[i], orf.p[i], {1e-5, 1e-5}) && ++bad <= 5)
+            ADD_FAILURE() << k.name << " shift " << shift << " [" << detail::xb::isa_name(isa) << "] out[" << i
+                          << "]: xbyak " << ox.p[i] << " reference " << orf.p[i];
+      }
+  }
+}
+
 TEST(XbyakKernels, EmitTime) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
