@@ -229,6 +229,15 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         plan.stores[p].push_back(acc);
       }
     }
+    if (plan.mode == Mode::Row && plan.row_dims >= 1)
+      for (const auto& b : plan.bases) {
+        int64_t stride = 0;
+        try {
+          stride = split(b, ir::Space::Outer, plan.row_dims - 1).coeff;
+        } catch (const Decline&) {  // not affine in the row index: no prefetch for this stream
+        }
+        plan.row_stride.push_back(stride);
+      }
     lane_plan(k, plan);
     return {};
   } catch (const Decline& d) {

@@ -49,6 +49,9 @@ struct Plan {
   /// base is affine in the row index: rows across lanes (AVX-512: lane i owns row o+i).
   bool lanes = false;
   std::vector<int64_t> lane_stride;  ///< per base: elements between consecutive rows
+  /// Row: per base, elements between consecutive rows (coefficient of the innermost row index;
+  /// 0 when not affine in it). Used for prefetching the rows ahead.
+  std::vector<int64_t> row_stride;
 };
 inline constexpr int64_t kLaneMaxReduce = 16;
 
