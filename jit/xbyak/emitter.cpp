@@ -203,7 +203,13 @@ class Gen : public Xbyak::CodeGenerator {
     and_(rsp, -64);
   }
   void epilogue() {
-    if (uses_stream_) sfence();  // order the write-combined stores before the pool's completion signal
+    if (uses_stream_) {  // order the write-combined stores before the pool's completion signal
+      Label no_fence;     // (only when streaming was asked for: sfence waits for every store)
+      cmp(qword[rdi + frame_off::stream], 0);
+      je(no_fence, T_NEAR);
+      sfence();
+      L(no_fence);
+    }
     mov(rsp, rbp);
     for (const auto& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
     vzeroupper();
@@ -1075,6 +1081,18 @@ class Gen : public Xbyak::CodeGenerator {
         }
     use_acc_set(0);
   }
+  // Few vector instructions per element (no transcendental op): loop overhead matters.
+  bool cheap_body(const std::vector<const ir::Expr*>& roots) const {
+    std::unordered_set<const ir::Expr*> seen;
+    int ops = 0;
+    std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
+      if (!seen.insert(e).second || e->kind == ExprKind::Load) return;
+      if (e->kind == ExprKind::Op) ops += scratch_count(e) > 1 ? 16 : 1;  // a math function
+      for (const auto& a : e->args) walk(a.get());
+    };
+    for (const auto* r : roots) walk(r);
+    return ops <= 8;
+  }
   // Independent accumulator sets for a loop over `accs`: up to 4, within a register budget that
   // leaves the expression enough registers (the widest op needs 8).
   int unroll_for(const std::vector<int>& accs) const {
@@ -1128,7 +1146,13 @@ class Gen : public Xbyak::CodeGenerator {
     // Loops with accumulators are unrolled U times, copy j using accumulator set j: a reduction
     // is then bound by throughput, not by the latency of one add chain. The order stays fixed
     // (set j takes vectors j, j+U, ...; then the sets are combined) for any chunking.
-    const int U = accs.empty() ? 1 : unroll_for(accs);
+    // Cheap pointwise bodies are unrolled too: in cache, the loop's own instructions and the
+    // per-vector prefetches are then a smaller share (add [256,256]: see README).
+    const bool cheap = cheap_body(roots);
+    const int U = !accs.empty() ? unroll_for(accs) : p_.mode == Mode::Pointwise && cheap ? 4 : 1;
+    // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
+    // prefetcher keeps up with cheap ones, which would only pay the extra instructions.
+    const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise);
     pin_accs(accs, U);
     // One vector (copy j of an unrolled iteration at r14 + j*W); spill slots are reused
     // across copies (nothing in them outlives one copy).
@@ -1136,7 +1160,7 @@ class Gen : public Xbyak::CodeGenerator {
       disp_ = j * VB;
       use_acc_set(j);
       const int slots = nvslots_;
-      if (!masked && (p_.mode == Mode::Pointwise || prefetch_rows_)) prefetch_streams();
+      if (!masked && prefetch) prefetch_streams();
       Eval ev;
       ev.in_loop = true;
       ev.masked = masked;
