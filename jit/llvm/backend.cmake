@@ -6,6 +6,7 @@ target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/llvm_backend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/jit_session.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_kernel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/column_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_expr.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vector_math.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimize.cpp)

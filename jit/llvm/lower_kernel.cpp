@@ -10,6 +10,10 @@
 //   then fixed by the compiled code and independent of threads; Max/Min fold with
 //   llvm.maximum/minimum (NaN propagates; -0 < +0); ArgMax/ArgMin keep (best, index) and take
 //   the first extreme, a NaN counting as the extreme (scalar loop).
+// Column kernels with lane-contiguous accesses (LaunchPlan::column_tile, column_tiles.cpp) are
+// interchanged instead: each segment runs as tiles of adjacent outer points, every phase loops
+// over the reduce domain outside and over the tile's lanes inside, with per-lane accumulator
+// slots in stack arrays, so the vectoriser widens the lane loop (contiguous row runs).
 // Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
 // blocks of the reduce domain folded independently, then combined in block order.
 #include <llvm/IR/Intrinsics.h>
@@ -29,6 +33,13 @@ using llvm::Value;
 namespace {
 
 constexpr int64_t kSplitBlock = 16384;  // reduce points per block of a split global reduction
+// Column tiles: consecutive points of the innermost reduce dim folded per visit of a lane (still
+// one after the other, so the order and the bits are unchanged), which loads and stores the
+// lane's state once per 4 rows instead of every row. Only phases with accumulators (a store-only
+// phase has no state). [4096, 4096] f32, 1 thread: sum axis 0 3.1 -> 2.6 ms (sum axis 1: 2.5 ms),
+// max axis 0 3.7 -> 2.7 ms; [5e5, 3] sum 1.1 -> 0.47 ms (the state's store-to-load chain through
+// memory is what bounds narrow tiles); compile time +10%.
+constexpr int64_t kTileRowUnroll = 4;
 
 bool is_arg(ir::AccKind k) { return k == ir::AccKind::ArgMax || k == ir::AccKind::ArgMin; }
 
@@ -149,12 +160,46 @@ class Lowerer {
     return out;
   }
 
+  using PointBody = std::function<Carried(const std::vector<Value*>&, const Carried&)>;
+  // seg(indices of the segment's first point, its length >= 1, carried values)
+  using SegmentBody = std::function<Carried(const std::vector<Value*>&, Value*, const Carried&)>;
+
   // Visits the points [begin, end) of the row-major domain `extents` (begin < end required
   // unless !known_nonempty) as segments along the innermost dim; body gets the indices.
   Carried flat_range(Value* begin, Value* end, const std::vector<Value*>& extents, bool known_nonempty,
-                     const Carried& init, const std::function<Carried(const std::vector<Value*>&, const Carried&)>& body) {
+                     const Carried& init, const PointBody& body) {
     const size_t nd = extents.size();
     if (nd == 0) return body({}, init);  // a single point (the caller guarantees begin < end)
+    return flat_segments(begin, end, extents, known_nonempty, init,
+                         [&](const std::vector<Value*>& idx, Value* len, const Carried& cur) {
+                           return counted_loop(len, true, cur, [&](Value* j, const Carried& c2) {
+                             std::vector<Value*> at = idx;
+                             at.back() = b_.CreateAdd(idx.back(), j, "", true, true);
+                             return body(at, c2);
+                           });
+                         });
+  }
+
+  // if (cond) then_fn() else else_fn(), no values merged.
+  void if_else(Value* cond, const std::function<void()>& then_fn, const std::function<void()>& else_fn) {
+    llvm::Function* f = b_.GetInsertBlock()->getParent();
+    auto* then_bb = llvm::BasicBlock::Create(c_, "then", f);
+    auto* else_bb = llvm::BasicBlock::Create(c_, "else", f);
+    auto* join_bb = llvm::BasicBlock::Create(c_, "join", f);
+    b_.CreateCondBr(cond, then_bb, else_bb);
+    b_.SetInsertPoint(then_bb);
+    then_fn();
+    b_.CreateBr(join_bb);
+    b_.SetInsertPoint(else_bb);
+    else_fn();
+    b_.CreateBr(join_bb);
+    b_.SetInsertPoint(join_bb);
+  }
+
+  // The segments of flat_range: maximal runs of [begin, end) along the innermost dim (nd >= 1).
+  Carried flat_segments(Value* begin, Value* end, const std::vector<Value*>& extents, bool known_nonempty,
+                        const Carried& init, const SegmentBody& seg_body) {
+    const size_t nd = extents.size();
     llvm::Function* f = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* seg = llvm::BasicBlock::Create(c_, "seg", f);
@@ -180,12 +225,7 @@ class Lowerer {
     Value* left = b_.CreateSub(end, pos, "", true, true);
     Value* row_left = b_.CreateSub(extents[nd - 1], idx[nd - 1], "", true, true);
     Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {left, row_left});
-    Value* first = idx[nd - 1];
-    Carried next = counted_loop(len, true, phis, [&](Value* j, const Carried& cur) {
-      std::vector<Value*> at = idx;
-      at[nd - 1] = b_.CreateAdd(first, j, "", true, true);
-      return body(at, cur);
-    });
+    Carried next = seg_body(idx, len, phis);
     Value* pos1 = b_.CreateAdd(pos, len, "", true, true);
     llvm::BasicBlock* latch = b_.GetInsertBlock();
     b_.CreateCondBr(b_.CreateICmpSLT(pos1, end), seg, after);
@@ -231,15 +271,19 @@ class Lowerer {
     return {{best, b_.getInt64(0)}};
   }
 
-  // Folds `x` (already in the accumulator's dtype) into state value `s`.
-  Value* fold(int a, Value* s, Value* x) {
+  // Folds `x` (already in the accumulator's dtype) into state value `s`. `reassoc` lets the
+  // vectoriser reorder a loop-carried fold (row reductions); without it the fold is one plain
+  // IEEE operation (column tiles, the block-order combine of split reductions).
+  Value* fold(int a, Value* s, Value* x, bool reassoc = true) {
     const ir::Accumulator& A = k_.accs[a];
     const bool fl = is_float(A.dtype);
     const bool bl = A.dtype == DType::Bool;
     llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
     llvm::FastMathFlags fmf;
-    fmf.setAllowReassoc();
-    fmf.setAllowContract();
+    if (reassoc) {
+      fmf.setAllowReassoc();
+      fmf.setAllowContract();
+    }
     b_.setFastMathFlags(fmf);
     switch (A.kind) {
       case ir::AccKind::Sum:
@@ -282,7 +326,8 @@ class Lowerer {
   Value* final_value(int a, const AccState& st) { return is_arg(k_.accs[a].kind) ? st.v[1] : st.v[0]; }
 
   // One reduce point of a phase: fold the phase's accumulators and run its stores.
-  Carried reduce_point(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& ridx, const Carried& cur) {
+  Carried reduce_point(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& ridx, const Carried& cur,
+                       bool reassoc = true) {
     ex.reduce = ridx;
     ex.reset();
     Carried next;
@@ -298,7 +343,7 @@ class Lowerer {
         next.insert(next.end(), st.v.begin(), st.v.end());
         pos += 2;
       } else {
-        next.push_back(fold(a, cur[pos], ex.convert(x, A.value->dtype, A.dtype)));
+        next.push_back(fold(a, cur[pos], ex.convert(x, A.value->dtype, A.dtype), reassoc));
         pos += 1;
       }
     }
@@ -371,6 +416,145 @@ class Lowerer {
     }
   }
 
+  // ---- column tiles (plan_.column_tile > 0, see column_tiles.cpp) ----
+  // Each accumulator's state (value; ArgMax/ArgMin: value, index) lives in stack arrays of one
+  // slot per lane of the tile, allocated once per call in the entry block. Bool is i8 there.
+  std::vector<llvm::Type*> state_types(int a) {
+    const ir::Accumulator& A = k_.accs[a];
+    if (is_arg(A.kind)) return {reg_type(c_, A.value->dtype), b_.getInt64Ty()};
+    return {acc_type(a)};
+  }
+  static llvm::Type* slot_type(llvm::Type* t) {
+    return t->isIntegerTy(1) ? llvm::Type::getInt8Ty(t->getContext()) : t;
+  }
+
+  void alloc_tile_slots() {
+    slots_.assign(k_.accs.size(), {});
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      for (llvm::Type* t : state_types(static_cast<int>(a))) {
+        llvm::AllocaInst* p = b_.CreateAlloca(slot_type(t), b_.getInt64(plan_.column_tile));
+        p->setAlignment(llvm::Align(64));
+        slots_[a].push_back(p);
+      }
+  }
+
+  AccState load_state(int a, Value* lane) {
+    AccState st;
+    std::vector<llvm::Type*> ts = state_types(a);
+    for (size_t i = 0; i < ts.size(); ++i) {
+      llvm::Type* mt = slot_type(ts[i]);
+      Value* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, slots_[a][i], lane));
+      st.v.push_back(mt == ts[i] ? v : b_.CreateTrunc(v, ts[i]));
+    }
+    return st;
+  }
+
+  void store_state(int a, Value* lane, const AccState& st) {
+    for (size_t i = 0; i < st.v.size(); ++i) {
+      llvm::Type* mt = slot_type(st.v[i]->getType());
+      Value* v = mt == st.v[i]->getType() ? st.v[i] : b_.CreateZExt(st.v[i], mt);
+      b_.CreateStore(v, b_.CreateInBoundsGEP(mt, slots_[a][i], lane));
+    }
+  }
+
+  // The points [first, first + len) along the innermost outer dim (one segment of a chunk) as
+  // tiles of plan_.column_tile lanes; the last tile takes the rest, so tiles never straddle
+  // segments or thread chunks (and a lane's result never depends on its tile anyway).
+  void column_segment(ExprEmitter& ex, const std::vector<Value*>& first, Value* len) {
+    const int64_t T = plan_.column_tile;
+    Value* ntiles = b_.CreateUDiv(b_.CreateAdd(len, b_.getInt64(T - 1), "", true, true), b_.getInt64(T));
+    counted_loop(ntiles, true, {}, [&](Value* t, const Carried&) {
+      Value* off = b_.CreateMul(t, b_.getInt64(T), "", true, true);
+      Value* w = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
+                                    {b_.getInt64(T), b_.CreateSub(len, off, "", true, true)});
+      std::vector<Value*> at = first;
+      at.back() = b_.CreateAdd(first.back(), off, "", true, true);
+      column_tile(ex, at, w);
+      return Carried{};
+    });
+  }
+
+  // All phases of the `w` (>= 1) adjacent points starting at `first`: each phase is its usual
+  // loop nest with a unit-stride lane loop innermost (what the vectoriser widens). A lane folds
+  // its column's values in row-major reduce order with plain operations (no reassociation: the
+  // vector lanes are independent columns, nothing needs reordering), so a column's bits do not
+  // depend on the tile width, where its tile starts, or vector body vs remainder.
+  void column_tile(ExprEmitter& ex, const std::vector<Value*>& first, Value* w) {
+    std::vector<bool> done(k_.accs.size(), false);
+    // body(lane) with the lane's outer indices and finished accumulators bound in `ex`
+    auto lanes = [&](const std::function<void(Value*)>& body) {
+      counted_loop(w, true, {}, [&](Value* j, const Carried&) {
+        ex.reset();
+        std::vector<Value*> at = first;
+        at.back() = b_.CreateAdd(first.back(), j, "", true, true);
+        ex.outer = at;
+        for (size_t a = 0; a < k_.accs.size(); ++a)
+          ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), j)) : nullptr;
+        body(j);
+        return Carried{};
+      });
+    };
+    for (const ir::Phase& ph : k_.phases) {
+      ex.reduce.clear();
+      if (!ph.over_reduce) {
+        lanes([&](Value*) { run_stores(ph, ex); });
+        continue;
+      }
+      lanes([&](Value* j) {
+        for (int a : ph.accs) store_state(a, j, init_state(a));
+      });
+      const size_t nr = k_.reduce.size();
+      std::vector<Value*> ridx(nr);
+      // `count` consecutive points of the innermost reduce dim from ridx[nr - 1] on, in order,
+      // with one load and one store of the lane's state
+      auto fold_points = [&](int64_t count) {
+        lanes([&](Value* j) {
+          Carried cur;
+          for (int a : ph.accs) {
+            AccState st = load_state(a, j);
+            cur.insert(cur.end(), st.v.begin(), st.v.end());
+          }
+          std::vector<Value*> at = ridx;
+          for (int64_t u = 0; u < count; ++u) {
+            at[nr - 1] = b_.CreateAdd(ridx[nr - 1], b_.getInt64(u), "", true, true);
+            cur = reduce_point(ph, ex, at, cur, /*reassoc=*/false);
+          }
+          size_t pos = 0;
+          for (int a : ph.accs) {
+            size_t n = state_types(a).size();
+            store_state(a, j, {Carried(cur.begin() + pos, cur.begin() + pos + n)});
+            pos += n;
+          }
+        });
+      };
+      std::function<void(size_t)> nest = [&](size_t d) {
+        const int64_t ext = k_.reduce[d];
+        if (d + 1 == nr) {
+          const int64_t u = std::min(ph.accs.empty() ? 1 : kTileRowUnroll, ext);
+          if (ext / u > 0)
+            counted_loop(b_.getInt64(ext / u), true, {}, [&](Value* iv, const Carried&) {
+              ridx[d] = b_.CreateMul(iv, b_.getInt64(u), "", true, true);
+              fold_points(u);
+              return Carried{};
+            });
+          if (ext % u) {
+            ridx[d] = b_.getInt64(ext - ext % u);
+            fold_points(ext % u);
+          }
+          return;
+        }
+        counted_loop(b_.getInt64(ext), true, {}, [&](Value* iv, const Carried&) {
+          ridx[d] = iv;
+          nest(d + 1);
+          return Carried{};
+        });
+      };
+      nest(0);
+      for (int a : ph.accs) done[a] = true;
+    }
+    ex.reduce.clear();
+  }
+
   std::vector<Value*> outer_extents(ExprEmitter& ex) {
     std::vector<Value*> e;
     for (const auto& o : k_.outer) e.push_back(ex.convert(ex.emit(o), o->dtype, DType::I64));
@@ -394,11 +578,26 @@ class Lowerer {
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     } else {
-      flat_range(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& idx, const Carried&) {
-        ex.outer = idx;
-        outer_point(ex, 0);
-        return Carried{};
-      });
+      auto point_by_point = [&] {
+        flat_range(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& idx, const Carried&) {
+          ex.outer = idx;
+          outer_point(ex, 0);
+          return Carried{};
+        });
+      };
+      if (plan_.column_tile == 0) {
+        point_by_point();
+      } else {
+        // Tiles or points is chosen from the shape of the launch, never from the chunk (a chunk
+        // boundary only shortens a tile), so every column's result is chunk-independent.
+        alloc_tile_slots();
+        if_else(b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)), [&] {
+          flat_segments(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& first, Value* len, const Carried&) {
+            column_segment(ex, first, len);
+            return Carried{};
+          });
+        }, point_by_point);
+      }
     }
     b_.CreateRetVoid();
   }
@@ -441,11 +640,7 @@ class Lowerer {
         Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
         Value* x = b_.CreateLoad(acc_type(ph.accs[j]), b_.CreateInBoundsGEP(b_.getInt64Ty(), a[0], slot));
         // plain (not reassociated) combine: the block order is the order
-        llvm::FastMathFlags none;
-        Value* v = fold(ph.accs[j], cur[j], x);
-        if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v); inst && llvm::isa<llvm::FPMathOperator>(inst))
-          inst->setFastMathFlags(none);
-        next.push_back(v);
+        next.push_back(fold(ph.accs[j], cur[j], x, false));
       }
       return next;
     });
@@ -460,6 +655,7 @@ class Lowerer {
   llvm::LLVMContext& c_;
   Builder b_;
   const MathLib& math_;
+  std::vector<std::vector<Value*>> slots_;  // column tiles: per accumulator, its state arrays
 };
 
 }  // namespace
@@ -470,6 +666,7 @@ LaunchPlan plan_launch(const ir::Kernel& k) {
   int over = 0;
   for (const auto& ph : k.phases) over += ph.over_reduce ? 1 : 0;
   p.work_per_point = std::max<int64_t>(1, rn * std::max(over, 1));
+  p.column_tile = plan_column_tile(k);
   bool ok = k.outer.empty() && rn > kSplitBlock && !k.phases.empty() && k.phases[0].over_reduce &&
             k.phases[0].stores.empty() && over == 1 && !k.phases[0].accs.empty();
   if (ok)

@@ -79,11 +79,12 @@ class XbyakKernel final : public CompiledKernel {
 
   void run(const ir::LaunchArgs& args) const override {
     Fn fn = mem_.fn();
-    std::vector<int64_t> ext;
+    int64_t ext[kMaxOuterDims] = {};  // (no heap allocation per launch: small kernels pay for it)
+    const size_t dims = k_.outer.size();
     int64_t outer_n = 1;
-    for (const auto& o : k_.outer) {
-      ext.push_back(ir::eval_index(o, args.params));
-      outer_n *= ext.back();
+    for (size_t d = 0; d < dims; ++d) {
+      ext[d] = ir::eval_index(k_.outer[d], args.params);
+      outer_n *= ext[d];
     }
     Frame base{};
     int64_t stored = 0;  // elements stored per outer point
@@ -92,7 +93,7 @@ class XbyakKernel final : public CompiledKernel {
     base.stream = outer_n * stored * 4 >= kStreamingStoreBytes;
     base.bufs = args.buffers.data();
     base.params = args.params.data();
-    for (size_t d = 0; d < ext.size(); ++d) base.ext[d] = ext[d];
+    for (size_t d = 0; d < dims; ++d) base.ext[d] = ext[d];
     auto frame_for_rows = [&](Frame& f, int64_t b, int64_t e) {
       f = base;
       f.row_begin = b;
@@ -106,7 +107,7 @@ class XbyakKernel final : public CompiledKernel {
     switch (plan_.mode) {
       case Mode::Pointwise: {
         if (outer_n == 0) return;
-        int64_t inner = plan_.scalar ? 1 : ext.back();
+        int64_t inner = plan_.scalar ? 1 : ext[dims - 1];
         int64_t rows = plan_.scalar ? 1 : outer_n / inner;
         if (rows == 1) {
           parallel_for(inner, kPointwiseGrain, [&](int64_t b, int64_t e) {

@@ -40,20 +40,8 @@ Kernel softmax_kernel(DType dt, int64_t R, int64_t C) {
 
 // out[o] = reduce(value(x[o, :])) for a row reduction of kind `kind`.
 Kernel row_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
-  Kernel k;
-  k.name = std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in);
-  k.kind = "row";
-  k.buffers = {{"in0", in, false}, {"out0", accdt, true}};
-  k.params = {{"outer0", R}};
-  k.outer = {param(0)};
-  k.reduce = {C};
-  k.accs = {{kind, accdt, row_elem(0, in, C)}};
-  Phase p0, p1;
-  p0.over_reduce = true;
-  p0.accs = {0};
-  p1.stores = {{1, var(Space::Outer, 0), acc(0, accdt)}};
-  k.phases = {p0, p1};
-  return k;
+  return single_reduce(std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in), "row", kind, in, accdt, R, C,
+                       row_elem(0, in, C));
 }
 
 // out[0] = sum/max/... over all n elements (outer empty: a split global reduction when large).

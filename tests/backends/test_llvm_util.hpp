@@ -168,6 +168,26 @@ inline bool same_bits(const std::vector<Buf>& a, const std::vector<Buf>& b) {
   return true;
 }
 
+/// A reduction with one accumulator: outer [$0 = n] of kind `kind` ("row" or "column"), reduce
+/// [r], one input of dtype `in` read by `value`, out0[o0] = the accumulator (of dtype `accdt`).
+inline Kernel single_reduce(const std::string& name, const std::string& kind, AccKind acc_kind, DType in,
+                            DType accdt, int64_t n, int64_t r, ExprRef value) {
+  Kernel k;
+  k.name = name;
+  k.kind = kind;
+  k.buffers = {{"in0", in, false}, {"out0", accdt, true}};
+  k.params = {{"outer0", n}};
+  k.outer = {param(0)};
+  k.reduce = {r};
+  k.accs = {{acc_kind, accdt, std::move(value)}};
+  Phase p0, p1;
+  p0.over_reduce = true;
+  p0.accs = {0};
+  p1.stores = {{1, var(Space::Outer, 0), acc(0, accdt)}};
+  k.phases = {p0, p1};
+  return k;
+}
+
 /// A 1-D pointwise kernel: outer [$0 = n], inputs of `in_types`, one output of `out` computed by
 /// `body(loads)` where loads[i] = in_i[o0].
 inline Kernel pointwise(const std::string& name, const std::vector<DType>& in_types, DType out, int64_t n,
