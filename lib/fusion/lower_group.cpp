@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/collapse_reduce.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail {
@@ -188,6 +189,7 @@ class Lowerer {
       else once.stores.push_back(s.st);
     }
     if (!once.stores.empty()) k.phases.push_back(once);
+    ir::collapse_reduce_dims(k);
     ir::verify_kernel(k);
     return out;
   }
