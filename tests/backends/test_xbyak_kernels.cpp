@@ -401,7 +401,7 @@ TEST(XbyakKernels, EmitTime) {
     std::vector<Kernel> ks = {pointwise(3, [](const std::vector<ExprRef>& in) {
                                 return un(Op::Relu, bin(Op::Add, bin(Op::Mul, in[0], in[1]), in[2]));
                               }, 100),
-                              softmax(8, 1000, true), layer_norm(8, 512),
+                              softmax(8, 1000, true), layer_norm(8, 512), softmax(64, 10, true), softmax(64, 16, true),
                               pointwise(1, [](const std::vector<ExprRef>& in) { return un(Op::GeluTanh, in[0]); }, 100)};
     for (const auto& k : ks) {
       std::vector<double> t;
