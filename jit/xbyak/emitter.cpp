@@ -115,7 +115,7 @@ class Gen : public Xbyak::CodeGenerator {
         break;
       }
       case Mode::Row:
-        if (Z && p_.lanes) {
+        if (p_.lanes) {
           lane_loop();
           break;
         }
@@ -843,52 +843,110 @@ class Gen : public Xbyak::CodeGenerator {
           for (int q = 0; q < 4; ++q) vmovups(ptr[b + (lane_sub_ * W + rows[q]) * C * 4] | k3, V(8 + q));
         }
       }
+    } else {
+      // AVX2: an 8x8 transpose per 8 columns (unpck ps, shufps, then vperm2f128 across the
+      // 128-bit halves), staged through the u slots so that it needs ymm0..8 only; row q of the
+      // group gets its columns with one (masked for the last < 8) store.
+      const int C = static_cast<int>(p_.reduce_n);
+      for (auto [addr, slot] : lane_tile_) {
+        const int tile = slot, u = slot + C;
+        auto V = [](int i) { return Xbyak::Ymm(i); };
+        for (int half = 0; 8 * half < C; ++half) {
+          const int n = std::min(8, C - 8 * half);  // columns in this half
+          auto col = [&](int j) { return tile + 8 * half + (j < n ? j : 0); };  // extra lanes: not stored
+          for (int g = 0; g < 2; ++g) {
+            for (int j = 0; j < 4; ++j) vmovups(V(j), ptr[rsp + vslot_off(col(4 * g + j))]);
+            vunpcklps(V(4), V(0), V(1));
+            vunpckhps(V(5), V(0), V(1));
+            vunpcklps(V(6), V(2), V(3));
+            vunpckhps(V(7), V(2), V(3));
+            vshufps(V(0), V(4), V(6), 0x44);
+            vshufps(V(1), V(4), V(6), 0xee);
+            vshufps(V(2), V(5), V(7), 0x44);
+            vshufps(V(3), V(5), V(7), 0xee);
+            for (int j = 0; j < 4; ++j) vmovups(ptr[rsp + vslot_off(u + 4 * g + j)], V(j));
+          }
+          if (n < 8) vmovups(V(8), ptr[rip + masktab_ + 4 * (8 - n)]);  // first n lanes
+          Reg64 b = stream(addr);
+          for (int q = 0; q < 4; ++q) {
+            vmovups(V(0), ptr[rsp + vslot_off(u + q)]);
+            vmovups(V(1), ptr[rsp + vslot_off(u + 4 + q)]);
+            vperm2f128(V(2), V(0), V(1), 0x20);  // row q
+            vperm2f128(V(3), V(0), V(1), 0x31);  // row q + 4
+            for (int h = 0; h < 2; ++h) {
+              Address dst = ptr[b + ((lane_sub_ * W + q + 4 * h) * C + 8 * half) * 4];
+              if (n < 8) vmaskmovps(dst, V(8), V(2 + h));
+              else vmovups(dst, V(2 + h));
+            }
+          }
+        }
+      }
     }
     lane_tile_.clear();
   }
+  // Element r of the group's rows: one gather with the index vector (0, c, ..., (W-1)c), kept in a
+  // stack slot for the later phases (an L1 reload instead of a second gather).
   void lane_load(const Vmm& d, const Access& a) {
+    int64_t c = lane_stride(a.addr);
+    int disp = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
+    if (auto it = lane_cache_.find({lane_sub_, a.addr, disp}); it != lane_cache_.end()) {
+      vmovups(d, ptr[rsp + vslot_off(it->second)]);
+      return;
+    }
+    Reg64 b = stream(a.addr);
+    if (c == 0) {  // the same element for every row (weights indexed by r only, scalars)
+      vbroadcastss(d, dword[b + disp]);
+      return;
+    }
+    set_lane_index(c);
     if constexpr (Z) {
-      int64_t c = lane_stride(a.addr);
-      int disp = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
-      if (auto it = lane_cache_.find({lane_sub_, a.addr, disp}); it != lane_cache_.end()) {
-        vmovups(d, ptr[rsp + vslot_off(it->second)]);
-        return;
-      }
-      Reg64 b = stream(a.addr);
-      if (c == 0) {  // the same element for every row (weights indexed by r only, scalars)
-        vbroadcastss(d, dword[b + disp]);
-        return;
-      }
-      set_lane_index(c);
       kmovw(k3, k1);
       vpxord(d, d, d);  // masked-off lanes: 0 (and no dependency on the old value)
       vgatherdps(d | k3, ptr[b + Vmm(kMaskReg) * 4 + disp]);
-      if (nvslots_ < kMaxVSlots - 48) {  // keep it for later phases (L1 reload instead of a gather)
-        int slot = new_vslot();
-        lane_cache_[{lane_sub_, a.addr, disp}] = slot;
-        vmovups(ptr[rsp + vslot_off(slot)], d);
-      }
-    } else {
-      (void)d;
-      (void)a;
-      throw DeclineError("xbyak: internal: lanes on avx2");
+    } else {  // the vector mask is consumed by the gather: a copy of the row mask
+      vmovups(Vmm(kAccTmp), ptr[rsp + vslot_off(row_mask_slot_)]);
+      vxorps(d, d, d);
+      vgatherdps(d, ptr[b + Vmm(kMaskReg) * 4 + disp], Vmm(kAccTmp));
+    }
+    if (nvslots_ < kMaxVSlots - 48) {
+      int slot = new_vslot();
+      lane_cache_[{lane_sub_, a.addr, disp}] = slot;
+      vmovups(ptr[rsp + vslot_off(slot)], d);
     }
   }
   void lane_store(const Access& a, const Vmm& v) {
+    if (tiled_store(a) && lane_tile_.count(a.addr)) {
+      vmovups(ptr[rsp + vslot_off(lane_tile_.at(a.addr) + lane_r_)], v);
+      return;
+    }
     if constexpr (Z) {
-      if (tiled_store(a) && lane_tile_.count(a.addr)) {
-        vmovups(ptr[rsp + vslot_off(lane_tile_.at(a.addr) + lane_r_)], v);
-        return;
-      }
       Reg64 b = stream(a.addr);
       set_lane_index(lane_stride(a.addr));
       kmovw(k3, k1);
       int64_t c = lane_stride(a.addr);
       vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4)] | k3, v);
-    } else {
-      (void)a;
-      (void)v;
-      throw DeclineError("xbyak: internal: lanes on avx2");
+    } else {  // AVX2 has no scatter: the vector goes to a stack slot, then one scalar store per row
+      const int64_t c = lane_stride(a.addr);
+      const int base = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
+      if (lane_store_slot_ < 0) lane_store_slot_ = new_vslot();
+      vmovups(ptr[rsp + vslot_off(lane_store_slot_)], v);
+      Reg64 b = stream(a.addr);
+      if (b == rax) {  // rax is needed for the row count below: keep the pointer in rdx
+        mov(rdx, rax);
+        b = rdx;
+      }
+      Label done;
+      for (int q = 0; q < W; ++q) {
+        if (!lane_full_) {  // a last group of fewer than W rows: rows r13 - r12 .. W-1 do not exist
+          mov(rax, r13);
+          sub(rax, r12);
+          cmp(rax, q);
+          jle(done, T_NEAR);
+        }
+        mov(eax, dword[rsp + vslot_off(lane_store_slot_) + 4 * q]);
+        mov(dword[b + static_cast<int>(base + q * c * 4)], eax);
+      }
+      L(done);
     }
   }
 
@@ -904,8 +962,7 @@ class Gen : public Xbyak::CodeGenerator {
     mov(rax, r13);
     sub(rax, r12);
     jle(done, T_NEAR);
-    mov(edx, (1 << W) - 1);
-    kmovw(k1, edx);
+    set_row_mask(false);
     cmp(rax, kLaneSubs * W);
     jl(single, T_NEAR);
     lane_body(true, kLaneSubs);
@@ -918,9 +975,7 @@ class Gen : public Xbyak::CodeGenerator {
     lane_body(true, 1);
     jmp(next, T_NEAR);
     L(tail);
-    mov(edx, -1);
-    bzhi(edx, edx, eax);
-    kmovw(k1, edx);  // row mask
+    set_row_mask(true);
     lane_body(false, 1);
     L(next);
     add(r12, W);
@@ -929,10 +984,39 @@ class Gen : public Xbyak::CodeGenerator {
     L(done);
   }
 
+  // The rows of a group that exist: all W, or (partial) the first rax. AVX-512: k1; AVX2: a lane
+  // mask vector in stack slot 0 of the group body (gathers consume a copy of it).
+  void set_row_mask(bool partial) {
+    if constexpr (Z) {
+      if (partial) {
+        mov(edx, -1);
+        bzhi(edx, edx, eax);
+      } else {
+        mov(edx, (1 << W) - 1);
+      }
+      kmovw(k1, edx);
+    } else {
+      if (partial) {
+        lea(rdx, ptr[rip + masktab_ + 32]);
+        shl(rax, 2);
+        sub(rdx, rax);
+        vmovups(Vmm(kAccTmp), ptr[rdx]);
+      } else {
+        vpcmpeqd(Vmm(kAccTmp), Vmm(kAccTmp), Vmm(kAccTmp));
+      }
+      vmovups(ptr[rsp + vslot_off(0)], Vmm(kAccTmp));
+    }
+  }
+  int row_mask_slot_ = -1, lane_store_slot_ = -1;
+
   void lane_body(bool full, int nsub) {
     lane_full_ = full;
     compute_addrs();
     nvslots_ = 0;
+    if constexpr (!Z) {
+      row_mask_slot_ = new_vslot();  // slot 0, written by set_row_mask
+      lane_store_slot_ = new_vslot();
+    }
     lane_cache_.clear();
     cur_idx_ = -1;
     for (int sub = 0; sub < nsub; ++sub) {
@@ -954,7 +1038,7 @@ class Gen : public Xbyak::CodeGenerator {
     int acc_regs = 0;
     for (int a : P.accs)
       acc_regs += k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min ? 2 : 1;
-    lane_tile_ok_ = P.over_reduce && kAccTmp - acc_regs > 12;  // the transpose uses zmm0..11
+    lane_tile_ok_ = P.over_reduce && kAccTmp - acc_regs > (Z ? 12 : 9);  // the transpose uses vmm0..11 / ymm0..8
     if (P.over_reduce)
       for (const auto& it : items)
         if (tiled_store(it.acc) && !lane_tile_.count(it.acc.addr) && nvslots_ + p_.reduce_n + W <= kMaxVSlots - 48) {
@@ -1000,6 +1084,9 @@ class Gen : public Xbyak::CodeGenerator {
         if constexpr (Z) {
           vcmpps(k2, acc, acc, kUnordQ);
           vmovups(acc | k2, cst(NAN));
+        } else {
+          vcmpps(Vmm(kAccTmp), acc, acc, kUnordQ);
+          vblendvps(acc, acc, cst(NAN), Vmm(kAccTmp));
         }
       }
       vmovups(ptr[rsp + vslot_off(acc_slot_[lane_sub_].at(a))], acc);
@@ -1346,18 +1433,22 @@ Code emit_isa(const ir::Kernel& k, const Plan& p) {
 
 }  // namespace
 
-Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {
-  if (isa != Isa::Avx512) return emit_isa<Xbyak::Ymm>(k, plan);
+template <class Vmm>
+Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
   if (plan.lanes) {
     try {
-      return emit_isa<Xbyak::Zmm>(k, plan);
+      return emit_isa<Vmm>(k, plan);
     } catch (const DeclineError&) {  // a limit of the unrolled rows-across-lanes code: per-row code
       Plan rows = plan;
       rows.lanes = false;
-      return emit_isa<Xbyak::Zmm>(k, rows);
+      return emit_isa<Vmm>(k, rows);
     }
   }
-  return emit_isa<Xbyak::Zmm>(k, plan);
+  return emit_isa<Vmm>(k, plan);
+}
+
+Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {
+  return isa == Isa::Avx512 ? emit_with_fallback<Xbyak::Zmm>(k, plan) : emit_with_fallback<Xbyak::Ymm>(k, plan);
 }
 
 }  // namespace kfuse::detail::xb
