@@ -951,33 +951,32 @@ class Gen : public Xbyak::CodeGenerator {
   }
 
   // Groups of W rows, two at a time (each phase emitted for both groups back to back, so the
-  // serial parts of one group, e.g. log(sum), overlap the other's); a last single group, and one
-  // of fewer rows (masked gathers and scatters), run the same computation, so a row's result does
-  // not depend on its group or lane.
+  // serial parts of one group, e.g. log(sum), overlap the other's); the fewer than 2W rows left
+  // at the end of a chunk run one group at a time through the masked body (masked gathers,
+  // scatters or per-row stores), which does the same arithmetic, so a row's result does not
+  // depend on its group or lane. (A third body for one full group cost a quarter of the emit
+  // time for a chunk's last group only.)
   void lane_loop() {
-    Label top, single, tail, next, done;
+    Label top, tail, done;
     mov(r12, qword[rdi + frame_off::row_begin]);
     mov(r13, qword[rdi + frame_off::row_end]);
     L(top);
     mov(rax, r13);
     sub(rax, r12);
     jle(done, T_NEAR);
-    set_row_mask(false);
     cmp(rax, kLaneSubs * W);
-    jl(single, T_NEAR);
+    jl(tail, T_NEAR);
+    set_row_mask(false);
     lane_body(true, kLaneSubs);
     add(r12, kLaneSubs * W);
     add(qword[rdi + frame_off::idx], kLaneSubs * W);
     jmp(top, T_NEAR);
-    L(single);
-    cmp(rax, W);
-    jl(tail, T_NEAR);
-    lane_body(true, 1);
-    jmp(next, T_NEAR);
     L(tail);
+    mov(edx, W);
+    cmp(rax, rdx);
+    cmovg(rax, rdx);  // rows in this group: min(left, W)
     set_row_mask(true);
     lane_body(false, 1);
-    L(next);
     add(r12, W);
     add(qword[rdi + frame_off::idx], W);
     jmp(top, T_NEAR);
