@@ -5,6 +5,8 @@
  * subexpressions are shared by construction and pointer equality is structural equality.
  * Leaves (Op::Buffer) carry a unique buffer id so equal-looking inputs stay distinct.
  * Recording from several threads at once is safe: the intern table is sharded and locked.
+ * Nodes are created only by make_node / make_buffer_node (one allocation holds the node and its
+ * reference count); a node removes itself from the intern table when its last reference goes.
  *
  * Nodes are public because fusion-pattern authors inspect them (see pattern.hpp).
  */
@@ -46,15 +48,24 @@ struct Attrs {
 class Node;
 using NodeRef = std::shared_ptr<const Node>;
 
+namespace detail {
+struct NodeInterning;
+}
+
 class Node {
  public:
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();
+
   Op op;
   DType dtype;
   Shape shape;
   std::vector<NodeRef> inputs;
   Attrs attrs;
   Device device = Device::cpu();
-  uint64_t hash = 0;
+  uint64_t hash = 0;  ///< hash of the identity above (the intern table's key)
   /// The data of a Buffer leaf.
   std::shared_ptr<Storage> storage;
 
@@ -66,11 +77,23 @@ class Node {
   /// The value computed by an earlier eval(), or null. Realized nodes act as inputs of later
   /// evaluations; this memo does not take part in the node's identity.
   std::shared_ptr<Storage> realized() const;
+  /// Sets the value once: when the node already has one (another thread evaluated it at the
+  /// same time), `s` is dropped and the first value stays, so pointers into it stay valid for
+  /// the node's lifetime.
   void set_realized(std::shared_ptr<Storage> s) const;
+  /// realized() != nullptr, without taking the lock or copying the pointer (graph walks ask
+  /// this of every node on every evaluation).
+  bool is_realized() const { return has_realized_.load(std::memory_order_acquire); }
 
  private:
-  mutable std::mutex realized_mu_;
+  friend struct detail::NodeInterning;
+  mutable std::mutex realized_mu_;  ///< serialises writers; readers go by has_realized_
   mutable std::shared_ptr<Storage> realized_;
+  mutable std::atomic<bool> has_realized_{false};
+  /// The node's own control block, for the intern table: a lookup may only hand out a node
+  /// whose reference count has not yet dropped to zero (lock() fails on a dying node).
+  std::weak_ptr<const Node> self_;
+  bool interned_ = false;
 };
 
 /// Interns a node: returns the existing node equal to (op, dtype, shape, inputs, attrs, device)

@@ -1,6 +1,7 @@
 // Recording of element-wise ops: dtype rules (from ops.def), broadcasting, scalar operands.
 #include <cmath>
 
+#include "graph/intern.hpp"
 #include "record.hpp"
 
 namespace kfuse {
@@ -27,13 +28,15 @@ struct Typing {
   DType result;
 };
 
-Typing type_op(Op op, DType promoted, const std::vector<Tensor>& args) {
+// `describe` builds the "op(operands)" text of an error message; it runs only when one is thrown,
+// so the successful path builds no vector of Tensors.
+template <typename Describe>
+Typing type_op(Op op, DType promoted, Describe&& describe) {
   switch (rule_of(op)) {
     case Rule::Arith:
     case Rule::Rounding:
       if (promoted == DType::Bool)
-        throw UserError(describe_call(op_name(op), args) +
-                        ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
+        throw UserError(describe() + ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
       return {promoted, promoted};
     case Rule::ArithBool: return {promoted, promoted};
     case Rule::FloatMath: {
@@ -48,18 +51,28 @@ Typing type_op(Op op, DType promoted, const std::vector<Tensor>& args) {
 
 Tensor unary(Op op, const Tensor& x) {
   require_defined(op_name(op), x);
-  Typing ty = type_op(op, x.dtype(), {x});
+  Typing ty = type_op(op, x.dtype(), [&] { return describe_call(op_name(op), {x}); });
   if (rule_of(op) == Rule::Rounding && is_integer(ty.operand)) return x;  // floor/ceil/round of ints
-  return record(op, ty.result, x.shape(), {cast_if_needed(x, ty.operand)});
+  NodeRef in[1] = {x.dtype() == ty.operand ? x.node() : x.cast(ty.operand).node()};
+  // Interned from borrowed parts: the node copies x's shape into a recycled vector and takes
+  // over `in`, so recording allocates nothing beyond the node itself.
+  return Tensor(intern_node(NodeKey{op, ty.result, in[0]->device, x.shape(), in, {}, {}}, in));
+}
+
+// The operand as `dt` broadcast to `shape` (no node when it already is).
+NodeRef operand_node(const Tensor& t, DType dt, const Shape& shape) {
+  if (t.dtype() == dt && t.shape() == shape) return t.node();
+  return broadcast_to_shape(cast_if_needed(t, dt), shape).node();
 }
 
 Tensor binary_typed(Op op, const Tensor& a, const Tensor& b, DType promoted) {
-  common_device(op_name(op), {a, b});
-  Typing ty = type_op(op, promoted, {a, b});
-  Shape out = broadcast_shapes(op_name(op), a, b);
-  Tensor ca = broadcast_to_shape(cast_if_needed(a, ty.operand), out);
-  Tensor cb = broadcast_to_shape(cast_if_needed(b, ty.operand), out);
-  return record(op, ty.result, out, {ca, cb});
+  if (a.device() != b.device()) common_device(op_name(op), {a, b});  // throws
+  Typing ty = type_op(op, promoted, [&] { return describe_call(op_name(op), {a, b}); });
+  const bool same = a.shape() == b.shape();
+  Shape broadcast = same ? Shape() : broadcast_shapes(op_name(op), a, b);
+  const Shape& out = same ? a.shape() : broadcast;
+  NodeRef in[2] = {operand_node(a, ty.operand, out), operand_node(b, ty.operand, out)};
+  return Tensor(intern_node(NodeKey{op, ty.result, in[0]->device, out, in, {}, {}}, in));
 }
 
 Tensor binary(Op op, const Tensor& a, const Tensor& b) {

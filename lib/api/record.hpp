@@ -28,6 +28,9 @@ Tensor make_const(double value, DType dtype, const Shape& shape, Device dev = De
 
 /// Records a node with the given inputs.
 Tensor record(Op op, DType dtype, Shape shape, std::vector<Tensor> inputs, Attrs attrs = {});
+/// The same over input nodes (moved into the node when it is new), on the first input's
+/// device: the element-wise hot path, which builds no vector of Tensors.
+Tensor record_nodes(Op op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs = {});
 
 /// Sorted, unique, normalised axes of `x` (empty input = all axes); errors name the call.
 std::vector<int64_t> normalize_axes(const char* op, const Axes& axes, const Tensor& x);

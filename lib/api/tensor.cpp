@@ -26,14 +26,14 @@ int64_t Tensor::size(int64_t axis) const { return shape()[tensor_axis("size", *t
 
 const Tensor& Tensor::eval() const {
   node_of(*this, "eval");
-  if (!node_->realized()) execute({node_});
+  if (!node_->is_realized()) execute(&node_, 1);
   return *this;
 }
 
 void eval(const std::vector<Tensor>& ts) {
   std::vector<NodeRef> roots;
   for (const auto& t : ts) {
-    if (!node_of(t, "eval").realized()) roots.push_back(t.node());
+    if (!node_of(t, "eval").is_realized()) roots.push_back(t.node());
   }
   if (!roots.empty()) execute(roots);
 }

@@ -1,5 +1,7 @@
 #include "host_pool.hpp"
 
+#include "spin_lock.hpp"
+
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -25,10 +27,15 @@ size_t size_class(size_t bytes) {
   return ((bytes + step - 1) / step) * step;
 }
 
+// The 64 classes up to 4 KiB (every tiny tensor of every evaluation) are an array indexed by
+// class; larger ones a map. One spin lock: the critical sections are a push or a pop.
+constexpr size_t kSmallClasses = 4096 / 64;
 struct Pool {
-  std::mutex mu;
+  SpinLock mu;
+  std::vector<void*> small[kSmallClasses + 1];
   std::unordered_map<size_t, std::vector<void*>> free_blocks;
   size_t cached = 0;
+  std::vector<void*>& list(size_t cls) { return cls <= 4096 ? small[cls / 64] : free_blocks[cls]; }
 };
 Pool& pool() {
   static Pool* p = new Pool();  // leaked: blocks may be freed during static destruction
@@ -41,11 +48,16 @@ void* pool_alloc(size_t bytes) {
   size_t cls = size_class(bytes);
   if (kPoolEnabled) {
     Pool& p = pool();
-    std::lock_guard<std::mutex> lk(p.mu);
-    auto it = p.free_blocks.find(cls);
-    if (it != p.free_blocks.end() && !it->second.empty()) {
-      void* b = it->second.back();
-      it->second.pop_back();
+    std::lock_guard<SpinLock> lk(p.mu);
+    std::vector<void*>* l = nullptr;
+    if (cls <= 4096) {
+      l = &p.small[cls / 64];
+    } else if (auto it = p.free_blocks.find(cls); it != p.free_blocks.end()) {
+      l = &it->second;
+    }
+    if (l && !l->empty()) {
+      void* b = l->back();
+      l->pop_back();
       p.cached -= cls;
       return b;
     }
@@ -59,9 +71,9 @@ void pool_free(void* b, size_t bytes) {
   size_t cls = size_class(bytes);
   if (kPoolEnabled) {
     Pool& p = pool();
-    std::lock_guard<std::mutex> lk(p.mu);
+    std::lock_guard<SpinLock> lk(p.mu);
     if (p.cached + cls <= kMaxCachedBytes) {
-      p.free_blocks[cls].push_back(b);
+      p.list(cls).push_back(b);
       p.cached += cls;
       return;
     }
@@ -71,7 +83,7 @@ void pool_free(void* b, size_t bytes) {
 
 size_t pool_cached_bytes() {
   Pool& p = pool();
-  std::lock_guard<std::mutex> lk(p.mu);
+  std::lock_guard<SpinLock> lk(p.mu);
   return p.cached;
 }
 

@@ -11,35 +11,69 @@
 
 namespace kfuse::detail {
 
-void execute(const std::vector<NodeRef>& all_roots) {
-  std::vector<NodeRef> roots;
-  for (const NodeRef& r : all_roots) {
-    if (r->realized()) continue;
-    if (r->op == Op::Buffer) {
-      r->set_realized(r->storage);
-      continue;
+void execute(const NodeRef* all_roots, size_t count) {
+  bool counted = false;
+  // One signature per thread, reused so that its buffers keep their capacity. Planning may run
+  // user code (pattern plugins); should that evaluate something, the nested call gets its own.
+  thread_local GraphSignature tl_sig;
+  thread_local int depth = 0;
+  GraphSignature local_sig;
+  GraphSignature& sig = depth == 0 ? tl_sig : local_sig;
+  struct Depth {
+    Depth() { ++depth; }
+    ~Depth() { --depth; }
+  } in_execute;
+  std::vector<NodeRef> kept;
+  for (;;) {
+    // The common call (one unrealized root) passes its array through; otherwise the roots
+    // left to compute are gathered.
+    size_t todo = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const NodeRef& r = all_roots[i];
+      if (r->is_realized()) continue;
+      if (r->op == Op::Buffer) {
+        r->set_realized(r->storage);
+        continue;
+      }
+      ++todo;
     }
-    roots.push_back(r);
-  }
-  if (roots.empty()) return;
-  bump(global_counters().evaluations);
-  GraphSignature sig = graph_signature(roots);
-  if (options().logging("fusion")) {
-    std::vector<const Node*> raw;
-    for (const auto& r : roots) raw.push_back(r.get());
-    log("fusion", explain_plan(*make_plan(roots, false), raw).text());
-  }
-  std::shared_ptr<const Program> prog = get_program(roots, sig);
-  std::vector<std::shared_ptr<Storage>> vals = run_program(*prog, sig);
-  for (size_t i = 0; i < roots.size(); ++i) {
-    std::shared_ptr<Storage> v = std::move(vals[i]);
-    // A result that simplified to a borrowed input must not alias the caller's memory.
-    if (!v->owner && v->device == Device::cpu()) {
-      auto copy = Storage::allocate(v->dtype, v->numel);
-      if (v->bytes()) std::memcpy(copy->data, v->data, v->bytes());
-      v = copy;
+    if (todo == 0) return;
+    const NodeRef* roots = all_roots;
+    if (todo != count) {
+      kept.clear();
+      for (size_t i = 0; i < count; ++i)
+        if (!all_roots[i]->is_realized()) kept.push_back(all_roots[i]);
+      roots = kept.data();
+      todo = kept.size();
+      if (todo == 0) return;  // realized meanwhile by another thread
     }
-    roots[i]->set_realized(std::move(v));
+    if (!counted) bump(global_counters().evaluations);
+    counted = true;
+    graph_signature(roots, todo, sig);
+    if (options().logging("fusion")) {
+      std::vector<NodeRef> rs(roots, roots + todo);
+      std::vector<const Node*> raw;
+      for (const auto& r : rs) raw.push_back(r.get());
+      log("fusion", explain_plan(*make_plan(rs, false), raw).text());
+    }
+    std::shared_ptr<const Program> prog = get_program(roots, todo, sig);
+    if (!prog) continue;  // another thread computed part of the graph while it was planned
+    std::shared_ptr<Storage> one;
+    std::vector<std::shared_ptr<Storage>> many;
+    if (todo > 1) many.resize(todo);
+    std::shared_ptr<Storage>* vals = todo > 1 ? many.data() : &one;
+    run_program(*prog, sig, vals);
+    for (size_t i = 0; i < todo; ++i) {
+      std::shared_ptr<Storage> v = std::move(vals[i]);
+      // A result that simplified to a borrowed input must not alias the caller's memory.
+      if (!v->owner && v->device == Device::cpu()) {
+        auto copy = Storage::allocate(v->dtype, v->numel);
+        if (v->bytes()) std::memcpy(copy->data, v->data, v->bytes());
+        v = copy;
+      }
+      roots[i]->set_realized(std::move(v));
+    }
+    return;
   }
 }
 

@@ -27,6 +27,9 @@ const char* env(const char* k) {
 
 std::mutex g_mu;
 std::shared_ptr<const Options> g_opts;
+// g_opts.get(), readable without the lock: every evaluation asks options() (cache mode, log
+// channels), and an Options object is never freed once published (see set_options).
+std::atomic<const Options*> g_current{nullptr};
 std::atomic<uint64_t> g_generation{0};
 }  // namespace
 
@@ -58,8 +61,12 @@ Options Options::from_env() {
 }
 
 const Options& options() {
+  if (const Options* o = g_current.load(std::memory_order_acquire)) return *o;
   std::lock_guard<std::mutex> lk(g_mu);
-  if (!g_opts) g_opts = std::make_shared<const Options>(Options::from_env());
+  if (!g_opts) {
+    g_opts = std::make_shared<const Options>(Options::from_env());
+    g_current.store(g_opts.get(), std::memory_order_release);
+  }
   return *g_opts;  // replaced values are kept alive below: set_options is test-only
 }
 
@@ -68,6 +75,7 @@ void set_options(const Options& o) {
   static std::vector<std::shared_ptr<const Options>> retired;  // references may still be held
   if (g_opts) retired.push_back(g_opts);
   g_opts = std::make_shared<const Options>(o);
+  g_current.store(g_opts.get(), std::memory_order_release);
   g_generation.fetch_add(1);
 }
 

@@ -2,12 +2,12 @@
 
 #include <cstring>
 #include <mutex>
-#include <shared_mutex>
 #include <unordered_map>
 
 #include "../eval/reference_eval.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
+#include "graph/spin_lock.hpp"
 #include "stats_impl.hpp"
 
 namespace kfuse::detail {
@@ -52,6 +52,7 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
     prog->steps.push_back(std::move(st));
   }
   for (const Node* r : plan.roots) prog->roots.push_back(ref_of(r));
+  for (const Step& st : prog->steps) prog->fused_steps += st.kind == GroupKind::Fused;
   // Liveness: release each temporary after its last reader (roots are never released).
   std::vector<int> last(prog->temps.size(), -1);
   for (size_t s = 0; s < prog->steps.size(); ++s)
@@ -66,33 +67,51 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
 
 namespace {
 
+// Programs by graph signature. Keyed by the signature's hash; each entry keeps the full
+// encoding and a hit compares it, so a hash collision costs a miss, never a wrong program.
+// A spin lock rather than a shared_mutex: the critical section is a probe and a compare, and
+// every tiny evaluation goes through it.
 class PlanCache {
  public:
-  std::shared_ptr<const Program> find(const std::string& key) {
-    std::shared_lock<std::shared_mutex> lk(mu_);
+  std::shared_ptr<const Program> find(const GraphSignature& sig) {
+    std::lock_guard<SpinLock> lk(mu_);
     if (generation_ != options_generation()) return nullptr;
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : it->second;
+    auto range = map_.equal_range(sig.hash);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second.words == sig.words) return it->second.program;
+    return nullptr;
   }
-  void insert(const std::string& key, std::shared_ptr<const Program> p) {
-    std::unique_lock<std::shared_mutex> lk(mu_);
+  void insert(const GraphSignature& sig, std::shared_ptr<const Program> p) {
+    Map dropped;  // destroyed after the lock is released: programs free compiled kernels
+    std::lock_guard<SpinLock> lk(mu_);
     // Programs hold kernels compiled under the options of their time (backends, cache).
     uint64_t gen = options_generation();
     if (generation_ != gen) {
-      map_.clear();
+      dropped.swap(map_);
       generation_ = gen;
     }
     // Bounded: a program pins its compiled kernels, so an unbounded table would defeat the
     // kernel cache's eviction. Past the bound the table starts over (cheap to refill).
-    if (map_.size() >= kMaxPrograms) map_.clear();
-    map_.emplace(key, std::move(p));
+    if (map_.size() >= kMaxPrograms) dropped.swap(map_);
+    auto range = map_.equal_range(sig.hash);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second.words == sig.words) {  // planned by two threads at once: keep one
+        it->second.program.swap(p);
+        return;
+      }
+    map_.emplace(sig.hash, Entry{sig.words, std::move(p)});
   }
   static constexpr size_t kMaxPrograms = 1024;
 
  private:
-  std::shared_mutex mu_;
+  struct Entry {
+    std::vector<uint64_t> words;
+    std::shared_ptr<const Program> program;
+  };
+  using Map = std::unordered_multimap<uint64_t, Entry>;
+  SpinLock mu_;
   uint64_t generation_ = 0;
-  std::unordered_map<std::string, std::shared_ptr<const Program>> map_;
+  Map map_;
 };
 
 PlanCache& plan_cache() {
@@ -103,23 +122,28 @@ PlanCache& plan_cache() {
 }  // namespace
 
 std::shared_ptr<const Program> find_program(const GraphSignature& sig) {
-  return sig.cacheable ? plan_cache().find(sig.bytes) : nullptr;
+  return sig.cacheable ? plan_cache().find(sig) : nullptr;
 }
 
-std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig) {
+std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig) {
   bool use_cache = sig.cacheable && options().cache_mode != "off";
   if (use_cache)
-    if (auto p = plan_cache().find(sig.bytes)) {
+    if (auto p = plan_cache().find(sig)) {
       // A program hit is a memory-cache hit for each of its kernels.
-      uint64_t kernels = 0;
-      for (const Step& s : p->steps) kernels += s.kind == GroupKind::Fused;
-      bump(global_counters().cache_hits, kernels);
+      bump(global_counters().cache_hits, p->fused_steps);
       return p;
     }
-  std::shared_ptr<const Plan> plan = get_plan(roots);
+  std::shared_ptr<const Plan> plan = get_plan(std::vector<NodeRef>(roots, roots + n));
+  // Which nodes are realized is the one part of the structure that can change while it is
+  // planned: another thread may finish evaluating a node of this graph. The planner then saw
+  // leaves the signature does not list, and the program could not find their values. Realizing
+  // is one-way, so an unchanged signature now means the planner saw what the signature saw.
+  GraphSignature now;
+  graph_signature(roots, n, now);
+  if (now.words != sig.words) return nullptr;
   auto prog = make_program(*plan, sig);
   if (use_cache) {
-    plan_cache().insert(sig.bytes, prog);
+    plan_cache().insert(sig, prog);
   } else {
     // Host steps point into the plan's graph: keep it alive with the program.
     std::const_pointer_cast<Program>(prog)->plan = plan;
@@ -147,15 +171,55 @@ std::shared_ptr<Storage> copy_storage(const Storage& s, Device to) {
   return dev;
 }
 
-std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig) {
-  std::vector<std::shared_ptr<Storage>> temps(p.temps.size());
-  auto value = [&](const ValueRef& v) -> std::shared_ptr<Storage> {
-    if (!v.leaf) return temps[v.index];
-    const Node* n = sig.leaves[v.index];
+namespace {
+
+// A vector with its first N elements inline: the values of a small program live on the stack.
+template <typename T, size_t N>
+class InlineVec {
+ public:
+  explicit InlineVec(size_t n) : size_(n) {
+    if (n > N) heap_.resize(n);
+  }
+  T& operator[](size_t i) { return size_ > N ? heap_[i] : inline_[i]; }
+
+ private:
+  size_t size_;
+  T inline_[N];
+  std::vector<T> heap_;
+};
+
+}  // namespace
+
+void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<Storage>* out) {
+  InlineVec<std::shared_ptr<Storage>, 16> temps(p.temps.size());
+  // A leaf's value lives as long as its node (a realized value is never replaced), and the
+  // caller's roots keep the graph alive: raw pointers, no reference counting per leaf.
+  auto leaf_value = [&](uint32_t i) -> std::shared_ptr<Storage> {
+    const Node* n = sig.leaves[i];
     auto r = n->realized();
     return r ? r : n->storage;
   };
-  ir::LaunchArgs args;
+  InlineVec<Storage*, 8> leaves(sig.leaves.size());
+  for (size_t i = 0; i < sig.leaves.size(); ++i) {
+    const Node* n = sig.leaves[i];
+    leaves[i] = n->is_realized() ? n->realized().get() : n->storage.get();
+  }
+  auto value = [&](const ValueRef& v) -> Storage* { return v.leaf ? leaves[v.index] : temps[v.index].get(); };
+  // The launch arguments' vectors keep their capacity between runs on this thread: nothing
+  // that runs a kernel evaluates another program on the same thread, and a nested run (should
+  // one ever happen) uses its own.
+  thread_local ir::LaunchArgs tl_args;
+  thread_local bool tl_busy = false;
+  ir::LaunchArgs local_args;
+  bool own = !tl_busy;
+  ir::LaunchArgs& args = own ? tl_args : local_args;
+  struct Release {
+    bool own;
+    ~Release() {
+      if (own) tl_busy = false;
+    }
+  } release{own};
+  if (own) tl_busy = true;
   for (const Step& st : p.steps) {
     if (st.kind == GroupKind::Fused) {
       args.buffers.clear();
@@ -166,7 +230,7 @@ std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphS
                                               : memory_backend(tp.device)->allocate(tp.dtype, tp.numel);
         args.buffers.push_back(temps[t]->data);
       }
-      args.params = st.params;
+      args.params.assign(st.params.begin(), st.params.end());
       st.kernel->run(args);
     } else {
       std::vector<std::vector<double>> in_vals;
@@ -181,9 +245,8 @@ std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphS
     bump(global_counters().kernels_launched);
     for (uint32_t t : st.release) temps[t].reset();
   }
-  std::vector<std::shared_ptr<Storage>> out;
-  for (const ValueRef& r : p.roots) out.push_back(r.leaf ? value(r) : temps[r.index]);
-  return out;
+  for (size_t i = 0; i < p.roots.size(); ++i)
+    out[i] = p.roots[i].leaf ? leaf_value(p.roots[i].index) : temps[p.roots[i].index];
 }
 
 }  // namespace kfuse::detail

@@ -38,15 +38,17 @@ struct Program {
   std::vector<Step> steps;
   std::vector<Temp> temps;
   std::vector<ValueRef> roots;  ///< the value of each requested root
+  uint64_t fused_steps = 0;     ///< steps that launch a compiled kernel (cache hits per run)
   std::shared_ptr<const Plan> plan;  ///< uncached programs keep their plan (host steps point into it)
 };
 
 /// Builds the program of `plan` for a graph whose leaves are `sig.leaves`.
 std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignature& sig);
 
-/// The program for `roots`: from the plan cache, or planned, compiled and (when the graph is
-/// cacheable) cached. `sig` must be graph_signature(roots).
-std::shared_ptr<const Program> get_program(const std::vector<NodeRef>& roots, const GraphSignature& sig);
+/// The program for roots[0, n): from the plan cache, or planned, compiled and (when the graph is
+/// cacheable) cached. `sig` must be graph_signature(roots). Null when a node of the graph was
+/// realized by another thread while it was planned: the caller takes a new signature.
+std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig);
 
 /// A copy of `s` on `to` (through the host when neither side is the CPU).
 std::shared_ptr<Storage> copy_storage(const Storage& s, Device to);
@@ -55,7 +57,8 @@ std::shared_ptr<Storage> copy_storage(const Storage& s, Device to);
 /// which backend runs each kernel of an expression evaluated before).
 std::shared_ptr<const Program> find_program(const GraphSignature& sig);
 
-/// Runs a program over the leaf values of `sig`; returns each root's value.
-std::vector<std::shared_ptr<Storage>> run_program(const Program& p, const GraphSignature& sig);
+/// Runs a program over the leaf values of `sig`; out[i] receives root i's value (p.roots.size()
+/// entries).
+void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<Storage>* out);
 
 }  // namespace kfuse::detail
