@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "graph/host_pool.hpp"
 #include "record.hpp"
 
 namespace kfuse {
@@ -35,7 +36,7 @@ Tensor Tensor::from_bytes(const void* data, DType dtype, Shape shape) {
 
 Tensor Tensor::borrow_bytes(void* data, DType dtype, Shape shape) {
   check_shape("borrow", shape);
-  auto st = std::make_shared<Storage>();
+  auto st = make_storage();
   st->dtype = dtype;
   st->numel = shape_numel(shape);
   st->data = data;

@@ -5,6 +5,9 @@
 // Disabled under AddressSanitizer, so that use-after-free stays detectable.
 #pragma once
 #include <cstddef>
+#include <memory>
+
+#include "kfuse/node.hpp"
 
 namespace kfuse::detail {
 
@@ -13,5 +16,9 @@ void* pool_alloc(size_t bytes);
 void pool_free(void* p, size_t bytes);
 /// Bytes currently held for reuse.
 size_t pool_cached_bytes();
+
+/// An empty Storage, its block recycled per thread like the nodes' (lib/graph/node.cpp):
+/// every evaluation makes one for its result and every Tensor::borrow one for its input.
+std::shared_ptr<Storage> make_storage();
 
 }  // namespace kfuse::detail

@@ -16,17 +16,6 @@
 
 namespace kfuse {
 
-std::shared_ptr<Storage> Storage::allocate(DType dtype, int64_t numel) {
-  auto s = std::make_shared<Storage>();
-  s->dtype = dtype;
-  s->numel = numel;
-  size_t bytes = s->bytes();
-  void* p = detail::pool_alloc(bytes);
-  s->data = p;
-  s->owner = std::shared_ptr<void>(p, [bytes](void* q) { detail::pool_free(q, bytes); });
-  return s;
-}
-
 bool Attrs::operator==(const Attrs& o) const {
   if (ints != o.ints || reals.size() != o.reals.size()) return false;
   // Bitwise comparison of reals: NaN constants equal themselves and -0 differs from +0.
@@ -171,8 +160,8 @@ NodeInterning& table() {
 std::atomic<uint64_t> g_next_buffer_id{1};
 
 // Per-thread recycling of what a node allocates: the block that holds the node and its
-// reference counts (one size, ~256 bytes), and the buffers of its shape, attrs.ints and inputs
-// vectors. Recording and releasing an expression creates and frees these for every op, in bursts
+// reference counts (~256 bytes), and the buffers of its shape, attrs.ints and inputs vectors;
+// also the two small blocks of every Storage (the Storage with its counts, the owner's counts). Recording and releasing an expression creates and frees these for every op, in bursts
 // of tens that overflow malloc's per-thread cache and take its slow paths; recycled, a repeated
 // expression allocates nothing for its nodes. Bounded per thread; what one thread frees joins
 // that thread's caches. Off under AddressSanitizer, so that a use after free stays detectable.
@@ -197,9 +186,13 @@ struct VectorCache {
   V* at(uint32_t i) { return std::launder(reinterpret_cast<V*>(slots[i])); }
 };
 
+// Blocks by size class: 64, 128, ..., 512 bytes.
+constexpr size_t kBlockClasses = 8;
+constexpr size_t block_class(size_t bytes) { return (bytes + 63) / 64 - 1; }
+
 struct ThreadCaches {
-  FreeBlock* blocks;
-  uint32_t block_count;
+  FreeBlock* blocks[kBlockClasses];
+  uint32_t block_count[kBlockClasses];
   bool closed;
   bool drain_registered;
   VectorCache<std::vector<int64_t>> ints;
@@ -210,11 +203,13 @@ thread_local ThreadCaches t_cache{};
 struct ThreadCachesDrain {
   ~ThreadCachesDrain() {
     t_cache.closed = true;
-    while (FreeBlock* b = t_cache.blocks) {
-      t_cache.blocks = b->next;
-      ::operator delete(b);
+    for (size_t k = 0; k < kBlockClasses; ++k) {
+      while (FreeBlock* b = t_cache.blocks[k]) {
+        t_cache.blocks[k] = b->next;
+        ::operator delete(b);
+      }
+      t_cache.block_count[k] = 0;
     }
-    t_cache.block_count = 0;
     while (t_cache.ints.count) std::destroy_at(t_cache.ints.at(--t_cache.ints.count));
     while (t_cache.refs.count) std::destroy_at(t_cache.refs.at(--t_cache.refs.count));
   }
@@ -250,41 +245,74 @@ void recycle_vector(ThreadCaches& tc, VectorCache<V>& c, V& v) {
   ++c.count;
 }
 
-// Used for one type only (the control block allocate_shared<Node> rebinds it to), so every
-// cached block has the same size.
+// For allocate_shared and shared_ptr control blocks: single objects up to 512 bytes come from
+// and go back to this thread's lists of their size class.
 template <typename T>
-struct NodeBlockAllocator {
+struct RecyclingAllocator {
   using value_type = T;
-  NodeBlockAllocator() = default;
+  static constexpr bool kRecyclable = sizeof(T) <= 64 * kBlockClasses && alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+  static constexpr size_t kClass = block_class(sizeof(T) < sizeof(FreeBlock) ? sizeof(FreeBlock) : sizeof(T));
+  RecyclingAllocator() = default;
   template <typename U>
-  NodeBlockAllocator(const NodeBlockAllocator<U>&) {}
+  RecyclingAllocator(const RecyclingAllocator<U>&) {}
   T* allocate(size_t n) {
-    static_assert(sizeof(T) >= sizeof(FreeBlock) && alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-    ThreadCaches& c = t_cache;
-    if (n == 1 && c.blocks) {
-      FreeBlock* b = c.blocks;
-      c.blocks = b->next;
-      --c.block_count;
-      return reinterpret_cast<T*>(b);
+    if constexpr (kRecyclable) {
+      ThreadCaches& c = t_cache;
+      if (n == 1 && c.blocks[kClass]) {
+        FreeBlock* b = c.blocks[kClass];
+        c.blocks[kClass] = b->next;
+        --c.block_count[kClass];
+        return reinterpret_cast<T*>(b);
+      }
+      // A fresh block has the class's full size, so that any type of the class can reuse it.
+      if (n == 1) return static_cast<T*>(::operator new(64 * (kClass + 1)));
     }
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) {
-    ThreadCaches& c = t_cache;
-    if (n == 1 && c.block_count < kRecycled && caches_open(c)) {
-      auto* b = reinterpret_cast<FreeBlock*>(p);
-      b->next = c.blocks;
-      c.blocks = b;
-      ++c.block_count;
-      return;
+    if constexpr (kRecyclable) {
+      ThreadCaches& c = t_cache;
+      if (n == 1 && c.block_count[kClass] < kRecycled && caches_open(c)) {
+        auto* b = reinterpret_cast<FreeBlock*>(p);
+        b->next = c.blocks[kClass];
+        c.blocks[kClass] = b;
+        ++c.block_count[kClass];
+        return;
+      }
     }
     ::operator delete(p);
   }
   template <typename U>
-  bool operator==(const NodeBlockAllocator<U>&) const {
+  bool operator==(const RecyclingAllocator<U>&) const {
     return true;
   }
 };
+
+struct PoolDeleter {
+  size_t bytes;
+  void operator()(void* q) const { detail::pool_free(q, bytes); }
+};
+
+}  // namespace
+
+namespace detail {
+
+std::shared_ptr<Storage> make_storage() { return std::allocate_shared<Storage>(RecyclingAllocator<Storage>()); }
+
+}  // namespace detail
+
+std::shared_ptr<Storage> Storage::allocate(DType dtype, int64_t numel) {
+  auto s = detail::make_storage();
+  s->dtype = dtype;
+  s->numel = numel;
+  size_t bytes = s->bytes();
+  void* p = detail::pool_alloc(bytes);
+  s->data = p;
+  s->owner = std::shared_ptr<void>(p, PoolDeleter{bytes}, RecyclingAllocator<char>());
+  return s;
+}
+
+namespace {
 
 // Looks `k` up and, when absent, creates the node with `fill` (which sets shape, inputs and
 // attrs, moving from the caller's vectors when it has them). Lookup and insertion happen under
@@ -305,7 +333,7 @@ NodeRef intern(const NodeKey& k, Fill&& fill) {
     // still follow in the probe run.
   }
   // One allocation for the node and its reference counts.
-  std::shared_ptr<Node> ref = std::allocate_shared<Node>(NodeBlockAllocator<Node>());
+  std::shared_ptr<Node> ref = std::allocate_shared<Node>(RecyclingAllocator<Node>());
   Node& n = *ref;
   n.op = k.op;
   n.dtype = k.dtype;
