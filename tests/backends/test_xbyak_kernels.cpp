@@ -354,7 +354,9 @@ TEST(XbyakKernels, UnrolledReductionRemainders) {
 // pointwise and row kernels, against the reference interpreter; tails and odd row lengths too.
 TEST(XbyakKernels, StreamingStoresLargeOutputs) {
   struct Out {
-    explicit Out(size_t n, size_t shift) : mem(static_cast<float*>(std::aligned_alloc(64, (n + 32) * 4))), p(mem + shift) {}
+    // aligned_alloc wants a size that is a multiple of the alignment
+    explicit Out(size_t n, size_t shift)
+        : mem(static_cast<float*>(std::aligned_alloc(64, (n + 32 + 15) / 16 * 64))), p(mem + shift) {}
     ~Out() { std::free(mem); }
     float* mem;
     float* p;
