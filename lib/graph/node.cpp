@@ -199,6 +199,9 @@ struct ThreadCaches {
   VectorCache<std::vector<NodeRef>> refs;
 };
 thread_local ThreadCaches t_cache{};
+// The caches' address, taken once per operation: used directly, the thread_local's address is
+// re-derived (a __tls_get_addr call in a shared library) at every use the compiler inlines.
+__attribute__((noinline)) ThreadCaches& thread_caches() { return t_cache; }
 
 struct ThreadCachesDrain {
   ~ThreadCachesDrain() {
@@ -257,7 +260,7 @@ struct RecyclingAllocator {
   RecyclingAllocator(const RecyclingAllocator<U>&) {}
   T* allocate(size_t n) {
     if constexpr (kRecyclable) {
-      ThreadCaches& c = t_cache;
+      ThreadCaches& c = thread_caches();
       if (n == 1 && c.blocks[kClass]) {
         FreeBlock* b = c.blocks[kClass];
         c.blocks[kClass] = b->next;
@@ -271,7 +274,7 @@ struct RecyclingAllocator {
   }
   void deallocate(T* p, size_t n) {
     if constexpr (kRecyclable) {
-      ThreadCaches& c = t_cache;
+      ThreadCaches& c = thread_caches();
       if (n == 1 && c.block_count[kClass] < kRecycled && caches_open(c)) {
         auto* b = reinterpret_cast<FreeBlock*>(p);
         b->next = c.blocks[kClass];
@@ -358,7 +361,7 @@ Node::~Node() {
   // Unlocked from here: releasing `inputs` may destroy input nodes, which take their own shard
   // locks (possibly this one). The vectors' buffers go to this thread's caches for new nodes.
   inputs.clear();
-  ThreadCaches& c = t_cache;  // after the inputs' release, which may have used it too
+  ThreadCaches& c = thread_caches();  // after the inputs' release, which may have used it too
   recycle_vector(c, c.refs, inputs);
   shape.clear();
   recycle_vector(c, c.ints, shape);
@@ -370,7 +373,7 @@ namespace detail {
 
 // New nodes get recycled vectors; assign() reuses their buffers when large enough.
 void fill_from_key(Node& n, const NodeKey& k, NodeRef* movable_inputs) {
-  ThreadCaches& c = t_cache;
+  ThreadCaches& c = thread_caches();
   if (!k.shape.empty()) {
     n.shape = take_vector(c.ints);
     n.shape.assign(k.shape.begin(), k.shape.end());
@@ -415,7 +418,7 @@ NodeRef make_buffer_node(std::shared_ptr<Storage> storage, Shape shape) {
   // The id is fresh, so the node is new: set its storage before it is published.
   return intern(k, [&](Node& n) {
     n.shape = std::move(shape);
-    n.attrs.ints = take_vector(t_cache.ints);  // the buffer node's attrs: {id}
+    n.attrs.ints = take_vector(thread_caches().ints);  // the buffer node's attrs: {id}
     n.attrs.ints.push_back(id);
     n.storage = std::move(storage);
   });

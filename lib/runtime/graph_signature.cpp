@@ -73,15 +73,22 @@ struct Walker {
   }
 };
 
+// The walk's stack, whose capacity is kept between evaluations. The walk calls nothing that
+// could compute another signature on this thread, so one per thread suffices. Reached through a
+// function the compiler does not inline: otherwise it re-derives the thread_local's address
+// (a __tls_get_addr call in a shared library) at uses inside the walk.
+__attribute__((noinline)) std::vector<Walker::Frame>& walk_stack() {
+  thread_local std::vector<Walker::Frame> stack;
+  return stack;
+}
+
 }  // namespace
 
 void graph_signature(const NodeRef* roots, size_t n, GraphSignature& sig) {
   sig.words.clear();
   sig.leaves.clear();
   sig.cacheable = true;
-  // Capacity kept between evaluations. The walk calls nothing that could compute another
-  // signature on this thread, so one stack per thread suffices.
-  thread_local std::vector<Walker::Frame> stack;
+  std::vector<Walker::Frame>& stack = walk_stack();
   stack.clear();
   Walker w{sig, {}, stack};
   for (size_t i = 0; i < n; ++i) w.visit(roots[i].get());
