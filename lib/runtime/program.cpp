@@ -18,7 +18,17 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
   for (size_t i = 0; i < sig.leaves.size(); ++i) where[sig.leaves[i]] = {true, static_cast<uint32_t>(i)};
   auto ref_of = [&](const Node* n) {
     auto it = where.find(n);
-    if (it == where.end()) throw InternalError(std::string("program: value of ") + op_name(n->op) + " has no producer");
+    if (it == where.end()) {
+      // A graph pass can rewrite a node into one computed earlier that the recorded graph did
+      // not contain (exp(x + 0) -> exp(x) after exp(x) was evaluated): a leaf the signature
+      // does not list. Its value is taken from the node itself; such a program belongs to this
+      // graph instance only (get_program does not cache it).
+      if (!n->is_realized()) throw InternalError(std::string("program: value of ") + op_name(n->op) + " has no producer");
+      ValueRef v{true, static_cast<uint32_t>(sig.leaves.size() + prog->extra_leaves.size())};
+      prog->extra_leaves.push_back(n);
+      where[n] = v;
+      return v;
+    }
     return it->second;
   };
   auto new_temp = [&](const Node* n) {
@@ -142,7 +152,7 @@ std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const
   graph_signature(roots, n, now);
   if (now.words != sig.words) return nullptr;
   auto prog = make_program(*plan, sig);
-  if (use_cache) {
+  if (use_cache && prog->extra_leaves.empty()) {
     plan_cache().insert(sig, prog);
   } else {
     // Host steps point into the plan's graph: keep it alive with the program.
@@ -194,14 +204,16 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
   InlineVec<std::shared_ptr<Storage>, 16> temps(p.temps.size());
   // A leaf's value lives as long as its node (a realized value is never replaced), and the
   // caller's roots keep the graph alive: raw pointers, no reference counting per leaf.
+  const size_t nsig = sig.leaves.size();
+  auto leaf_node = [&](size_t i) { return i < nsig ? sig.leaves[i] : p.extra_leaves[i - nsig]; };
   auto leaf_value = [&](uint32_t i) -> std::shared_ptr<Storage> {
-    const Node* n = sig.leaves[i];
+    const Node* n = leaf_node(i);
     auto r = n->realized();
     return r ? r : n->storage;
   };
-  InlineVec<Storage*, 8> leaves(sig.leaves.size());
-  for (size_t i = 0; i < sig.leaves.size(); ++i) {
-    const Node* n = sig.leaves[i];
+  InlineVec<Storage*, 8> leaves(nsig + p.extra_leaves.size());
+  for (size_t i = 0; i < nsig + p.extra_leaves.size(); ++i) {
+    const Node* n = leaf_node(i);
     leaves[i] = n->is_realized() ? n->realized().get() : n->storage.get();
   }
   auto value = [&](const ValueRef& v) -> Storage* { return v.leaf ? leaves[v.index] : temps[v.index].get(); };

@@ -40,6 +40,9 @@ struct Program {
   std::vector<ValueRef> roots;  ///< the value of each requested root
   uint64_t fused_steps = 0;     ///< steps that launch a compiled kernel (cache hits per run)
   std::shared_ptr<const Plan> plan;  ///< uncached programs keep their plan (host steps point into it)
+  /// Realized nodes the passes introduced that the signature does not list (leaf indices from
+  /// GraphSignature::leaves.size() on); a program with any is not cached. Kept alive by `plan`.
+  std::vector<const Node*> extra_leaves;
 };
 
 /// Builds the program of `plan` for a graph whose leaves are `sig.leaves`.
