@@ -75,7 +75,11 @@ constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
 class XbyakKernel final : public CompiledKernel {
  public:
   XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n)
-      : k_(k), plan_(std::move(plan)), mem_(code, n) {}
+      : k_(k), plan_(std::move(plan)), mem_(code, n) {
+    for (const auto& ph : k_.phases)  // once here, not per launch
+      stored_per_point_ += static_cast<int64_t>(ph.stores.size()) *
+                           (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
+  }
 
   void run(const ir::LaunchArgs& args) const override {
     Fn fn = mem_.fn();
@@ -87,10 +91,7 @@ class XbyakKernel final : public CompiledKernel {
       outer_n *= ext[d];
     }
     Frame base{};
-    int64_t stored = 0;  // elements stored per outer point
-    for (const auto& ph : k_.phases)
-      stored += static_cast<int64_t>(ph.stores.size()) * (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
-    base.stream = outer_n * stored * 4 >= kStreamingStoreBytes;
+    base.stream = outer_n * stored_per_point_ * 4 >= kStreamingStoreBytes;
     base.bufs = args.buffers.data();
     base.params = args.params.data();
     for (size_t d = 0; d < dims; ++d) base.ext[d] = ext[d];
@@ -195,6 +196,7 @@ class XbyakKernel final : public CompiledKernel {
   ir::Kernel k_;
   Plan plan_;
   ExecMem mem_;
+  int64_t stored_per_point_ = 0;  ///< elements stored per outer point (streaming-store decision)
 };
 
 class XbyakBackend final : public Backend {

@@ -27,7 +27,7 @@ void execute(const NodeRef* all_roots, size_t count) {
   for (;;) {
     // The common call (one unrealized root) passes its array through; otherwise the roots
     // left to compute are gathered.
-    size_t todo = 0;
+    size_t pending = 0;
     for (size_t i = 0; i < count; ++i) {
       const NodeRef& r = all_roots[i];
       if (r->is_realized()) continue;
@@ -35,35 +35,35 @@ void execute(const NodeRef* all_roots, size_t count) {
         r->set_realized(r->storage);
         continue;
       }
-      ++todo;
+      ++pending;
     }
-    if (todo == 0) return;
+    if (pending == 0) return;
     const NodeRef* roots = all_roots;
-    if (todo != count) {
+    if (pending != count) {
       kept.clear();
       for (size_t i = 0; i < count; ++i)
         if (!all_roots[i]->is_realized()) kept.push_back(all_roots[i]);
       roots = kept.data();
-      todo = kept.size();
-      if (todo == 0) return;  // realized meanwhile by another thread
+      pending = kept.size();
+      if (pending == 0) return;  // realized meanwhile by another thread
     }
     if (!counted) bump(global_counters().evaluations);
     counted = true;
-    graph_signature(roots, todo, sig);
+    graph_signature(roots, pending, sig);
     if (options().logging("fusion")) {
-      std::vector<NodeRef> rs(roots, roots + todo);
+      std::vector<NodeRef> rs(roots, roots + pending);
       std::vector<const Node*> raw;
       for (const auto& r : rs) raw.push_back(r.get());
       log("fusion", explain_plan(*make_plan(rs, false), raw).text());
     }
-    std::shared_ptr<const Program> prog = get_program(roots, todo, sig);
+    std::shared_ptr<const Program> prog = get_program(roots, pending, sig);
     if (!prog) continue;  // another thread computed part of the graph while it was planned
     std::shared_ptr<Storage> one;
     std::vector<std::shared_ptr<Storage>> many;
-    if (todo > 1) many.resize(todo);
-    std::shared_ptr<Storage>* vals = todo > 1 ? many.data() : &one;
+    if (pending > 1) many.resize(pending);
+    std::shared_ptr<Storage>* vals = pending > 1 ? many.data() : &one;
     run_program(*prog, sig, vals);
-    for (size_t i = 0; i < todo; ++i) {
+    for (size_t i = 0; i < pending; ++i) {
       std::shared_ptr<Storage> v = std::move(vals[i]);
       // A result that simplified to a borrowed input must not alias the caller's memory.
       if (!v->owner && v->device == Device::cpu()) {
