@@ -1,0 +1,177 @@
+// xbyak backend: the code generator class, private to jit/xbyak/ (includes xbyak).
+//
+// Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
+// here because its members are defined in two files:
+//   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
+//                arithmetic, stream pointers, stack slots, constants, the register allocator
+//                (eval: one expression DAG with Belady spilling), ops, accumulators, the
+//                pointwise/row/global phase loops, streaming stores, prefetch;
+//   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
+//                reduce index unrolled; gathers/scatters, stack tiles and their transposes.
+// The two talk through a narrow interface, marked below: the lane path uses the stack slots,
+// streams, constants, eval/hoist_invariants and the accumulator pins of the emitter; the
+// allocator calls the lane path back for the leaves and stores of a lane Eval (lane_load,
+// lane_store, lane_acc). Each .cpp explicitly instantiates what it defines for both Vmm.
+#pragma once
+#include <xbyak/xbyak.h>
+
+#include <functional>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "injectors.hpp"
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail::xb {
+
+using ir::ExprKind;
+using ir::ExprRef;
+using Xbyak::Address;
+using Xbyak::Label;
+using Xbyak::Reg64;
+
+template <class Vmm>
+class Gen : public Xbyak::CodeGenerator {
+ public:
+  static constexpr bool Z = std::is_same_v<Vmm, Xbyak::Zmm>;
+  static constexpr int W = Z ? 16 : 8;
+  static constexpr int VB = W * 4;
+  static constexpr int NREG = Z ? 32 : 16;
+  static constexpr int kMaskReg = NREG - 1;  // AVX2 tail mask
+  static constexpr int kAccTmp = NREG - 2;   // accumulator update scratch
+  static constexpr int kMaxVSlots = 256;
+  static constexpr int kLaneSubs = 2;  // rows across lanes: groups of W rows per iteration
+
+  Gen(const ir::Kernel& k, const Plan& p) : CodeGenerator(1 << 20, Xbyak::DontSetProtectRWE), k_(k), p_(p), inj_{*this} {}
+
+  // constants (full vectors, after the code) and the injectors' select (see injectors.hpp)
+  Address cstu(uint32_t bits);
+  Address cst(float v);
+  void select(const Vmm& dst, const Vmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Operand& v,
+              const Vmm& tmp);
+  /// Emits the kernel and its constant tables; returns the size of the instructions.
+  size_t generate();
+
+ private:
+  struct PhaseItem {
+    const ir::Store* store;
+    Access acc;
+  };
+  // Expression evaluation context
+  struct Eval {
+    bool in_loop = false;
+    bool masked = false;
+    bool lanes = false;  ///< rows across lanes: loads gather, stores scatter, accs from slots
+    const std::unordered_map<const ir::Expr*, int>* inv_slots = nullptr;  // invariant leaves
+    std::unordered_set<const ir::Expr*> variant;
+    // root actions
+    std::unordered_map<const ir::Expr*, std::vector<const PhaseItem*>> stores;
+    std::unordered_map<const ir::Expr*, std::vector<int>> accs;       // acc ids
+    std::unordered_map<const ir::Expr*, int> to_slot;                  // pre-block: save to slot
+  };
+  // ---- register allocator state (one DAG evaluation) ----
+  struct RA {
+    std::vector<const ir::Expr*> order;
+    std::unordered_map<const ir::Expr*, int> pos;
+    std::unordered_map<const ir::Expr*, std::vector<int>> uses;
+    std::unordered_map<const ir::Expr*, int> reg, slot;
+    int owner[32];
+    bool pinned[32];
+  };
+
+  const ir::Kernel& k_;
+  const Plan& p_;
+  Injectors<Gen, Vmm> inj_;
+  std::unordered_map<uint32_t, int> cidx_;
+  std::vector<uint32_t> cvals_;
+  Label ctab_, masktab_;
+  int vslot_base_ = 0;
+  int nvslots_ = 0;
+  bool prefetch_rows_ = false;  // the loop being emitted prefetches the rows ahead
+  // Pinned accumulator registers (and NaN markers for Max/Min) of the set being emitted; a loop
+  // unrolled U times keeps U independent sets (acc_sets_) so that the adds of consecutive vectors
+  // do not wait on each other's latency, combined in a fixed order after the loop.
+  std::map<int, int> acc_reg_, acc_nan_;
+  std::vector<std::pair<std::map<int, int>, std::map<int, int>>> acc_sets_;
+  int disp_ = 0;     // byte displacement of the vector being emitted within an unrolled iteration
+  bool stream_ = false;  // emit full-vector stores as non-temporal (streaming) stores
+  bool uses_stream_ = false;  // some path streams: the epilogue fences
+
+  // ---- emitter.cpp: services for the lane path ----
+  int vslot_off(int s) const { return vslot_base_ + s * 64; }  // byte offset of vector slot s from rsp
+  int new_vslot();
+  Reg64 stream(int addr);
+  void compute_addrs();
+  void load_ptr_regs();
+  void eval(const std::vector<const ir::Expr*>& roots, Eval& ev);
+  std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes);
+  void pin_accs(const std::vector<int>& accs, int nsets = 1);
+  void release_accs();
+  int acc_regs(const std::vector<int>& accs) const;
+
+  // ---- emitter.cpp: the rest ----
+  const std::vector<Reg64>& ptr_pool();
+  const std::vector<Reg64>& ieval_pool();
+  int ptr_slot(int addr) const { return addr * 8; }
+  void prologue();
+  void epilogue();
+  void row_loop(const std::function<void()>& body);
+  void ieval(const ExprRef& e, size_t depth);
+  void phase(size_t ph, bool static_range);
+  bool is_leaf(const Eval& ev, const ir::Expr* e) const;
+  void emit_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev);
+  void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
+  void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
+  void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);
+  void emit_op(const ir::Expr* e, const Vmm& d, const std::vector<int>& o, const Vmm* t);
+  void root_actions(const ir::Expr* e, const Vmm& v, const Eval& ev);
+  float identity(ir::AccKind k);
+  void accumulate(int a, const Vmm& v0, bool masked);
+  void finish_acc(int a);
+  void once_phase(const std::vector<PhaseItem>& items);
+  void mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr*, bool>& memo);
+  void use_acc_set(int s);
+  void combine_acc_sets(const std::vector<int>& accs);
+  bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
+  int unroll_for(const std::vector<int>& accs) const;
+  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range);
+  void prefetch_streams();
+  template <class Body, class Mask>
+  void static_loop(const Body& body, int U, const Mask& set_mask_rax);
+  bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const;
+  void streaming_check(const std::vector<PhaseItem>& items, Label& regular);
+
+  // ---- lanes.cpp: rows across lanes ----
+  // entry points used by emitter.cpp
+  void lane_loop();                                // Mode::Row with Plan::lanes: the whole row loop
+  void lane_tables();                              // the index vectors, after the constants
+  void lane_load(const Vmm& d, const Access& a);   // Load leaf of a lane Eval
+  void lane_store(const Access& a, const Vmm& v);  // store root of a lane Eval
+  void lane_acc(const Vmm& d, int acc);            // Acc leaf of a lane Eval
+  // internals
+  int64_t lane_stride(int addr) const;
+  void set_index_vector(const std::vector<int32_t>& v);
+  void set_lane_index(int64_t c);
+  bool tiled_store(const Access& a) const;
+  void flush_tiles();
+  void set_row_mask(bool partial);
+  void lane_body(bool full, int nsub);
+  void lane_phase(size_t ph);
+  // state
+  Label lidxtab_;
+  std::vector<std::vector<int32_t>> lidx_;  // index vectors in lidxtab_
+  int cur_idx_ = -1;                 // index vector now in Vmm(kMaskReg); -1 = none
+  bool lane_full_ = false;           // emitting the body for a full group of W rows
+  bool lane_tile_ok_ = false;        // the phase being emitted may use stack tiles (tiled_store)
+  std::map<int, int> lane_tile_;     // addr -> first of reduce_n slots: outputs of a full group
+  int lane_r_ = 0;                   // reduce index being emitted
+  std::map<std::tuple<int, int, int>, int> lane_cache_;  // (sub, addr, byte disp) -> slot of a gathered vector
+  std::vector<int> acc_slot_[kLaneSubs];     // per sub-group, per accumulator: slot with its per-lane value
+  int lane_sub_ = 0;                 // sub-group being emitted (a double body runs rows o..o+2W-1)
+  int row_mask_slot_ = -1, lane_store_slot_ = -1;  // AVX2: the row mask; a vector being stored per row
+};
+
+}  // namespace kfuse::detail::xb
