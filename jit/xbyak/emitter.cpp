@@ -291,135 +291,177 @@ void Gen<Vmm>::phase(size_t ph, bool static_range) {
 }
 
 template <class Vmm>
-bool Gen<Vmm>::is_leaf(const Eval& ev, const ir::Expr* e) const {
-  if (ev.inv_slots && ev.inv_slots->count(e)) return true;
-  return e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
+typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& roots,
+                                          const std::unordered_map<const ir::Expr*, int>* inv,
+                                          const std::vector<PhaseItem>& items, const std::vector<int>& accs,
+                                          const std::unordered_map<const ir::Expr*, int>* to_slot) const {
+  Dag g;
+  std::unordered_map<const ir::Expr*, int> pos;
+  std::vector<std::vector<int>> args;  // per node, then flattened
+  auto visit = [&](const ir::Expr* e, auto&& self) -> int {
+    if (auto it = pos.find(e); it != pos.end()) return it->second;
+    typename Dag::Node n;
+    n.e = e;
+    if (inv)
+      if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
+    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
+    std::vector<int> a;
+    if (!n.leaf) {
+      if (e->args.size() > 3) throw DeclineError("xbyak: internal: op with more than 3 operands");
+      for (const auto& x : e->args) a.push_back(self(x.get(), self));
+    }
+    const int p = static_cast<int>(g.nodes.size());
+    pos[e] = p;
+    g.nodes.push_back(n);
+    args.push_back(std::move(a));
+    return p;
+  };
+  for (const auto* r : roots) visit(r, visit);
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> uses(n);
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    node.arg0 = static_cast<int>(g.args.size());
+    node.nargs = static_cast<int>(args[p].size());
+    for (int a : args[p]) {
+      g.args.push_back(a);
+      uses[a].push_back(p);
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    node.use0 = static_cast<int>(g.uses.size());
+    node.nuses = static_cast<int>(uses[p].size());
+    node.last = uses[p].empty() ? p : uses[p].back();
+    g.uses.insert(g.uses.end(), uses[p].begin(), uses[p].end());
+  }
+  // root actions, grouped per node in the order of `items` / `accs`
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    if (to_slot)
+      if (auto it = to_slot->find(node.e); it != to_slot->end()) node.to_slot = it->second;
+    node.st0 = static_cast<int>(g.stores.size());
+    for (const auto& it : items)
+      if (it.store->value.get() == node.e) g.stores.push_back(&it);
+    node.nst = static_cast<int>(g.stores.size()) - node.st0;
+    node.acc0 = static_cast<int>(g.accs.size());
+    for (int a : accs)
+      if (k_.accs[a].value.get() == node.e) g.accs.push_back(a);
+    node.nacc = static_cast<int>(g.accs.size()) - node.acc0;
+  }
+  return g;
 }
 
+// Register allocation of one DAG evaluation: operands are loaded into registers (reloaded from
+// their spill slot if evicted), a free register is taken for the result, otherwise the one whose
+// value is used farthest ahead is spilled (Belady). Pinned: the accumulators, the mask and the
+// accumulator scratch.
 template <class Vmm>
-void Gen<Vmm>::eval(const std::vector<const ir::Expr*>& roots, Eval& ev) {
-  RA ra;
-  std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
-    if (ra.pos.count(e)) return;
-    if (!is_leaf(ev, e))
-      for (const auto& a : e->args) visit(a.get());
-    ra.pos[e] = static_cast<int>(ra.order.size());
-    ra.order.push_back(e);
-  };
-  for (const auto* r : roots) visit(r);
-  for (const auto* e : ra.order)
-    if (!is_leaf(ev, e))
-      for (const auto& a : e->args) ra.uses[a.get()].push_back(ra.pos[e]);
+void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> reg(n, -1), slot(n, -1);  // per node: register holding it, spill slot
+  int owner[32];                             // per register: node held, or -1
+  bool pinned[32];
   for (int i = 0; i < NREG; ++i) {
-    ra.owner[i] = -1;
-    ra.pinned[i] = false;
+    owner[i] = -1;
+    pinned[i] = false;
   }
-  ra.pinned[kMaskReg] = ra.pinned[kAccTmp] = true;
-  for (auto [a, r] : acc_reg_) ra.pinned[r] = true;
-  for (auto [a, r] : acc_nan_) ra.pinned[r] = true;
+  pinned[kMaskReg] = pinned[kAccTmp] = true;
+  for (auto [a, r] : acc_reg_) pinned[r] = true;
+  for (auto [a, r] : acc_nan_) pinned[r] = true;
   for (const auto& [regs, nans] : acc_sets_) {
-    for (auto [a, r] : regs) ra.pinned[r] = true;
-    for (auto [a, r] : nans) ra.pinned[r] = true;
+    for (auto [a, r] : regs) pinned[r] = true;
+    for (auto [a, r] : nans) pinned[r] = true;
   }
 
-  auto next_use = [&](const ir::Expr* e, int i) {
-    for (int u : ra.uses[e])
-      if (u >= i) return u;
+  auto next_use = [&](int p, int i) {
+    const auto& node = g.nodes[p];
+    for (int k = node.use0; k < node.use0 + node.nuses; ++k)
+      if (g.uses[k] >= i) return g.uses[k];
     return 1 << 30;
   };
-  auto last_use = [&](const ir::Expr* e) {
-    auto& u = ra.uses[e];
-    return u.empty() ? ra.pos[e] : u.back();
-  };
-  std::vector<int> busy;  // registers that must not be taken now
+  uint32_t busy = 0;  // registers that must not be taken now
+  auto taken = [&](int r) { return pinned[r] || (busy >> r & 1u); };
   auto alloc = [&](int i) -> int {
     for (int r = 0; r < NREG; ++r)
-      if (!ra.pinned[r] && ra.owner[r] < 0 && std::find(busy.begin(), busy.end(), r) == busy.end()) return r;
+      if (owner[r] < 0 && !taken(r)) return r;
     int victim = -1, far = -1;
     for (int r = 0; r < NREG; ++r) {
-      if (ra.pinned[r] || ra.owner[r] < 0 || std::find(busy.begin(), busy.end(), r) != busy.end()) continue;
-      int nu = next_use(ra.order[ra.owner[r]], i);
+      if (owner[r] < 0 || taken(r)) continue;
+      int nu = next_use(owner[r], i);
       if (nu > far) {
         far = nu;
         victim = r;
       }
     }
     if (victim < 0) throw DeclineError("xbyak: out of vector registers");
-    const ir::Expr* ve = ra.order[ra.owner[victim]];
-    if (!ra.slot.count(ve)) {
-      ra.slot[ve] = new_vslot();
-      vmovups(ptr[rsp + vslot_off(ra.slot[ve])], Vmm(victim));
+    const int vp = owner[victim];
+    if (slot[vp] < 0) {
+      slot[vp] = new_vslot();
+      vmovups(ptr[rsp + vslot_off(slot[vp])], Vmm(victim));
     }
-    ra.reg.erase(ve);
-    ra.owner[victim] = -1;
+    reg[vp] = -1;
+    owner[victim] = -1;
     return victim;
   };
 
-  for (int i = 0; i < static_cast<int>(ra.order.size()); ++i) {
-    const ir::Expr* e = ra.order[i];
-    busy.clear();
-    std::vector<int> opr;
-    bool leaf = is_leaf(ev, e);
-    if (!leaf) {
-      for (const auto& a : e->args) {
-        const ir::Expr* ae = a.get();
-        auto it = ra.reg.find(ae);
-        int r;
-        if (it != ra.reg.end()) {
-          r = it->second;
-        } else {
-          r = alloc(i);
-          vmovups(Vmm(r), ptr[rsp + vslot_off(ra.slot.at(ae))]);
-          ra.reg[ae] = r;
-          ra.owner[r] = ra.pos[ae];
-        }
-        opr.push_back(r);
-        busy.push_back(r);
+  for (int i = 0; i < n; ++i) {
+    const auto& node = g.nodes[i];
+    const int* args = g.args.data() + node.arg0;
+    busy = 0;
+    int opr[3];
+    for (int j = 0; j < node.nargs; ++j) {
+      const int a = args[j];
+      int r = reg[a];
+      if (r < 0) {
+        r = alloc(i);
+        vmovups(Vmm(r), ptr[rsp + vslot_off(slot[a])]);
+        reg[a] = r;
+        owner[r] = a;
       }
+      opr[j] = r;
+      busy |= 1u << r;
     }
     // operands whose last use is here may be reused as the destination (not as scratch)
-    for (size_t j = 0; j < opr.size(); ++j) {
-      const ir::Expr* ae = e->args[j].get();
-      if (last_use(ae) == i && ra.reg.count(ae)) {
-        ra.owner[ra.reg[ae]] = -1;
-        ra.reg.erase(ae);
+    for (int j = 0; j < node.nargs; ++j) {
+      const int a = args[j];
+      if (g.nodes[a].last == i && reg[a] >= 0) {
+        owner[reg[a]] = -1;
+        reg[a] = -1;
       }
     }
-    std::vector<int> keep_busy = busy;
-    busy.clear();
-    for (int r : keep_busy)
-      if (ra.owner[r] >= 0) busy.push_back(r);  // still-live operands stay put
-    int dst = alloc(i);
-    busy = keep_busy;
-    busy.push_back(dst);
-    std::vector<Vmm> scr;
-    int ns = leaf ? 0 : scratch_count(e);
+    const uint32_t operands = busy;
+    busy = 0;
+    for (int r = 0; r < NREG; ++r)
+      if ((operands >> r & 1u) && owner[r] >= 0) busy |= 1u << r;  // still-live operands stay put
+    const int dst = alloc(i);
+    busy = operands | 1u << dst;
+    Vmm scr[8];
+    const int ns = node.leaf ? 0 : scratch_count(node.e);
     for (int s = 0; s < ns; ++s) {
-      int r = alloc(i);
-      scr.push_back(Vmm(r));
-      busy.push_back(r);
+      const int r = alloc(i);
+      scr[s] = Vmm(r);
+      busy |= 1u << r;
     }
-    if (leaf) emit_leaf(e, Vmm(dst), ev);
-    else emit_op(e, Vmm(dst), opr, scr.data());
-    ra.reg[e] = dst;
-    ra.owner[dst] = i;
-    root_actions(e, Vmm(dst), ev);
-    if (last_use(e) <= i) {
-      ra.owner[dst] = -1;
-      ra.reg.erase(e);
+    if (node.leaf) emit_leaf(node, Vmm(dst), ev);
+    else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
+    reg[i] = dst;
+    owner[dst] = i;
+    root_actions(g, node, Vmm(dst), ev);
+    if (node.last <= i) {
+      owner[dst] = -1;
+      reg[i] = -1;
     }
   }
 }
 
 template <class Vmm>
-void Gen<Vmm>::emit_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
-  if (ev.inv_slots) {
-    auto it = ev.inv_slots->find(e);
-    if (it != ev.inv_slots->end()) {
-      vmovups(d, ptr[rsp + vslot_off(it->second)]);
-      return;
-    }
+void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev) {
+  if (n.inv >= 0) {
+    vmovups(d, ptr[rsp + vslot_off(n.inv)]);
+    return;
   }
+  const ir::Expr* e = n.e;
   switch (e->kind) {
     case ExprKind::Const:
       if (e->dtype == DType::Bool) vmovups(d, cstu(e->value != 0 ? 0xffffffffu : 0u));
@@ -486,9 +528,9 @@ void Gen<Vmm>::blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vm
 }
 
 template <class Vmm>
-void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const std::vector<int>& o, const Vmm* t) {
+void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t) {
   Vmm a(o[0]);
-  Vmm b(o.size() > 1 ? o[1] : o[0]);
+  Vmm b(nopr > 1 ? o[1] : o[0]);
   auto unary_inplace = [&](auto&& f) {
     if (d.getIdx() != a.getIdx()) vmovups(d, a);
     f(d, t);
@@ -605,30 +647,29 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const std::vector<int>& 
 }
 
 template <class Vmm>
-void Gen<Vmm>::root_actions(const ir::Expr* e, const Vmm& v, const Eval& ev) {
-  if (auto it = ev.to_slot.find(e); it != ev.to_slot.end()) vmovups(ptr[rsp + vslot_off(it->second)], v);
-  if (auto it = ev.stores.find(e); it != ev.stores.end())
-    for (const PhaseItem* s : it->second) {
-      if (ev.lanes) {
-        lane_store(s->acc, v);
-        continue;
-      }
-      Reg64 b = stream(s->acc.addr);
-      if (!ev.in_loop) {
-        vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
-      } else if (s->acc.coeff == 0) {  // one-point kernel: lane 0
-        vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
-      } else if (!ev.masked) {
-        if (stream_) vmovntps(ptr[b + r14 * 4 + disp_], v);
-        else vmovups(ptr[b + r14 * 4 + disp_], v);
-      } else if constexpr (Z) {
-        vmovups(ptr[b + r14 * 4 + disp_] | k1, v);
-      } else {
-        vmaskmovps(ptr[b + r14 * 4 + disp_], Vmm(kMaskReg), v);
-      }
+void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev) {
+  if (n.to_slot >= 0) vmovups(ptr[rsp + vslot_off(n.to_slot)], v);
+  for (int k = n.st0; k < n.st0 + n.nst; ++k) {
+    const PhaseItem* s = g.stores[k];
+    if (ev.lanes) {
+      lane_store(s->acc, v);
+      continue;
     }
-  if (auto it = ev.accs.find(e); it != ev.accs.end())
-    for (int a : it->second) accumulate(a, v, ev.masked);
+    Reg64 b = stream(s->acc.addr);
+    if (!ev.in_loop) {
+      vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+    } else if (s->acc.coeff == 0) {  // one-point kernel: lane 0
+      vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+    } else if (!ev.masked) {
+      if (stream_) vmovntps(ptr[b + r14 * 4 + disp_], v);
+      else vmovups(ptr[b + r14 * 4 + disp_], v);
+    } else if constexpr (Z) {
+      vmovups(ptr[b + r14 * 4 + disp_] | k1, v);
+    } else {
+      vmaskmovps(ptr[b + r14 * 4 + disp_], Vmm(kMaskReg), v);
+    }
+  }
+  for (int k = n.acc0; k < n.acc0 + n.nacc; ++k) accumulate(g.accs[k], v, ev.masked);
 }
 
 template <class Vmm>
@@ -732,13 +773,9 @@ void Gen<Vmm>::finish_acc(int a) {
 template <class Vmm>
 void Gen<Vmm>::once_phase(const std::vector<PhaseItem>& items) {
   load_ptr_regs();
-  Eval ev;
   std::vector<const ir::Expr*> roots;
-  for (const auto& it : items) {
-    ev.stores[it.store->value.get()].push_back(&it);
-    roots.push_back(it.store->value.get());
-  }
-  eval(roots, ev);
+  for (const auto& it : items) roots.push_back(it.store->value.get());
+  eval(make_dag(roots, nullptr, items, {}), Eval{});
 }
 
 template <class Vmm>
@@ -869,8 +906,7 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   if (!frontier.empty()) {
     Eval pre;
     pre.lanes = lanes;
-    for (const auto* f : frontier) pre.to_slot[f] = inv[f];
-    eval(frontier, pre);
+    eval(make_dag(frontier, nullptr, {}, {}, &inv), pre);  // inv: exactly the frontier
   }
   return inv;
 }
@@ -887,6 +923,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // (set j takes vectors j, j+U, ...; then the sets are combined) for any chunking.
   // Cheap pointwise bodies are unrolled too: in cache, the loop's own instructions and the
   // per-vector prefetches are then a smaller share (add [256,256]: see README).
+  const Dag dag = make_dag(roots, &inv, items, accs);  // evaluated once per vector copy below
   const bool cheap = cheap_body(roots);
   const int U = !accs.empty() ? unroll_for(accs) : p_.mode == Mode::Pointwise && cheap ? 4 : 1;
   // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
@@ -903,10 +940,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     Eval ev;
     ev.in_loop = true;
     ev.masked = masked;
-    ev.inv_slots = &inv;
-    for (const auto& it : items) ev.stores[it.store->value.get()].push_back(&it);
-    for (int a : accs) ev.accs[k_.accs[a].value.get()].push_back(a);
-    eval(roots, ev);
+    eval(dag, ev);
     nvslots_ = slots;
     disp_ = 0;
   };

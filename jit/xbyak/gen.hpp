@@ -60,26 +60,31 @@ class Gen : public Xbyak::CodeGenerator {
     const ir::Store* store;
     Access acc;
   };
-  // Expression evaluation context
+  // How the leaves and root actions of one DAG evaluation are emitted.
   struct Eval {
     bool in_loop = false;
     bool masked = false;
     bool lanes = false;  ///< rows across lanes: loads gather, stores scatter, accs from slots
-    const std::unordered_map<const ir::Expr*, int>* inv_slots = nullptr;  // invariant leaves
-    std::unordered_set<const ir::Expr*> variant;
-    // root actions
-    std::unordered_map<const ir::Expr*, std::vector<const PhaseItem*>> stores;
-    std::unordered_map<const ir::Expr*, std::vector<int>> accs;       // acc ids
-    std::unordered_map<const ir::Expr*, int> to_slot;                  // pre-block: save to slot
   };
-  // ---- register allocator state (one DAG evaluation) ----
-  struct RA {
-    std::vector<const ir::Expr*> order;
-    std::unordered_map<const ir::Expr*, int> pos;
-    std::unordered_map<const ir::Expr*, std::vector<int>> uses;
-    std::unordered_map<const ir::Expr*, int> reg, slot;
-    int owner[32];
-    bool pinned[32];
+  // An expression DAG linearised for the register allocator (eval), with its root actions: built
+  // once (make_dag) and evaluated once per emitted copy (unrolled vectors, masked tail, each
+  // reduce index of a lane phase). Nodes are in evaluation order; operands and uses are node
+  // positions, so that eval needs no lookups by pointer.
+  struct Dag {
+    struct Node {
+      const ir::Expr* e = nullptr;
+      bool leaf = false;
+      int inv = -1;      // invariant leaf: the slot it is loaded from
+      int to_slot = -1;  // hoisted value: the slot it is saved to
+      int last = 0;      // last position that uses it (its own when none)
+      int arg0 = 0, nargs = 0;  // operand positions: args[arg0 .. arg0 + nargs)
+      int use0 = 0, nuses = 0;  // positions that use it, ascending: uses[use0 .. use0 + nuses)
+      int st0 = 0, nst = 0;     // stores of this value: stores[st0 .. st0 + nst)
+      int acc0 = 0, nacc = 0;   // accumulators fed by it: accs[acc0 .. acc0 + nacc)
+    };
+    std::vector<Node> nodes;
+    std::vector<int> args, uses, accs;
+    std::vector<const PhaseItem*> stores;
   };
 
   const ir::Kernel& k_;
@@ -106,7 +111,10 @@ class Gen : public Xbyak::CodeGenerator {
   Reg64 stream(int addr);
   void compute_addrs();
   void load_ptr_regs();
-  void eval(const std::vector<const ir::Expr*>& roots, Eval& ev);
+  Dag make_dag(const std::vector<const ir::Expr*>& roots, const std::unordered_map<const ir::Expr*, int>* inv,
+               const std::vector<PhaseItem>& items, const std::vector<int>& accs,
+               const std::unordered_map<const ir::Expr*, int>* to_slot = nullptr) const;
+  void eval(const Dag& g, const Eval& ev);
   std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes);
   void pin_accs(const std::vector<int>& accs, int nsets = 1);
   void release_accs();
@@ -121,13 +129,12 @@ class Gen : public Xbyak::CodeGenerator {
   void row_loop(const std::function<void()>& body);
   void ieval(const ExprRef& e, size_t depth);
   void phase(size_t ph, bool static_range);
-  bool is_leaf(const Eval& ev, const ir::Expr* e) const;
-  void emit_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev);
+  void emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev);
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);
-  void emit_op(const ir::Expr* e, const Vmm& d, const std::vector<int>& o, const Vmm* t);
-  void root_actions(const ir::Expr* e, const Vmm& v, const Eval& ev);
+  void emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t);
+  void root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev);
   float identity(ir::AccKind k);
   void accumulate(int a, const Vmm& v0, bool masked);
   void finish_acc(int a);

@@ -310,11 +310,8 @@ void Gen<Vmm>::lane_phase(size_t ph) {
     Eval ev;
     ev.lanes = true;
     std::vector<const ir::Expr*> roots;
-    for (const auto& it : items) {
-      ev.stores[it.store->value.get()].push_back(&it);
-      roots.push_back(it.store->value.get());
-    }
-    eval(roots, ev);
+    for (const auto& it : items) roots.push_back(it.store->value.get());
+    eval(make_dag(roots, nullptr, items, {}), ev);
     return;
   }
   std::vector<const ir::Expr*> roots;
@@ -323,15 +320,13 @@ void Gen<Vmm>::lane_phase(size_t ph) {
   // values that do not depend on r: computed once into slots
   std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, true);
   pin_accs(P.accs);
+  const Dag dag = make_dag(roots, &inv, items, P.accs);  // the same DAG for every r
+  Eval ev;
+  ev.in_loop = true;
+  ev.lanes = true;
   for (int64_t r = 0; r < p_.reduce_n; ++r) {
     lane_r_ = static_cast<int>(r);
-    Eval ev;
-    ev.in_loop = true;
-    ev.lanes = true;
-    ev.inv_slots = &inv;
-    for (const auto& it : items) ev.stores[it.store->value.get()].push_back(&it);
-    for (int a : P.accs) ev.accs[k_.accs[a].value.get()].push_back(a);
-    eval(roots, ev);
+    eval(dag, ev);
   }
   flush_tiles();
   // per-lane results: a NaN anywhere in the row -> the canonical NaN (as finish_acc)
