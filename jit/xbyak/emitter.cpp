@@ -53,15 +53,8 @@ int scratch_count(const ir::Expr* e) {
 // ---- constants (full vectors, after the code) ----
 template <class Vmm>
 Address Gen<Vmm>::cstu(uint32_t bits) {
-  auto it = cidx_.find(bits);
-  int i;
-  if (it == cidx_.end()) {
-    i = static_cast<int>(cvals_.size());
-    cidx_[bits] = i;
-    cvals_.push_back(bits);
-  } else {
-    i = it->second;
-  }
+  const int i = static_cast<int>(std::find(cvals_.begin(), cvals_.end(), bits) - cvals_.begin());
+  if (i == static_cast<int>(cvals_.size())) cvals_.push_back(bits);
   return ptr[rip + ctab_ + i * VB];
 }
 
@@ -359,7 +352,10 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
 template <class Vmm>
 void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> reg(n, -1), slot(n, -1);  // per node: register holding it, spill slot
+  std::vector<int>& reg = ev_reg_;  // per node: register holding it, or -1
+  std::vector<int>& slot = ev_slot_;  // per node: spill slot, or -1
+  reg.assign(n, -1);
+  slot.assign(n, -1);
   int owner[32];                             // per register: node held, or -1
   bool pinned[32];
   for (int i = 0; i < NREG; ++i) {

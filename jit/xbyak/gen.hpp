@@ -15,9 +15,9 @@
 #pragma once
 #include <xbyak/xbyak.h>
 
+#include <array>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -90,8 +90,7 @@ class Gen : public Xbyak::CodeGenerator {
   const ir::Kernel& k_;
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
-  std::unordered_map<uint32_t, int> cidx_;
-  std::vector<uint32_t> cvals_;
+  std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
   Label ctab_, masktab_;
   int vslot_base_ = 0;
   int nvslots_ = 0;
@@ -115,6 +114,7 @@ class Gen : public Xbyak::CodeGenerator {
                const std::vector<PhaseItem>& items, const std::vector<int>& accs,
                const std::unordered_map<const ir::Expr*, int>* to_slot = nullptr) const;
   void eval(const Dag& g, const Eval& ev);
+  std::vector<int> ev_reg_, ev_slot_;  // eval's per-node register and spill slot (kept: no allocation per call)
   std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes);
   void pin_accs(const std::vector<int>& accs, int nsets = 1);
   void release_accs();
@@ -160,7 +160,6 @@ class Gen : public Xbyak::CodeGenerator {
   void lane_acc(const Vmm& d, int acc);            // Acc leaf of a lane Eval
   // internals
   int64_t lane_stride(int addr) const;
-  void set_index_vector(const std::vector<int32_t>& v);
   void set_lane_index(int64_t c);
   bool tiled_store(const Access& a) const;
   void flush_tiles();
@@ -168,14 +167,18 @@ class Gen : public Xbyak::CodeGenerator {
   void lane_body(bool full, int nsub);
   void lane_phase(size_t ph);
   // state
+  using IndexVector = std::array<int32_t, 16>;  // first W used
+  struct Gathered {
+    int sub, addr, disp, slot;
+  };
   Label lidxtab_;
-  std::vector<std::vector<int32_t>> lidx_;  // index vectors in lidxtab_
+  std::vector<IndexVector> lidx_;    // index vectors in lidxtab_
   int cur_idx_ = -1;                 // index vector now in Vmm(kMaskReg); -1 = none
   bool lane_full_ = false;           // emitting the body for a full group of W rows
   bool lane_tile_ok_ = false;        // the phase being emitted may use stack tiles (tiled_store)
   std::map<int, int> lane_tile_;     // addr -> first of reduce_n slots: outputs of a full group
   int lane_r_ = 0;                   // reduce index being emitted
-  std::map<std::tuple<int, int, int>, int> lane_cache_;  // (sub, addr, byte disp) -> slot of a gathered vector
+  std::vector<Gathered> lane_cache_;  // gathered vectors of this body: (sub, addr, byte disp) -> slot
   std::vector<int> acc_slot_[kLaneSubs];     // per sub-group, per accumulator: slot with its per-lane value
   int lane_sub_ = 0;                 // sub-group being emitted (a double body runs rows o..o+2W-1)
   int row_mask_slot_ = -1, lane_store_slot_ = -1;  // AVX2: the row mask; a vector being stored per row

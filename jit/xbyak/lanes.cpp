@@ -23,7 +23,7 @@ template <class Vmm>
 void Gen<Vmm>::lane_tables() {
   L(lidxtab_);
   for (const auto& v : lidx_)
-    for (int32_t i : v) dd(static_cast<uint32_t>(i));
+    for (int i = 0; i < W; ++i) dd(static_cast<uint32_t>(v[i]));
 }
 
 // Accumulator `acc` of the sub-group being emitted: one value per lane, left in a slot by the
@@ -33,21 +33,17 @@ void Gen<Vmm>::lane_acc(const Vmm& d, int acc) {
   vmovups(d, ptr[rsp + vslot_off(acc_slot_[lane_sub_].at(acc))]);
 }
 
+// Vmm(kMaskReg) = the index vector (0, c, ..., (W-1)c), from the table after the constants.
 template <class Vmm>
-void Gen<Vmm>::set_index_vector(const std::vector<int32_t>& v) {
+void Gen<Vmm>::set_lane_index(int64_t c) {
+  IndexVector v{};
+  for (int i = 0; i < W; ++i) v[i] = static_cast<int32_t>(i * c);
   auto it = std::find(lidx_.begin(), lidx_.end(), v);
   int i = static_cast<int>(it - lidx_.begin());
   if (it == lidx_.end()) lidx_.push_back(v);
   if (cur_idx_ == i) return;
   vmovups(Vmm(kMaskReg), ptr[rip + lidxtab_ + i * VB]);
   cur_idx_ = i;
-}
-
-template <class Vmm>
-void Gen<Vmm>::set_lane_index(int64_t c) {
-  std::vector<int32_t> v(W);
-  for (int i = 0; i < W; ++i) v[i] = static_cast<int32_t>(i * c);
-  set_index_vector(v);
 }
 
 // A full group whose rows are contiguous in the stored buffer (stride reduce_n, coeff 1): the
@@ -149,10 +145,11 @@ template <class Vmm>
 void Gen<Vmm>::lane_load(const Vmm& d, const Access& a) {
   int64_t c = lane_stride(a.addr);
   int disp = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
-  if (auto it = lane_cache_.find({lane_sub_, a.addr, disp}); it != lane_cache_.end()) {
-    vmovups(d, ptr[rsp + vslot_off(it->second)]);
-    return;
-  }
+  for (const auto& g : lane_cache_)
+    if (g.sub == lane_sub_ && g.addr == a.addr && g.disp == disp) {
+      vmovups(d, ptr[rsp + vslot_off(g.slot)]);
+      return;
+    }
   Reg64 b = stream(a.addr);
   if (c == 0) {  // the same element for every row (weights indexed by r only, scalars)
     vbroadcastss(d, dword[b + disp]);
@@ -170,7 +167,7 @@ void Gen<Vmm>::lane_load(const Vmm& d, const Access& a) {
   }
   if (nvslots_ < kMaxVSlots - 48) {
     int slot = new_vslot();
-    lane_cache_[{lane_sub_, a.addr, disp}] = slot;
+    lane_cache_.push_back({lane_sub_, a.addr, disp, slot});
     vmovups(ptr[rsp + vslot_off(slot)], d);
   }
 }
