@@ -45,7 +45,9 @@ class Gen : public Xbyak::CodeGenerator {
   static constexpr int kMaxVSlots = 256;
   static constexpr int kLaneSubs = 2;  // rows across lanes: groups of W rows per iteration
 
-  Gen(const ir::Kernel& k, const Plan& p) : CodeGenerator(1 << 20, Xbyak::DontSetProtectRWE), k_(k), p_(p), inj_{*this} {}
+  static constexpr size_t kMaxCodeBytes = 1 << 20;
+  /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
+  Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf) : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this} {}
 
   // constants (full vectors, after the code) and the injectors' select (see injectors.hpp)
   Address cstu(uint32_t bits);
