@@ -5,8 +5,9 @@
 // repeat the literals) takes them from here, so that all backends round the same way and the
 // documented ULP bounds (README "xbyak backend") hold for each of them.
 //
-// Provenance: exp/log/tanh follow the classic Cephes single-precision minimax fits (expf, logf,
-// tanhf); erf is the widely published odd/even rational fit on [-4, 4] (also used by
+// Provenance: exp's range reduction and log follow the classic Cephes single-precision code
+// (expf, logf); the exp polynomial and the tanh rational are our own fits (scripts/fit_math.py,
+// which prints these literals and their measured bounds); erf is the widely published odd/even rational fit on [-4, 4] (also used by
 // Eigen and XLA). The algorithms around them are described next to each group.
 #pragma once
 #include <cstdint>
@@ -24,9 +25,12 @@ inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693359375f;
 inline constexpr float kLn2Lo = -2.12194440e-4f;
 inline constexpr float kLn2 = 0.693147180559945309f;
-// exp(r) = 1 + r + r^2 * (kExpP[0] r^5 + ... + kExpP[5]),  |r| <= ln2/2
-inline constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                    4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// exp(r) = 1 + r + r^2 (kExpP[4] + kExpP[3] r + ... + kExpP[0] r^4),  |r| <= ln2/2, evaluated
+// as Horner from kExpP[0] and two final FMAs with 1 (6 FMAs). Our own fit (scripts/fit_math.py):
+// max 0.97 ulp in f32 after the reduction; it replaced the Cephes form 1 + r + r^2 P(r), a
+// degree higher and two vector ops more per exp (exp is in every softmax-family kernel).
+inline constexpr float kExpP[5] = {1.335789566e-03f, 8.354433812e-03f, 4.167241231e-02f, 1.666666269e-01f,
+                                   5.000000596e-01f};
 
 // ---- log(x): x = m * 2^e, m in [sqrt(1/2), sqrt(2)), f = m - 1 ----
 // log(x) = f - f^2/2 + f^3 * P(f) + e*ln2 (ln2 split as kLn2Hi + kLn2Lo).
@@ -37,10 +41,19 @@ inline constexpr float kLogP[9] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.16769
 inline constexpr float kMinNormal = 1.17549435e-38f;
 inline constexpr float kTwo23 = 8388608.0f;
 
-// ---- tanh(x): |x| < kTanhSmall: x + x^3 * P(x^2); else sign(x) * (1 - 2/(exp(2|x|) + 1)) ----
-inline constexpr float kTanhSmall = 0.625f;
-inline constexpr float kTanhP[5] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
-                                     1.33314422036e-1f, -3.33332819422e-1f};
+// ---- tanh(x) = x * P(x^2) / Q(x^2), x clamped to [-kTanhClamp, kTanhClamp] (NaN kept) ----
+// A rational fit of our own (scripts/fit_math.py: minimax of the relative error by linear
+// programming, then f32 rounding tuned against the f32 evaluation): 8 FMAs and one reciprocal,
+// no exp and no branch-free select of two formulas (the Cephes small-|x| polynomial plus
+// 1 - 2/(exp(2|x|) + 1) cost twice as many vector ops, which bounded tanh-heavy chains on one
+// core). Odd by construction: tanh(-0) = -0, tanh(+-inf) = +-1. Measured bound: README
+// "xbyak backend" (about 5 ulp, from the Horner rounding at large x; ops.def allows 6e-7).
+// P and Q: coefficients of s^4 .. s^0 (Horner in s = x^2).
+inline constexpr float kTanhClamp = 9.125f;  // tanh rounds to 1 in f32 above 9.01
+inline constexpr float kTanhP[5] = {1.319681520e-08f, 2.050080911e-05f, 3.489266615e-03f, 1.337579638e-01f,
+                                    1.000000000e+00f};
+inline constexpr float kTanhQ[5] = {7.713599643e-07f, 3.275111958e-04f, 2.585321665e-02f, 4.670911431e-01f,
+                                    1.000000000e+00f};
 
 // ---- sigmoid(x) = e/(1+e) with e = exp(-|x|) mirrored: x >= 0 ? 1/(1+e) : e/(1+e) ----
 // (no cancellation for large negative x: the subnormal tail is kept)

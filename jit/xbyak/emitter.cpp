@@ -29,7 +29,7 @@ int scratch_count(const ir::Expr* e) {
     case Op::Exp2: return 2;
     case Op::Log:
     case Op::Log2: return 4;
-    case Op::Tanh: return 5;
+    case Op::Tanh: return 3;
     case Op::Sigmoid: return 4;
     case Op::Silu: return 5;
     case Op::Erf: return 3;

@@ -73,10 +73,9 @@ struct Injectors {
   // r = 2^n * exp(r), n integral float; scratch t (n clobbered)
   void exp_finish(const Vmm& r, const Vmm& n, const Vmm& t) {
     using namespace kfuse::jit::mathc;
-    horner(t, r, kExpP, 6);
-    h.vmulps(t, t, r);
-    h.vfmadd213ps(t, r, r);  // P r^2 + r
-    h.vaddps(r, t, h.cst(1.0f));
+    horner(t, r, kExpP, 5);
+    h.vfmadd213ps(t, r, h.cst(1.0f));  // 1 + r P
+    h.vfmadd213ps(r, t, h.cst(1.0f));  // 1 + r (1 + r P)
     if constexpr (Z) {  // r * 2^n in one rounding, as the two exact-then-rounding products below
       h.vscalefps(r, r, n);
       return;
@@ -151,26 +150,16 @@ struct Injectors {
     h.select(x, orig, e, kNgeUS, h.cst(NAN), a);
     h.select(x, orig, h.cst(INFINITY), kEqOQ, h.cst(INFINITY), a);
   }
-  void tanh(const Vmm& x, const Vmm* t) {  // 5 scratch
+  // x * P(s) / Q(s), s = x^2 on x clamped to +-kTanhClamp (math_constants.hpp). 3 scratch
+  void tanh(const Vmm& x, const Vmm* t) {
     using namespace kfuse::jit::mathc;
-    const Vmm &sign = t[2], &small = t[3], &a = t[4];
-    vand(sign, x, h.cstu(0x80000000u));
-    vand(a, x, h.cstu(0x7fffffffu));
-    h.vmulps(t[0], a, a);
-    horner(small, t[0], kTanhP, 5);
-    h.vmulps(small, small, t[0]);
-    h.vfmadd213ps(small, a, a);  // a + a^3 P(a^2)
-    // 1 - 2e/(1+e), e = exp(-2a) in [0, 1]: the divisor stays in [1, 2] (no inf for large a)
-    h.vmulps(x, a, h.cst(-2.0f));
-    exp(x, t);
-    h.vaddps(t[1], x, h.cst(1.0f));
-    h.vaddps(x, x, x);
-    recip(t[0], t[1]);
+    clamp(x, -kTanhClamp, kTanhClamp, t[0]);
+    h.vmulps(t[0], x, x);
+    horner(t[1], t[0], kTanhP, 5);
+    horner(t[2], t[0], kTanhQ, 5);
+    h.vmulps(x, x, t[1]);
+    recip(t[0], t[2]);  // Q in [1, 1.2e4]
     h.vmulps(x, x, t[0]);
-    h.vmovups(t[0], h.cst(1.0f));
-    h.vsubps(x, t[0], x);
-    h.select(x, a, h.cst(kTanhSmall), kLtOQ, small, t[0]);
-    vor(x, x, sign);
   }
   void sigmoid(const Vmm& x, const Vmm* t) {  // 4 scratch
     const Vmm &orig = t[2], &s = t[3];
@@ -226,10 +215,9 @@ struct Injectors {
     using namespace kfuse::jit::mathc;
     h.vmovups(t[4], x);
     h.vmulps(t[0], x, x);
-    h.vmovups(t[1], h.cst(kGeluTanhC));
-    h.vfmadd213ps(t[1], t[0], h.cst(1.0f));  // 1 + c x^2
+    h.vmovups(t[1], h.cst(2.0f * kGeluTanhK * kGeluTanhC));
+    h.vfmadd213ps(t[1], t[0], h.cst(2.0f * kGeluTanhK));  // 2k (1 + c x^2): one product fewer
     h.vmulps(x, x, t[1]);
-    h.vmulps(x, x, h.cst(2.0f * kGeluTanhK));
     sigmoid(x, t);
     h.vmulps(x, x, t[4]);
   }
