@@ -90,9 +90,15 @@ struct Injectors {
     h.vpslld(n, n, 23);
     h.vmulps(r, r, n);
   }
-  void exp(const Vmm& x, const Vmm* t) {  // 2 scratch
+  // 2 scratch. nonpositive: the caller guarantees x <= 0 or NaN (only the lower clamp is needed)
+  void exp(const Vmm& x, const Vmm* t, bool nonpositive = false) {
     using namespace kfuse::jit::mathc;
-    clamp(x, kExpLo, kExpHi, t[0]);
+    if (nonpositive) {
+      h.vmovups(t[0], h.cst(kExpLo));
+      h.vmaxps(x, t[0], x);
+    } else {
+      clamp(x, kExpLo, kExpHi, t[0]);
+    }
     h.vmulps(t[0], x, h.cst(kLog2e));
     round(t[0], t[0], 0);
     h.vfnmadd231ps(x, t[0], h.cst(kLn2Hi));
@@ -165,11 +171,17 @@ struct Injectors {
     const Vmm &orig = t[2], &s = t[3];
     h.vmovups(orig, x);
     vor(x, x, h.cstu(0x80000000u));  // -|x|
-    exp(x, t);                       // e = exp(-|x|)
+    exp(x, t, true);                 // e = exp(-|x|)
     h.vaddps(t[1], x, h.cst(1.0f));
     recip(s, t[1]);                  // 1/(1+e), 1+e in [1, 2]
-    h.vmulps(x, x, s);               // e/(1+e)
-    h.select(x, orig, h.cst(0.0f), kGeOQ, s, t[0]);
+    if constexpr (Z) {               // x < 0: e/(1+e), one masked product instead of a blend
+      h.vcmpps(h.k3, orig, h.cst(0.0f), kLtOQ);
+      h.vmulps(s | h.k3, s, x);
+      h.vmovaps(x, s);
+    } else {
+      h.vmulps(x, x, s);             // e/(1+e)
+      h.select(x, orig, h.cst(0.0f), kGeOQ, s, t[0]);
+    }
   }
   void erf(const Vmm& x, const Vmm* t) {  // 3 scratch
     using namespace kfuse::jit::mathc;
