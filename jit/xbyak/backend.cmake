@@ -4,6 +4,7 @@ find_package(xbyak CONFIG REQUIRED)
 target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/analyze.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
 target_link_libraries(kfuse PRIVATE xbyak::xbyak)

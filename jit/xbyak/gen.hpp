@@ -1,11 +1,12 @@
 // xbyak backend: the code generator class, private to jit/xbyak/ (includes xbyak).
 //
 // Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
-// here because its members are defined in two files:
+// here because its members are defined in three files:
 //   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
-//                arithmetic, stream pointers, stack slots, constants, the register allocator
-//                (eval: one expression DAG with Belady spilling), ops, accumulators, the
+//                arithmetic, stream pointers, stack slots, constants, accumulators, the
 //                pointwise/row/global phase loops, streaming stores, prefetch;
+//   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
+//                spilling), instruction selection per op (the math injectors);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
 //                reduce index unrolled; gathers/scatters, stack tiles and their transposes.
 // The two talk through a narrow interface, marked below: the lane path uses the stack slots,
@@ -32,6 +33,33 @@ using ir::ExprRef;
 using Xbyak::Address;
 using Xbyak::Label;
 using Xbyak::Reg64;
+
+// Scratch vector registers the injector of an op needs (injectors.hpp), beyond its result.
+inline int scratch_count(const ir::Expr* e) {
+  if (e->kind != ExprKind::Op) return 0;
+  switch (e->op) {
+    case Op::Exp:
+    case Op::Exp2: return 2;
+    case Op::Log:
+    case Op::Log2: return 4;
+    case Op::Tanh: return 3;
+    case Op::Sigmoid: return 4;
+    case Op::Silu: return 5;
+    case Op::Erf: return 3;
+    case Op::GeluErf: return 6;
+    case Op::GeluTanh: return 5;
+    case Op::Log1p: return 5;
+    case Op::Expm1: return 6;
+    case Op::Maximum:
+    case Op::Minimum:
+    case Op::Sign:
+    case Op::Relu:
+    case Op::Where:
+    case Op::Rsqrt:
+    case Op::Recip: return 1;
+    default: return 1;
+  }
+}
 
 template <class Vmm>
 class Gen : public Xbyak::CodeGenerator {

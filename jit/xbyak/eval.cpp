@@ -1,0 +1,410 @@
+// xbyak backend: expression evaluation, the Gen members (gen.hpp) that turn one expression DAG
+// into vector instructions: make_dag (the DAG of a phase body, built once and evaluated for every
+// vector copy or reduce index), eval (register allocation with Belady spilling to stack slots,
+// loop invariants from their slots), emit_leaf/emit_op (instruction selection per leaf and op,
+// the math injectors), root_actions (stores and accumulations of a root). Called by the loops of
+// emitter.cpp and lanes.cpp; calls back the lane path for the leaves and stores of a lane Eval.
+#include <algorithm>
+#include <cstring>
+
+#include "gen.hpp"
+
+namespace kfuse::detail::xb {
+
+template <class Vmm>
+typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& roots,
+                                          const std::unordered_map<const ir::Expr*, int>* inv,
+                                          const std::vector<PhaseItem>& items, const std::vector<int>& accs,
+                                          const std::unordered_map<const ir::Expr*, int>* to_slot) const {
+  Dag g;
+  std::unordered_map<const ir::Expr*, int> pos;
+  std::vector<std::vector<int>> args;  // per node, then flattened
+  auto visit = [&](const ir::Expr* e, auto&& self) -> int {
+    if (auto it = pos.find(e); it != pos.end()) return it->second;
+    typename Dag::Node n;
+    n.e = e;
+    if (inv)
+      if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
+    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
+    std::vector<int> a;
+    if (!n.leaf) {
+      if (e->args.size() > 3) throw DeclineError("xbyak: internal: op with more than 3 operands");
+      for (const auto& x : e->args) a.push_back(self(x.get(), self));
+    }
+    const int p = static_cast<int>(g.nodes.size());
+    pos[e] = p;
+    g.nodes.push_back(n);
+    args.push_back(std::move(a));
+    return p;
+  };
+  for (const auto* r : roots) visit(r, visit);
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> uses(n);
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    node.arg0 = static_cast<int>(g.args.size());
+    node.nargs = static_cast<int>(args[p].size());
+    for (int a : args[p]) {
+      g.args.push_back(a);
+      uses[a].push_back(p);
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    node.use0 = static_cast<int>(g.uses.size());
+    node.nuses = static_cast<int>(uses[p].size());
+    node.last = uses[p].empty() ? p : uses[p].back();
+    g.uses.insert(g.uses.end(), uses[p].begin(), uses[p].end());
+  }
+  // root actions, grouped per node in the order of `items` / `accs`
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    if (to_slot)
+      if (auto it = to_slot->find(node.e); it != to_slot->end()) node.to_slot = it->second;
+    node.st0 = static_cast<int>(g.stores.size());
+    for (const auto& it : items)
+      if (it.store->value.get() == node.e) g.stores.push_back(&it);
+    node.nst = static_cast<int>(g.stores.size()) - node.st0;
+    node.acc0 = static_cast<int>(g.accs.size());
+    for (int a : accs)
+      if (k_.accs[a].value.get() == node.e) g.accs.push_back(a);
+    node.nacc = static_cast<int>(g.accs.size()) - node.acc0;
+  }
+  return g;
+}
+
+// Register allocation of one DAG evaluation: operands are loaded into registers (reloaded from
+// their spill slot if evicted), a free register is taken for the result, otherwise the one whose
+// value is used farthest ahead is spilled (Belady). Pinned: the accumulators, the mask and the
+// accumulator scratch.
+template <class Vmm>
+void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int>& reg = ev_reg_;  // per node: register holding it, or -1
+  std::vector<int>& slot = ev_slot_;  // per node: spill slot, or -1
+  reg.assign(n, -1);
+  slot.assign(n, -1);
+  int owner[32];                             // per register: node held, or -1
+  bool pinned[32];
+  for (int i = 0; i < NREG; ++i) {
+    owner[i] = -1;
+    pinned[i] = false;
+  }
+  pinned[kMaskReg] = pinned[kAccTmp] = true;
+  for (auto [a, r] : acc_reg_) pinned[r] = true;
+  for (auto [a, r] : acc_nan_) pinned[r] = true;
+  for (const auto& [regs, nans] : acc_sets_) {
+    for (auto [a, r] : regs) pinned[r] = true;
+    for (auto [a, r] : nans) pinned[r] = true;
+  }
+
+  auto next_use = [&](int p, int i) {
+    const auto& node = g.nodes[p];
+    for (int k = node.use0; k < node.use0 + node.nuses; ++k)
+      if (g.uses[k] >= i) return g.uses[k];
+    return 1 << 30;
+  };
+  uint32_t busy = 0;  // registers that must not be taken now
+  auto taken = [&](int r) { return pinned[r] || (busy >> r & 1u); };
+  auto alloc = [&](int i) -> int {
+    for (int r = 0; r < NREG; ++r)
+      if (owner[r] < 0 && !taken(r)) return r;
+    int victim = -1, far = -1;
+    for (int r = 0; r < NREG; ++r) {
+      if (owner[r] < 0 || taken(r)) continue;
+      int nu = next_use(owner[r], i);
+      if (nu > far) {
+        far = nu;
+        victim = r;
+      }
+    }
+    if (victim < 0) throw DeclineError("xbyak: out of vector registers");
+    const int vp = owner[victim];
+    if (slot[vp] < 0) {
+      slot[vp] = new_vslot();
+      vmovups(ptr[rsp + vslot_off(slot[vp])], Vmm(victim));
+    }
+    reg[vp] = -1;
+    owner[victim] = -1;
+    return victim;
+  };
+
+  for (int i = 0; i < n; ++i) {
+    const auto& node = g.nodes[i];
+    const int* args = g.args.data() + node.arg0;
+    busy = 0;
+    int opr[3];
+    for (int j = 0; j < node.nargs; ++j) {
+      const int a = args[j];
+      int r = reg[a];
+      if (r < 0) {
+        r = alloc(i);
+        vmovups(Vmm(r), ptr[rsp + vslot_off(slot[a])]);
+        reg[a] = r;
+        owner[r] = a;
+      }
+      opr[j] = r;
+      busy |= 1u << r;
+    }
+    // operands whose last use is here may be reused as the destination (not as scratch)
+    for (int j = 0; j < node.nargs; ++j) {
+      const int a = args[j];
+      if (g.nodes[a].last == i && reg[a] >= 0) {
+        owner[reg[a]] = -1;
+        reg[a] = -1;
+      }
+    }
+    const uint32_t operands = busy;
+    busy = 0;
+    for (int r = 0; r < NREG; ++r)
+      if ((operands >> r & 1u) && owner[r] >= 0) busy |= 1u << r;  // still-live operands stay put
+    const int dst = alloc(i);
+    busy = operands | 1u << dst;
+    Vmm scr[8];
+    const int ns = node.leaf ? 0 : scratch_count(node.e);
+    for (int s = 0; s < ns; ++s) {
+      const int r = alloc(i);
+      scr[s] = Vmm(r);
+      busy |= 1u << r;
+    }
+    if (node.leaf) emit_leaf(node, Vmm(dst), ev);
+    else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
+    reg[i] = dst;
+    owner[dst] = i;
+    root_actions(g, node, Vmm(dst), ev);
+    if (node.last <= i) {
+      owner[dst] = -1;
+      reg[i] = -1;
+    }
+  }
+}
+
+template <class Vmm>
+void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev) {
+  if (n.inv >= 0) {
+    vmovups(d, ptr[rsp + vslot_off(n.inv)]);
+    return;
+  }
+  const ir::Expr* e = n.e;
+  switch (e->kind) {
+    case ExprKind::Const:
+      if (e->dtype == DType::Bool) vmovups(d, cstu(e->value != 0 ? 0xffffffffu : 0u));
+      else vmovups(d, cst(static_cast<float>(e->value)));
+      return;
+    case ExprKind::Acc:
+      if (ev.lanes) {
+        lane_acc(d, e->index);
+        return;
+      }
+      mov(rax, qword[rdi + frame_off::accs]);
+      vbroadcastss(d, dword[rax + 4 * e->index]);
+      return;
+    case ExprKind::Load: {
+      const Access& a = p_.loads.at(e);
+      if (ev.lanes) {
+        lane_load(d, a);
+        return;
+      }
+      Reg64 b = stream(a.addr);
+      if (a.coeff == 0) {
+        vbroadcastss(d, dword[b]);
+      } else if (!ev.masked) {
+        vmovups(d, ptr[b + r14 * 4 + disp_]);
+      } else if constexpr (Z) {
+        vmovups(d | k1 | T_z, ptr[b + r14 * 4 + disp_]);
+      } else {
+        vmaskmovps(d, Vmm(kMaskReg), ptr[b + r14 * 4 + disp_]);
+      }
+      return;
+    }
+    default: throw DeclineError("xbyak: internal: bad leaf");
+  }
+}
+
+// bool operand as a lane mask (bool values are all-ones/zero lanes); f32 -> (x != 0)
+template <class Vmm>
+void Gen<Vmm>::truth(const Vmm& d, const ir::Expr* arg, const Vmm& v) {
+  if (arg->dtype == DType::Bool) {
+    if (d.getIdx() != v.getIdx()) vmovups(d, v);
+  } else {
+    cmp_to_mask(d, v, cst(0.0f), kNeqUQ);
+  }
+}
+
+template <class Vmm>
+void Gen<Vmm>::cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred) {
+  if constexpr (Z) {
+    vcmpps(k2, a, b, pred);
+    vpmovm2d(d, k2);
+  } else {
+    vcmpps(d, a, b, pred);
+  }
+}
+
+template <class Vmm>
+void Gen<Vmm>::blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false) {
+  if constexpr (Z) {
+    vpmovd2m(k2, mask);
+    vblendmps(d | k2, if_false, if_true);
+  } else {
+    vblendvps(d, if_false, if_true, mask);
+  }
+}
+
+template <class Vmm>
+void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t) {
+  Vmm a(o[0]);
+  Vmm b(nopr > 1 ? o[1] : o[0]);
+  auto unary_inplace = [&](auto&& f) {
+    if (d.getIdx() != a.getIdx()) vmovups(d, a);
+    f(d, t);
+  };
+  switch (e->op) {
+    case Op::Neg: inj_.vxor(d, a, cstu(0x80000000u)); return;
+    case Op::Abs: inj_.vand(d, a, cstu(0x7fffffffu)); return;
+    case Op::Exp: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp(x, s); }); return;
+    case Op::Exp2: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp2(x, s); }); return;
+    case Op::Log: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); }); return;
+    case Op::Log2:
+      unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); });
+      vmulps(d, d, cst(1.44269504088896341f));
+      return;
+    case Op::Log1p: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log1p(x, s); }); return;
+    case Op::Expm1: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.expm1(x, s); }); return;
+    case Op::Tanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.tanh(x, s); }); return;
+    case Op::Sigmoid: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.sigmoid(x, s); }); return;
+    case Op::Silu: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.silu(x, s); }); return;
+    case Op::Erf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.erf(x, s); }); return;
+    case Op::GeluErf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_erf(x, s); }); return;
+    case Op::GeluTanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_tanh(x, s); }); return;
+    case Op::Sqrt: vsqrtps(d, a); return;
+    case Op::Rsqrt:
+      vsqrtps(t[0], a);
+      vmovups(d, cst(1.0f));
+      vdivps(d, d, t[0]);
+      return;
+    case Op::Recip:
+      vmovups(t[0], cst(1.0f));
+      vdivps(d, t[0], a);
+      return;
+    case Op::Square: vmulps(d, a, a); return;
+    case Op::Relu:
+      // x > 0 or NaN ? x : +0
+      if constexpr (Z) {
+        vcmpps(k2, a, cst(0.0f), kNleUQ);
+        vmovups(d | k2 | T_z, a);
+      } else {
+        vcmpps(t[0], a, cst(0.0f), kNleUQ);
+        vandps(d, a, t[0]);
+      }
+      return;
+    case Op::Floor: inj_.round(d, a, 1); return;
+    case Op::Ceil: inj_.round(d, a, 2); return;
+    case Op::Round: inj_.round(d, a, 0); return;
+    case Op::Sign:
+      vmovups(t[0], a);
+      select(t[0], a, cst(0.0f), kGtOS, cst(1.0f), d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);
+      select(t[0], a, cst(0.0f), kLtOS, cst(-1.0f), d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);
+      vmovups(d, t[0]);
+      return;
+    case Op::Not:
+      if (e->args[0]->dtype == DType::Bool) inj_.vxor(d, a, cstu(0xffffffffu));
+      else cmp_to_mask(d, a, cst(0.0f), kEqOQ);
+      return;
+    case Op::Add: vaddps(d, a, b); return;
+    case Op::Sub: vsubps(d, a, b); return;
+    case Op::Mul: vmulps(d, a, b); return;
+    case Op::Div: vdivps(d, a, b); return;
+    case Op::Maximum:
+    case Op::Minimum:
+      if (e->dtype == DType::Bool) {  // max/min of truth masks
+        if (e->op == Op::Maximum) inj_.vor(d, a, b); else inj_.vand(d, a, b);
+        return;
+      }
+      if (e->op == Op::Maximum) vmaxps(t[0], a, b); else vminps(t[0], a, b);  // NaN in b -> b
+      select(t[0], a, a, kUnordQ, a, d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);  // NaN in a -> a
+      vmovups(d, t[0]);
+      return;
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge: {
+      static const std::map<Op, uint8_t> pred = {{Op::Eq, kEqOQ}, {Op::Ne, kNeqUQ}, {Op::Lt, kLtOS},
+                                                 {Op::Le, kLeOS}, {Op::Gt, kGtOS}, {Op::Ge, kGeOS}};
+      if (e->args[0]->dtype == DType::Bool) {  // compare truth masks: as 0/1 floats
+        inj_.vand(t[0], a, cst(1.0f));
+        inj_.vand(d, b, cst(1.0f));
+        cmp_to_mask(d, t[0], d, pred.at(e->op));
+      } else {
+        cmp_to_mask(d, a, b, pred.at(e->op));
+      }
+      return;
+    }
+    case Op::And:
+    case Op::Or:
+      truth(t[0], e->args[0].get(), a);
+      truth(d, e->args[1].get(), b);
+      if (e->op == Op::And) inj_.vand(d, d, t[0]); else inj_.vor(d, d, t[0]);
+      return;
+    case Op::Where: {
+      Vmm c(o[0]), x(o[1]), y(o[2]);
+      truth(t[0], e->args[0].get(), c);
+      blend(d, t[0], x, y);
+      if (e->dtype == DType::Bool && e->args[1]->dtype != DType::Bool) throw DeclineError("xbyak: where dtype mix");
+      return;
+    }
+    case Op::Cast: {
+      DType from = e->args[0]->dtype, to = e->dtype;
+      if (from == to) {
+        if (d.getIdx() != a.getIdx()) vmovups(d, a);
+      } else if (to == DType::Bool) {
+        cmp_to_mask(d, a, cst(0.0f), kNeqUQ);
+      } else {
+        inj_.vand(d, a, cst(1.0f));  // bool mask -> 1.0f / 0.0f
+      }
+      return;
+    }
+    default: throw DeclineError(std::string("xbyak: op ") + op_name(e->op) + " not supported");
+  }
+}
+
+template <class Vmm>
+void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev) {
+  if (n.to_slot >= 0) vmovups(ptr[rsp + vslot_off(n.to_slot)], v);
+  for (int k = n.st0; k < n.st0 + n.nst; ++k) {
+    const PhaseItem* s = g.stores[k];
+    if (ev.lanes) {
+      lane_store(s->acc, v);
+      continue;
+    }
+    Reg64 b = stream(s->acc.addr);
+    if (!ev.in_loop) {
+      vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+    } else if (s->acc.coeff == 0) {  // one-point kernel: lane 0
+      vmovss(dword[b], Xbyak::Xmm(v.getIdx()));
+    } else if (!ev.masked) {
+      if (stream_) vmovntps(ptr[b + r14 * 4 + disp_], v);
+      else vmovups(ptr[b + r14 * 4 + disp_], v);
+    } else if constexpr (Z) {
+      vmovups(ptr[b + r14 * 4 + disp_] | k1, v);
+    } else {
+      vmaskmovps(ptr[b + r14 * 4 + disp_], Vmm(kMaskReg), v);
+    }
+  }
+  for (int k = n.acc0; k < n.acc0 + n.nacc; ++k) accumulate(g.accs[k], v, ev.masked);
+}
+
+// The entry points called from emitter.cpp and lanes.cpp (the other members are instantiated
+// through them).
+#define KFUSE_XB_EVAL_ENTRY_POINTS(V)                                                                    \
+  template typename Gen<V>::Dag Gen<V>::make_dag(                                                        \
+      const std::vector<const ir::Expr*>&, const std::unordered_map<const ir::Expr*, int>*,              \
+      const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*) const; \
+  template void Gen<V>::eval(const Dag&, const Eval&);
+KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Zmm)
+KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Ymm)
+#undef KFUSE_XB_EVAL_ENTRY_POINTS
+
+}  // namespace kfuse::detail::xb
