@@ -179,12 +179,7 @@ TEST(LlvmColumns, MultiDimOuterAndReduceDomains) {
   const int64_t A = 5, B = 7, C = 19;
   auto x = rand_values(A * B * C, 41, 0.5, 1.5);
   {
-    Kernel k;
-    k.name = "k_sum_axis1";
-    k.kind = "column";
-    k.buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
-    k.params = {{"outer0", A}, {"outer1", C}};
-    k.outer = {param(0), param(1)};
+    Kernel k = outer2d("k_sum_axis1", "column", DType::F32, A, C);
     k.reduce = {B};
     auto idx = iadd(imul(iadd(imul(var(Space::Outer, 0), iconst(B)), var(Space::Reduce, 0)), param(1)), var(Space::Outer, 1));
     k.accs = {{AccKind::Sum, DType::F32, load(0, DType::F32, idx)}};

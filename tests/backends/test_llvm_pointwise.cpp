@@ -181,12 +181,7 @@ TEST(LlvmPointwise, TransposeReshapeAndMaskedPad) {
   KFUSE_REQUIRE_LLVM();
   for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {37, 19}, {64, 33}}) {
     auto x = rand_values(R * C, 21, -1, 1);
-    Kernel k2;
-    k2.name = "k_transpose2d";
-    k2.kind = "pointwise";
-    k2.buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
-    k2.params = {{"outer0", C}, {"outer1", R}};
-    k2.outer = {param(0), param(1)};
+    Kernel k2 = outer2d("k_transpose2d", "pointwise", DType::F32, C, R);
     Phase ph;
     auto o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1);
     ph.stores.push_back({1, iadd(imul(o0, param(1)), o1), load(0, DType::F32, iadd(imul(o1, param(0)), o0))});

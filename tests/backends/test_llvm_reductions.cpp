@@ -129,12 +129,7 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
   }
   // mean over the last three dims of [A, B, 4, 5, 6] with a 2-D outer domain
   const int64_t A = 3, B = 7;
-  Kernel k;
-  k.name = "k_mean3";
-  k.kind = "row";
-  k.buffers = {{"in0", DType::F64, false}, {"out0", DType::F64, true}};
-  k.params = {{"outer0", A}, {"outer1", B}};
-  k.outer = {param(0), param(1)};
+  Kernel k = outer2d("k_mean3", "row", DType::F64, A, B);
   k.reduce = {4, 5, 6};
   auto point = iadd(imul(iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)), iconst(120)),
                     iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(5)), var(Space::Reduce, 1)), iconst(6)), var(Space::Reduce, 2)));

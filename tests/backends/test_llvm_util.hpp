@@ -168,6 +168,18 @@ inline bool same_bits(const std::vector<Buf>& a, const std::vector<Buf>& b) {
   return true;
 }
 
+/// The frame of a kernel over a 2-D outer domain [$0 = o0, $1 = o1] with one input and one
+/// output of dtype `t`; the caller adds the reduce domain, accumulators and phases.
+inline Kernel outer2d(const std::string& name, const std::string& kind, DType t, int64_t o0, int64_t o1) {
+  Kernel k;
+  k.name = name;
+  k.kind = kind;
+  k.buffers = {{"in0", t, false}, {"out0", t, true}};
+  k.params = {{"outer0", o0}, {"outer1", o1}};
+  k.outer = {param(0), param(1)};
+  return k;
+}
+
 /// A reduction with one accumulator: outer [$0 = n] of kind `kind` ("row" or "column"), reduce
 /// [r], one input of dtype `in` read by `value`, out0[o0] = the accumulator (of dtype `accdt`).
 inline Kernel single_reduce(const std::string& name, const std::string& kind, AccKind acc_kind, DType in,
