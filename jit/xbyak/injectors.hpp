@@ -164,7 +164,7 @@ struct Injectors {
     horner(t[1], t[0], kTanhP, 5);
     horner(t[2], t[0], kTanhQ, 5);
     h.vmulps(x, x, t[1]);
-    recip(t[0], t[2]);  // Q in [1, 1.2e4]
+    recip(t[0], t[2]);  // Q in [1, 446]: finite, non-zero
     h.vmulps(x, x, t[0]);
   }
   void sigmoid(const Vmm& x, const Vmm* t) {  // 4 scratch
