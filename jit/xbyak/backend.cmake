@@ -6,6 +6,7 @@ target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/online.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
 target_link_libraries(kfuse PRIVATE xbyak::xbyak)
 # KFUSE_HAVE_XBYAK: for the library (registry) and, in the build tree only, for the tests.

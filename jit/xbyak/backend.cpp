@@ -35,7 +35,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 3;  // 3: streaming stores, unrolled reductions
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 4;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows
 constexpr size_t kHeader = 16;
 
 // Read-only executable copy of the code (never writable and executable at once).
@@ -133,7 +133,7 @@ class XbyakKernel final : public CompiledKernel {
         if (outer_n == 0) return;
         parallel_for(outer_n, std::max<int64_t>(1, 4096 / plan_.reduce_n), [&](int64_t b, int64_t e) {
           Frame f;
-          float accs[kMaxAccs];
+          float accs[2 * kMaxAccs];  // this row's, the previous row's (Plan::pipeline)
           frame_for_rows(f, b, e);
           f.accs = accs;
           fn(&f);

@@ -63,8 +63,19 @@ size_t Gen<Vmm>::generate() {
         lane_loop();
         break;
       }
+      if (p_.pipeline) {
+        pipeline_rows();
+        break;
+      }
       row_loop([&] {
-        for (size_t ph = 0; ph < k_.phases.size(); ++ph) phase(ph, true);
+        for (size_t ph = 0; ph < k_.phases.size(); ++ph) {
+          if (static_cast<int>(ph) == p_.online.phase) {  // this phase and the next, in one loop
+            online_phase();
+            ++ph;
+            continue;
+          }
+          phase(ph, true);
+        }
       });
       break;
     case Mode::Global: {
@@ -117,7 +128,7 @@ template <class Vmm>
 void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
-  vslot_base_ = static_cast<int>((p_.addrs.size() * 8 + 63) / 64 * 64);
+  vslot_base_ = static_cast<int>((p_.addrs.size() * (p_.pipeline ? 2 : 1) * 8 + 63) / 64 * 64);
   sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
   and_(rsp, -64);
 }
@@ -223,14 +234,17 @@ void Gen<Vmm>::compute_addrs() {
   }
 }
 
+// Pointer slot/register a + addrs.size() is the previous row's pointer of stream a (pipeline).
 template <class Vmm>
 void Gen<Vmm>::load_ptr_regs() {
-  for (size_t a = 0; a < p_.addrs.size() && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
+  const size_t n = p_.addrs.size() * (p_.pipeline ? 2 : 1);
+  for (size_t a = 0; a < n && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
 }
 
-// base register of a stream (rax reloaded for overflow streams)
+// base register of a stream (rax reloaded for overflow streams); the previous row's in prev_row_
 template <class Vmm>
 Reg64 Gen<Vmm>::stream(int addr) {
+  if (prev_row_) addr += static_cast<int>(p_.addrs.size());
   if (addr < static_cast<int>(ptr_pool().size())) return ptr_pool()[addr];
   mov(rax, qword[rsp + ptr_slot(addr)]);
   return rax;
@@ -263,6 +277,10 @@ float Gen<Vmm>::identity(ir::AccKind k) {
 
 template <class Vmm>
 void Gen<Vmm>::accumulate(int a, const Vmm& v0, bool masked) {
+  if (a == cap_acc_) {
+    capture(v0, masked);
+    return;
+  }
   ir::AccKind kind = k_.accs[a].kind;
   Vmm acc(acc_reg_.at(a));
   Vmm v = v0;
@@ -323,6 +341,15 @@ void Gen<Vmm>::finish_acc(int a) {
     jmp(done, T_NEAR);
     L(clean);
   }
+  hreduce(kind, acc);
+  vmovss(dword[rax + 4 * a], Xbyak::Xmm(0));
+  L(done);
+}
+
+// Lane 0 of Xmm(0) = the lanes of v folded with `kind`'s operation in a fixed tree order.
+// Uses the low registers 0 and 1 (VEX-encodable); the caller has nothing live in them.
+template <class Vmm>
+void Gen<Vmm>::hreduce(ir::AccKind kind, const Vmm& v) {
   auto op = [&](const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Xmm& y) {
     switch (kind) {
       case ir::AccKind::Sum: vaddps(d, x, y); break;
@@ -331,7 +358,7 @@ void Gen<Vmm>::finish_acc(int a) {
       default: vminps(d, x, y); break;
     }
   };
-  vmovups(Vmm(0), acc);  // low registers: VEX-encodable; nothing else is live here
+  if (v.getIdx() != 0) vmovups(Vmm(0), v);
   Xbyak::Ymm ya(0), yt(1);
   Xbyak::Xmm xa(0), xt(1);
   if constexpr (Z) {
@@ -344,8 +371,6 @@ void Gen<Vmm>::finish_acc(int a) {
   op(xa, xa, xt);
   vmovshdup(xt, xa);
   op(xa, xa, xt);
-  vmovss(dword[rax + 4 * a], xa);
-  L(done);
 }
 
 template <class Vmm>
@@ -522,29 +547,18 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     nvslots_ = slots;
     disp_ = 0;
   };
-  auto set_mask_rax = [&] {  // rax = remaining lanes (1..W-1)
-    if constexpr (Z) {
-      bzhi(eax, dword[rip + masktab_], eax);
-      kmovw(k1, eax);
-    } else {
-      lea(rdx, ptr[rip + masktab_ + 32]);
-      shl(rax, 2);
-      sub(rdx, rax);
-      vmovups(Vmm(kMaskReg), ptr[rdx]);
-    }
-  };
   if (static_range && p_.mode != Mode::Global) {
     Label regular, done;
     if (streaming_ok(items, accs)) {  // a store phase of a row kernel: per row, when aligned
       xor_(r14d, r14d);
       streaming_check(items, regular);
       stream_ = true;
-      static_loop(body, 1, set_mask_rax);
+      static_loop(body, 1);
       stream_ = false;
       jmp(done, T_NEAR);
     }
     L(regular);
-    static_loop(body, U, set_mask_rax);
+    static_loop(body, U);
     L(done);
   } else {
     Label top, single, tail, done;
@@ -595,14 +609,30 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   release_accs();
 }
 
+// k1 (AVX-512) or Vmm(kMaskReg) (AVX2) = the first rax lanes (1..W-1); clobbers rax, rdx.
+template <class Vmm>
+void Gen<Vmm>::set_mask_rax() {
+  if constexpr (Z) {
+    bzhi(eax, dword[rip + masktab_], eax);
+    kmovw(k1, eax);
+  } else {
+    lea(rdx, ptr[rip + masktab_ + 32]);
+    shl(rax, 2);
+    sub(rdx, rax);
+    vmovups(Vmm(kMaskReg), ptr[rdx]);
+  }
+}
+
 // Software prefetch of the contiguous load streams. Measured on this 2-core AVX-512 VM (README
 // "xbyak backend"): a compute-heavy loop (gelu, tanh/sigmoid chains: 20-60 vector ops per
 // vector) has too few loads in its out-of-order window to keep enough lines in flight, and
 // memory time adds to compute time instead of hiding behind it (gelu 16M: 12.6 -> 7.7 ms).
-// Pointwise: 8 KiB ahead in all, split over the streams (2-4 KiB each). Rows: the last loop
-// over a row fetches the row two rows ahead, so the next rows arrive during this row's math.
+// Pointwise and `along_row` (the online softmax loop, which reads a long row from memory while
+// doing an exp per element): 8 KiB ahead in all, split over the streams (2-4 KiB each). Rows:
+// the last loop over a row fetches the row two rows ahead, so the next rows arrive during this
+// row's math.
 template <class Vmm>
-void Gen<Vmm>::prefetch_streams() {
+void Gen<Vmm>::prefetch_streams(bool along_row) {
   int nstreams = 0;
   std::vector<int> seen;
   for (const auto& [e, a] : p_.loads)
@@ -614,7 +644,7 @@ void Gen<Vmm>::prefetch_streams() {
   const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
   for (int addr : seen) {
     int64_t dist = pointwise_dist;
-    if (p_.mode == Mode::Row) {
+    if (p_.mode == Mode::Row && !along_row) {
       int64_t rs = p_.row_stride.empty() ? 0 : p_.row_stride[p_.addrs[addr].base];
       dist = 2 * rs * 4;
       if (rs <= 0 || dist >= (int64_t{1} << 30)) continue;
@@ -626,8 +656,8 @@ void Gen<Vmm>::prefetch_streams() {
 
 // Static reduce loop (row kernels): n = reduce_n vectors, unrolled U times, masked tail.
 template <class Vmm>
-template <class Body, class Mask>
-void Gen<Vmm>::static_loop(const Body& body, int U, const Mask& set_mask_rax) {
+template <class Body>
+void Gen<Vmm>::static_loop(const Body& body, int U) {
   const int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
   const int64_t iters = nfull / U;  // unrolled iterations, then nfull % U single vectors
   xor_(r14d, r14d);
@@ -709,18 +739,21 @@ Code emit_isa(const ir::Kernel& k, const Plan& p) {
 
 }  // namespace
 
+// A limit hit by a faster strategy (registers, slots, code size) falls back to a plainer one:
+// rows across lanes -> per-row code; pipelined rows -> one row at a time; the online softmax
+// loop -> its two loops.
 template <class Vmm>
 Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
-  if (plan.lanes) {
-    try {
-      return emit_isa<Vmm>(k, plan);
-    } catch (const DeclineError&) {  // a limit of the unrolled rows-across-lanes code: per-row code
-      Plan rows = plan;
-      rows.lanes = false;
-      return emit_isa<Vmm>(k, rows);
-    }
+  Plan plainer = plan;
+  if (plan.lanes) plainer.lanes = false;
+  else if (plan.pipeline) plainer.pipeline = false;
+  else if (plan.online.phase >= 0) plainer.online = {};
+  else return emit_isa<Vmm>(k, plan);
+  try {
+    return emit_isa<Vmm>(k, plan);
+  } catch (const DeclineError&) {
+    return emit_with_fallback<Vmm>(k, plainer);
   }
-  return emit_isa<Vmm>(k, plan);
 }
 
 Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {

@@ -93,6 +93,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   pinned[kMaskReg] = pinned[kAccTmp] = true;
   for (auto [a, r] : acc_reg_) pinned[r] = true;
   for (auto [a, r] : acc_nan_) pinned[r] = true;
+  for (int r : online_regs_) pinned[r] = true;
   for (const auto& [regs, nans] : acc_sets_) {
     for (auto [a, r] : regs) pinned[r] = true;
     for (auto [a, r] : nans) pinned[r] = true;
@@ -197,7 +198,7 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
         return;
       }
       mov(rax, qword[rdi + frame_off::accs]);
-      vbroadcastss(d, dword[rax + 4 * e->index]);
+      vbroadcastss(d, dword[rax + 4 * (e->index + (prev_row_ ? kMaxAccs : 0))]);
       return;
     case ExprKind::Load: {
       const Access& a = p_.loads.at(e);

@@ -1,14 +1,16 @@
 // xbyak backend: the code generator class, private to jit/xbyak/ (includes xbyak).
 //
 // Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
-// here because its members are defined in three files:
+// here because its members are defined in four files:
 //   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
 //                arithmetic, stream pointers, stack slots, constants, accumulators, the
 //                pointwise/row/global phase loops, streaming stores, prefetch;
 //   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
 //                spilling), instruction selection per op (the math injectors);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
-//                reduce index unrolled; gathers/scatters, stack tiles and their transposes.
+//                reduce index unrolled; gathers/scatters, stack tiles and their transposes;
+//   online.cpp   online softmax (Plan::online: max and exp-sum in one loop) and pipelined rows
+//                (Plan::pipeline: row i's loop also runs row i-1's stores).
 // The two talk through a narrow interface, marked below: the lane path uses the stack slots,
 // streams, constants, eval/hoist_invariants and the accumulator pins of the emitter; the
 // allocator calls the lane path back for the leaves and stores of a lane Eval (lane_load,
@@ -175,11 +177,25 @@ class Gen : public Xbyak::CodeGenerator {
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range);
-  void prefetch_streams();
-  template <class Body, class Mask>
-  void static_loop(const Body& body, int U, const Mask& set_mask_rax);
+  void prefetch_streams(bool along_row = false);
+  template <class Body>
+  void static_loop(const Body& body, int U);
   bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const;
   void streaming_check(const std::vector<PhaseItem>& items, Label& regular);
+  void set_mask_rax();                            // tail mask for rax (1..W-1) remaining lanes
+  void hreduce(ir::AccKind kind, const Vmm& v);   // lanes of v folded into Xmm(0) (clobbers 0, 1)
+
+  // ---- online.cpp: online softmax (Plan::online) ----
+  void pipeline_rows();                     // Mode::Row with Plan::pipeline: the whole row loop
+  void online_phase(const std::vector<PhaseItem>* prev_stores = nullptr);
+  void online_block(const Dag& dag, int nv, bool masked, const Dag* prev);
+  void online_finish();
+  void capture(const Vmm& v, bool masked);  // accumulate() of the max accumulator in online_phase
+  static constexpr int kOnlineU = 4;        // vectors per block (one rescale check per block)
+  int cap_acc_ = -1, cap_reg_ = -1;         // the accumulator captured, and into which register
+  int on_m_ = -1, on_mc_ = -1, on_s_[2] = {-1, -1}, on_x_[kOnlineU] = {};
+  std::vector<int> online_regs_;            // pinned during the online loop
+  bool prev_row_ = false;  // emitting the previous row's stores: its stream pointers and accs
 
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "ir/online_softmax.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -52,8 +53,16 @@ struct Plan {
   /// Row: per base, elements between consecutive rows (coefficient of the innermost row index;
   /// 0 when not affine in it). Used for prefetching the rows ahead.
   std::vector<int64_t> row_stride;
+  /// Row kernels (not lanes): a max phase and the exp-sum phase after it, computed in one loop
+  /// over the row with a running maximum (online.cpp). phase == -1: none.
+  ir::OnlineExpSum online;
+  /// Row kernels of the form {online max, online exp-sum, store loop} (softmax, log_softmax):
+  /// the loop over row i also runs the store loop of row i-1 (online.cpp), so that the
+  /// exp work of one row overlaps the memory writes of the other.
+  bool pipeline = false;
 };
 inline constexpr int64_t kLaneMaxReduce = 16;
+inline constexpr int64_t kOnlineMinReduce = 1024;  ///< shortest row for Plan::online (analyze.cpp)
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);
@@ -90,5 +99,7 @@ inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
 inline constexpr int kMaxOuterDims = 8;
 inline constexpr int kMaxAccs = 64;
+/// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the
+/// previous row's.
 
 }  // namespace kfuse::detail::xb

@@ -1,0 +1,121 @@
+// Online softmax and pipelined rows in the xbyak backend (jit/xbyak/online.cpp): which kernels
+// take them, results against the reference interpreter on rows built to hit every special case
+// of the running maximum, and bitwise independence from how the rows are split into chunks.
+#include "test_xbyak_util.hpp"
+
+namespace kfuse::xbt {
+namespace {
+
+using detail::xb::kOnlineMinReduce;
+
+// out0[o] = m (max of x), out1[o] = s (sum of exp(x - m)): the two accumulators as stored values.
+Kernel max_and_sum(int64_t R, int64_t C) {
+  Kernel k = row_base("k_max_sum", 1, R, C);
+  k.buffers.push_back({"out1", DType::F32, true});
+  k.accs.push_back({AccKind::Max, DType::F32, row_x(C)});
+  k.accs.push_back({AccKind::Sum, DType::F32, un(Op::Exp, bin(Op::Sub, row_x(C), acc(0, DType::F32)))});
+  k.phases.push_back(reduce_phase({0}));
+  k.phases.push_back(reduce_phase({1}));
+  Phase once;
+  once.stores.push_back({1, var(Space::Outer, 0), acc(0, DType::F32)});
+  once.stores.push_back({2, var(Space::Outer, 0), acc(1, DType::F32)});
+  k.phases.push_back(once);
+  return k;
+}
+
+TEST(XbyakOnline, Plan) {
+  detail::xb::Plan p;
+  const int64_t C = kOnlineMinReduce;
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, C, true), p));
+  EXPECT_EQ(p.online.phase, 0);
+  EXPECT_EQ(p.online.max_acc, 0);
+  EXPECT_EQ(p.online.sum_acc, 1);
+  EXPECT_TRUE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, 3 * C + 7, false), p));
+  EXPECT_TRUE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(logsumexp(8, C), p));  // a once phase after the pair: no pipeline
+  EXPECT_EQ(p.online.phase, 0);
+  EXPECT_FALSE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, C - 1, true), p));  // short rows: two loops
+  EXPECT_EQ(p.online.phase, -1);
+  EXPECT_FALSE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));
+  EXPECT_EQ(p.online.phase, -1);
+  // the sum is not over exp(v - m) of the same v: no match
+  Kernel k = softmax(8, C, true);
+  k.accs[1].value = un(Op::Exp, bin(Op::Sub, bin(Op::Mul, row_x(C), f32c(2)), acc(0, DType::F32)));
+  ASSERT_EQ("", detail::xb::analyze(k, p));
+  EXPECT_EQ(p.online.phase, -1);
+}
+
+// Row r of [R, C] built to exercise one case of the running maximum and its fix-ups.
+std::vector<float> special_rows(int64_t R, int64_t C, uint64_t seed) {
+  auto x = inputs(static_cast<size_t>(R * C), seed, -4, 4, 0);
+  auto row = [&](int64_t r) { return x.data() + r * C; };
+  for (int64_t r = 0; r < R; ++r) {
+    float* v = row(r);
+    switch (r % 14) {
+      case 0: break;                                                                  // random
+      case 1: for (int64_t j = 0; j < C; ++j) v[j] = -8 + 0.01f * j; break;           // grows every block
+      case 2: for (int64_t j = 0; j < C; ++j) v[j] = 8 - 0.01f * j; break;            // max in the first vector
+      case 3: for (int64_t j = 0; j < C; ++j) v[j] = -INFINITY; break;                // m = -inf: s = NaN
+      case 4: for (int64_t j = 0; j < C / 2; ++j) v[j] = -INFINITY; break;           // -inf, then numbers
+      case 5: v[0] = NAN; break;                                                      // NaN first
+      case 6: v[C - 1] = NAN; break;                                                  // NaN in the tail
+      case 7: v[C / 3] = INFINITY; break;                                             // +inf: rescan, no NaN
+      case 8: v[C / 3] = INFINITY; v[C - 2] = NAN; break;                             // +inf and NaN
+      case 9: for (int64_t j = 0; j < C; ++j) v[j] *= 1e29f; break;                   // huge magnitudes
+      case 10: for (int64_t j = 0; j < C; ++j) v[j] = 0.75f; break;                   // all equal
+      case 11: for (int64_t j = 0; j < C - 1; ++j) v[j] = -INFINITY; break;          // one number, last
+      case 12: for (int64_t j = 0; j < C; ++j) v[j] = j % 97 == 0 ? 88.0f : v[j]; break;  // spikes near exp's limit
+      case 13: for (int64_t j = 0; j < C; ++j) v[j] *= 30; break;                     // wide range
+    }
+  }
+  return x;
+}
+
+TEST(XbyakOnline, SpecialRowsMatchTheReference) {
+  const int64_t W16 = 16;
+  for (Isa isa : isas())
+    for (int64_t C : {kOnlineMinReduce, kOnlineMinReduce + 5, kOnlineMinReduce + 3 * W16 + 7, kOnlineMinReduce + 2 * W16,
+                      int64_t{4099}, int64_t{32000}}) {
+      const int64_t R = C > 10000 ? 14 : 29;
+      auto x = special_rows(R, C, 90 + C);
+      const size_t n = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
+      std::string tag = " C=" + std::to_string(C);
+      compare(max_and_sum(R, C), {x}, {r, r}, isa, {2e-6, 0}, "max and sum" + tag);
+      compare(softmax(R, C, false), {x}, {n}, isa, {1e-5, 2e-7}, "softmax" + tag);
+      compare(softmax(R, C, true), {x}, {n}, isa, {1e-5, 1e-5}, "log_softmax" + tag);
+      compare(logsumexp(R, C), {x}, {r}, isa, {1e-5, 1e-5}, "logsumexp" + tag);
+    }
+}
+
+// Pipelined rows run row i's loop together with row i-1's stores; a chunk's first row has no
+// previous row and its last row's stores run after the loop. The results must be the same bits
+// for any split of the rows (thread count, chunking).
+TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    const int64_t C = kOnlineMinReduce + 37, R = 23;
+    auto x = special_rows(R, C, 7);
+    for (bool log_form : {true, false}) {
+      Kernel k = softmax(R, C, log_form);
+      auto c = be->compile(k);
+      ASSERT_TRUE(c.kernel) << c.declined;
+      auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
+        c.kernel->run(LaunchArgs{{x.data() + first * C, out.data() + first * C}, {n}});
+      };
+      const size_t on = static_cast<size_t>(R * C);
+      std::vector<float> all(on, 1.0f);
+      run_rows(0, R, all);
+      for (int64_t chunk : {1, 2, 5, 22}) {
+        std::vector<float> split(on, 1.0f);
+        for (int64_t r0 = 0; r0 < R; r0 += chunk) run_rows(r0, std::min(chunk, R - r0), split);
+        EXPECT_EQ(0, std::memcmp(all.data(), split.data(), on * 4)) << k.name << " chunk=" << chunk;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::xbt
