@@ -514,13 +514,36 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   return inv;
 }
 
+// The previous row's store loop as a DAG for a pipelined loop (Plan::pipeline); its invariants
+// (e.g. log(s)) are computed now, from the previous row's accumulators.
 template <class Vmm>
-void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range) {
+typename Gen<Vmm>::Dag Gen<Vmm>::prev_row_dag(const std::vector<PhaseItem>& items) {
+  prev_row_ = true;
+  std::vector<const ir::Expr*> roots;
+  for (const auto& it : items) roots.push_back(it.store->value.get());
+  std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, false);
+  Dag d = make_dag(roots, &inv, items, {});
+  prev_row_ = false;
+  return d;
+}
+
+template <class Vmm>
+void Gen<Vmm>::eval_prev_row(const Dag& d, const Eval& ev) {
+  prev_row_ = true;
+  eval(d, ev);
+  prev_row_ = false;
+}
+
+// `prev`: the previous row's store loop, run in this loop (pipeline_rows).
+template <class Vmm>
+void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
+                          const std::vector<PhaseItem>* prev) {
   load_ptr_regs();
   std::vector<const ir::Expr*> roots;
   for (const auto& it : items) roots.push_back(it.store->value.get());
   for (int a : accs) roots.push_back(k_.accs[a].value.get());
   std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, false);
+  const Dag pdag = prev ? prev_row_dag(*prev) : Dag{};
   // Loops with accumulators are unrolled U times, copy j using accumulator set j: a reduction
   // is then bound by throughput, not by the latency of one add chain. The order stays fixed
   // (set j takes vectors j, j+U, ...; then the sets are combined) for any chunking.
@@ -544,6 +567,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     ev.in_loop = true;
     ev.masked = masked;
     eval(dag, ev);
+    if (prev) eval_prev_row(pdag, ev);
     nvslots_ = slots;
     disp_ = 0;
   };
@@ -554,6 +578,15 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
       streaming_check(items, regular);
       stream_ = true;
       static_loop(body, 1);
+      stream_ = false;
+      jmp(done, T_NEAR);
+    } else if (prev && streaming_ok(*prev, {})) {  // the previous row's stores, as above
+      xor_(r14d, r14d);
+      prev_row_ = true;
+      streaming_check(*prev, regular);
+      prev_row_ = false;
+      stream_ = true;
+      static_loop(body, U);
       stream_ = false;
       jmp(done, T_NEAR);
     }

@@ -176,7 +176,10 @@ class Gen : public Xbyak::CodeGenerator {
   void combine_acc_sets(const std::vector<int>& accs);
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
   int unroll_for(const std::vector<int>& accs) const;
-  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range);
+  void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
+                  const std::vector<PhaseItem>* prev = nullptr);
+  Dag prev_row_dag(const std::vector<PhaseItem>& items);
+  void eval_prev_row(const Dag& d, const Eval& ev);
   void prefetch_streams(bool along_row = false);
   template <class Body>
   void static_loop(const Body& body, int U);

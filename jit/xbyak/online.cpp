@@ -50,15 +50,7 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
   const std::vector<const ir::Expr*> roots = {on.value.get()};
   std::unordered_map<const ir::Expr*, int> inv = hoist_invariants(roots, false);
   const Dag dag = make_dag(roots, &inv, {}, {on.max_acc});
-  Dag prev;
-  if (prev_stores) {  // its invariants (e.g. log(s)) come from the previous row's accumulators
-    prev_row_ = true;
-    std::vector<const ir::Expr*> sroots;
-    for (const auto& it : *prev_stores) sroots.push_back(it.store->value.get());
-    std::unordered_map<const ir::Expr*, int> sinv = hoist_invariants(sroots, false);
-    prev = make_dag(sroots, &sinv, *prev_stores, {});
-    prev_row_ = false;
-  }
+  const Dag prev = prev_stores ? prev_row_dag(*prev_stores) : Dag{};
   // Pinned registers, below the accumulator scratch like pin_accs' (the rest is the DAGs').
   int next = kAccTmp - 1;
   on_m_ = next--;
@@ -125,11 +117,7 @@ void Gen<Vmm>::online_block(const Dag& dag, int nv, bool masked, const Dag* prev
     ev.in_loop = true;
     ev.masked = masked && j == nv - 1;
     eval(dag, ev);
-    if (prev) {
-      prev_row_ = true;
-      eval(*prev, ev);
-      prev_row_ = false;
-    }
+    if (prev) eval_prev_row(*prev, ev);
     nvslots_ = slots;
   }
   disp_ = 0;
@@ -207,27 +195,46 @@ void Gen<Vmm>::online_finish() {
   L(done);
 }
 
-// Rows of a {online max, online exp-sum, store loop} kernel, software-pipelined: the loop over
-// row i also runs row i-1's store loop (same length, same tail mask), from the previous row's
+// Rows of a kernel whose last loop only stores (softmax, log_softmax, rms_norm), software-
+// pipelined: the loop before it over row i (the online max+sum loop, or a plain accumulating
+// loop) also runs row i-1's store loop (same length, same tail mask), from the previous row's
 // stream pointers and accumulators (saved at the end of each row). Memory then reads row i and
 // writes row i-1 while the core computes row i's exps; the last row's stores run after the loop.
 template <class Vmm>
 void Gen<Vmm>::pipeline_rows() {
-  const size_t q = 2;  // the store phase (analyze: exactly three phases)
+  const size_t q = k_.phases.size() - 1, mp = q - 1;  // the store loop; the loop it joins
+  const bool online_mp = p_.online.phase >= 0 && static_cast<size_t>(p_.online.phase) + 1 == mp;
   std::vector<PhaseItem> items;
   for (size_t s = 0; s < k_.phases[q].stores.size(); ++s) items.push_back({&k_.phases[q].stores[s], p_.stores[q][s]});
   const int naddr = static_cast<int>(p_.addrs.size());
+  auto joined_loop = [&](const std::vector<PhaseItem>* prev) {
+    if (online_mp) {
+      online_phase(prev);
+      return;
+    }
+    prefetch_rows_ = true;  // the last loop over the row: fetch the rows ahead (prefetch_streams)
+    loop_phase({}, k_.phases[mp].accs, true, prev);
+    prefetch_rows_ = false;
+  };
   row_loop([&] {
+    for (size_t ph = 0; ph < (online_mp ? mp - 1 : mp); ++ph) {
+      if (static_cast<int>(ph) == p_.online.phase) {
+        online_phase();
+        ++ph;
+        continue;
+      }
+      phase(ph, true);
+    }
     Label first, joined;
     cmp(r12, qword[rdi + frame_off::row_begin]);
     je(first, T_NEAR);
-    online_phase(&items);
+    joined_loop(&items);
     jmp(joined, T_NEAR);
     L(first);
-    online_phase(nullptr);
+    joined_loop(nullptr);
     L(joined);
     mov(rax, qword[rdi + frame_off::accs]);  // this row becomes the previous one
-    for (int a : {p_.online.max_acc, p_.online.sum_acc}) {
+    for (int a = 0; a < static_cast<int>(k_.accs.size()); ++a) {
       mov(edx, dword[rax + 4 * a]);
       mov(dword[rax + 4 * (kMaxAccs + a)], edx);
     }
@@ -242,7 +249,6 @@ void Gen<Vmm>::pipeline_rows() {
   jge(none, T_NEAR);
   nvslots_ = 0;
   prev_row_ = true;
-  prefetch_rows_ = false;
   loop_phase(items, {}, true);
   prev_row_ = false;
   L(none);

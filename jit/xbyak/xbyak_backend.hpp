@@ -56,13 +56,13 @@ struct Plan {
   /// Row kernels (not lanes): a max phase and the exp-sum phase after it, computed in one loop
   /// over the row with a running maximum (online.cpp). phase == -1: none.
   ir::OnlineExpSum online;
-  /// Row kernels of the form {online max, online exp-sum, store loop} (softmax, log_softmax):
-  /// the loop over row i also runs the store loop of row i-1 (online.cpp), so that the
-  /// exp work of one row overlaps the memory writes of the other.
+  /// Row kernels whose last loop only stores, after accumulating loops (softmax, log_softmax,
+  /// rms_norm): the last accumulating loop over row i also runs the store loop of row i-1
+  /// (online.cpp), so that the math of one row overlaps the memory writes of the other.
   bool pipeline = false;
 };
 inline constexpr int64_t kLaneMaxReduce = 16;
-inline constexpr int64_t kOnlineMinReduce = 1024;  ///< shortest row for Plan::online (analyze.cpp)
+inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::online (analyze.cpp)
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);

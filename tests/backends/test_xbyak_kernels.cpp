@@ -370,13 +370,15 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
     const int64_t most = std::max<int64_t>(n, 8200 * 515);  // the largest input below
     auto a = inputs(static_cast<size_t>(most), 81, -3, 3, 0.01), b = inputs(static_cast<size_t>(n), 82, -3, 3, 0);
     Kernel pw = pointwise(2, [](const std::vector<ExprRef>& in) { return un(Op::Relu, bin(Op::Mul, in[0], in[1])); }, n);
-    // [R, C] rows with C = 515, 1029: misaligned row starts; C = 512, 1024: every row aligned.
-    // C >= kOnlineMinReduce: the pipelined rows (online.cpp) stream the previous row's stores.
+    // [R, C] rows with C = 515, 6149: misaligned row starts; C = 512, 6144: every row aligned.
+    // Pipelined rows (online.cpp) stream the previous row's stores from the joined loop: the
+    // two-loop form (C = 512, 515) and the online one (C >= kOnlineMinReduce = 6144).
+    static_assert(detail::xb::kOnlineMinReduce == 6144, "sizes below");
     std::vector<std::pair<Kernel, int64_t>> ks = {{pw, n},
                                                   {softmax(8200, 512, true), 8200 * 512},
                                                   {softmax(8200, 515, false), 8200 * 515},
-                                                  {softmax(4100, 1024, true), 4100 * 1024},
-                                                  {softmax(4100, 1029, false), 4100 * 1029}};
+                                                  {softmax(683, 6144, true), 683 * 6144},
+                                                  {softmax(683, 6149, false), 683 * 6149}};
     for (auto& [k, count] : ks)
       for (size_t shift : {size_t{0}, size_t{1}}) {
         auto cx = be->compile(k);

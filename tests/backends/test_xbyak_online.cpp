@@ -33,14 +33,17 @@ TEST(XbyakOnline, Plan) {
   EXPECT_TRUE(p.pipeline);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 3 * C + 7, false), p));
   EXPECT_TRUE(p.pipeline);
-  ASSERT_EQ("", detail::xb::analyze(logsumexp(8, C), p));  // a once phase after the pair: no pipeline
+  ASSERT_EQ("", detail::xb::analyze(logsumexp(8, C), p));  // a once phase last: no pipeline
   EXPECT_EQ(p.online.phase, 0);
   EXPECT_FALSE(p.pipeline);
-  ASSERT_EQ("", detail::xb::analyze(softmax(8, C - 1, true), p));  // short rows: two loops
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, C - 1, true), p));  // shorter rows: two loops, pipelined
+  EXPECT_EQ(p.online.phase, -1);
+  EXPECT_TRUE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(rms_norm(8, 100), p));
+  EXPECT_TRUE(p.pipeline);
+  ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));  // 4 streams: no registers for 8 pointers
   EXPECT_EQ(p.online.phase, -1);
   EXPECT_FALSE(p.pipeline);
-  ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));
-  EXPECT_EQ(p.online.phase, -1);
   // the sum is not over exp(v - m) of the same v: no match
   Kernel k = softmax(8, C, true);
   k.accs[1].value = un(Op::Exp, bin(Op::Sub, bin(Op::Mul, row_x(C), f32c(2)), acc(0, DType::F32)));
@@ -92,26 +95,31 @@ TEST(XbyakOnline, SpecialRowsMatchTheReference) {
 
 // Pipelined rows run row i's loop together with row i-1's stores; a chunk's first row has no
 // previous row and its last row's stores run after the loop. The results must be the same bits
-// for any split of the rows (thread count, chunking).
+// for any split of the rows (thread count, chunking): online and two-loop softmax rows, rms_norm.
 TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
-    const int64_t C = kOnlineMinReduce + 37, R = 23;
-    auto x = special_rows(R, C, 7);
-    for (bool log_form : {true, false}) {
-      Kernel k = softmax(R, C, log_form);
-      auto c = be->compile(k);
-      ASSERT_TRUE(c.kernel) << c.declined;
-      auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
-        c.kernel->run(LaunchArgs{{x.data() + first * C, out.data() + first * C}, {n}});
-      };
-      const size_t on = static_cast<size_t>(R * C);
-      std::vector<float> all(on, 1.0f);
-      run_rows(0, R, all);
-      for (int64_t chunk : {1, 2, 5, 22}) {
-        std::vector<float> split(on, 1.0f);
-        for (int64_t r0 = 0; r0 < R; r0 += chunk) run_rows(r0, std::min(chunk, R - r0), split);
-        EXPECT_EQ(0, std::memcmp(all.data(), split.data(), on * 4)) << k.name << " chunk=" << chunk;
+    const int64_t R = 23;
+    for (int64_t C : {int64_t{100}, kOnlineMinReduce + 37}) {
+      auto x = special_rows(R, C, 7);
+      auto w = inputs(static_cast<size_t>(C), 8, -2, 2, 0);
+      for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C)}) {
+        auto c = be->compile(k);
+        ASSERT_TRUE(c.kernel) << c.declined;
+        auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
+          std::vector<void*> bufs{x.data() + first * C};
+          if (k.num_inputs() > 1) bufs.push_back(w.data());
+          bufs.push_back(out.data() + first * C);
+          c.kernel->run(LaunchArgs{bufs, {n}});
+        };
+        const size_t on = static_cast<size_t>(R * C);
+        std::vector<float> all(on, 1.0f);
+        run_rows(0, R, all);
+        for (int64_t chunk : {1, 2, 5, 22}) {
+          std::vector<float> split(on, 1.0f);
+          for (int64_t r0 = 0; r0 < R; r0 += chunk) run_rows(r0, std::min(chunk, R - r0), split);
+          EXPECT_EQ(0, std::memcmp(all.data(), split.data(), on * 4)) << k.name << " C=" << C << " chunk=" << chunk;
+        }
       }
     }
   }
