@@ -252,6 +252,29 @@ void Gen<Vmm>::blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vm
   }
 }
 
+// True when e is <= 0 or NaN for every input, by its form: -(y*y), -|y|, and v - m where m is
+// a Max accumulator over the same v (the row's maximum: softmax's exp argument). exp then needs
+// only its lower clamp (one vector op and one constant load fewer).
+template <class Vmm>
+bool Gen<Vmm>::nonpositive(const ir::Expr* e) const {
+  if (e->kind != ExprKind::Op || e->dtype != DType::F32) return false;
+  const auto arg = [&](int i) { return e->args[static_cast<size_t>(i)].get(); };
+  const auto is = [](const ir::Expr* x, Op o) { return x->kind == ExprKind::Op && x->op == o; };
+  if (e->op == Op::Neg) {
+    const ir::Expr* y = arg(0);
+    if (is(y, Op::Abs) || is(y, Op::Square)) return true;
+    return is(y, Op::Mul) && ir::same_expr(y->args[0].get(), y->args[1].get());
+  }
+  if (e->op == Op::Mul)  // (-y) * y
+    for (int i = 0; i < 2; ++i)
+      if (is(arg(i), Op::Neg) && ir::same_expr(arg(i)->args[0].get(), arg(1 - i))) return true;
+  if (e->op == Op::Sub && arg(1)->kind == ExprKind::Acc) {
+    const ir::Accumulator& m = k_.accs[static_cast<size_t>(arg(1)->index)];
+    return m.kind == ir::AccKind::Max && ir::same_expr(m.value.get(), arg(0));
+  }
+  return false;
+}
+
 template <class Vmm>
 void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t) {
   Vmm a(o[0]);
@@ -263,7 +286,11 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
   switch (e->op) {
     case Op::Neg: inj_.vxor(d, a, cstu(0x80000000u)); return;
     case Op::Abs: inj_.vand(d, a, cstu(0x7fffffffu)); return;
-    case Op::Exp: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp(x, s); }); return;
+    case Op::Exp: {
+      const bool np = nonpositive(e->args[0].get());
+      unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp(x, s, np); });
+      return;
+    }
     case Op::Exp2: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp2(x, s); }); return;
     case Op::Log: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); }); return;
     case Op::Log2:

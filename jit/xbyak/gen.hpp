@@ -165,6 +165,7 @@ class Gen : public Xbyak::CodeGenerator {
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);
+  bool nonpositive(const ir::Expr* e) const;
   void emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t);
   void root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev);
   float identity(ir::AccKind k);

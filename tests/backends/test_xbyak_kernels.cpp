@@ -71,6 +71,37 @@ TEST(XbyakKernels, BinaryOpsComparisonsWhere) {
     }
 }
 
+// exp of an argument that is <= 0 by its form runs with only the lower clamp (eval.cpp,
+// nonpositive): -(a*a), (-a)*a, -|a|, and x - max(x) (RowKernels' softmax); inputs with NaN,
+// +-inf, +-1e30 and values large enough to underflow. Forms that look alike but can be
+// positive keep both clamps: -(a*b), a - max(b).
+TEST(XbyakKernels, ExpOfNonPositiveForms) {
+  for (Isa isa : isas())
+    for (int64_t n : {int64_t{17}, int64_t{4099}}) {
+      auto a = inputs(static_cast<size_t>(n), 3, -12, 12, 0.1), b = inputs(static_cast<size_t>(n), 4, -12, 12, 0.1);
+      const std::vector<std::pair<std::string, std::function<ExprRef(const std::vector<ExprRef>&)>>> forms = {
+          {"exp(-(a*a))", [](const auto& in) { return un(Op::Neg, bin(Op::Mul, in[0], in[0])); }},
+          {"exp((-a)*a)", [](const auto& in) { return bin(Op::Mul, un(Op::Neg, in[0]), in[0]); }},
+          {"exp(a*(-a))", [](const auto& in) { return bin(Op::Mul, in[0], un(Op::Neg, in[0])); }},
+          {"exp(-|a|)", [](const auto& in) { return un(Op::Neg, un(Op::Abs, in[0])); }},
+          {"exp(-square(a))", [](const auto& in) { return un(Op::Neg, un(Op::Square, in[0])); }},
+          {"exp(-(a*b))", [](const auto& in) { return un(Op::Neg, bin(Op::Mul, in[0], in[1])); }},
+          {"exp((-a)*b)", [](const auto& in) { return bin(Op::Mul, un(Op::Neg, in[0]), in[1]); }}};
+      for (const auto& [name, f] : forms) {
+        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) { return un(Op::Exp, f(in)); }, n);
+        compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {3e-7, 3e-45}, name);  // subnormals: 1 ulp
+      }
+      // a - max(b) is positive where a > max(b): not the softmax form
+      const int64_t R = 7, C = n / R;
+      Kernel k = row_base("k_exp_a_minus_max_b", 2, R, C);
+      ExprRef xb = load(1, DType::F32, row_index(C));
+      k.accs.push_back({AccKind::Max, DType::F32, xb});
+      k.phases.push_back(reduce_phase({0}));
+      k.phases.push_back(reduce_phase({}, {{2, row_index(C), un(Op::Exp, bin(Op::Sub, row_x(C), acc(0, DType::F32)))}}));
+      compare(k, {a, b}, {static_cast<size_t>(R * C)}, isa, {3e-7, 3e-45}, "exp(a - max(b))");
+    }
+}
+
 TEST(XbyakKernels, LongChainAndBroadcast) {
   for (Isa isa : isas()) {
     // tanh(a*0.5+b)*sigmoid(c) - exp(-a*a) and relu(a*b+c), gelu chains: register pressure
