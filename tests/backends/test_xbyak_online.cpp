@@ -125,5 +125,41 @@ TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   }
 }
 
+// Rows over a 2-D outer domain whose row order is not memory order (softmax over the last
+// axis of a [B, A, C] tensor viewed as [A, B, C]): row (a, b) starts at (b*A + a)*C, so
+// consecutive rows are not at a fixed stride and the previous row's pointers must be the saved
+// ones. Against the reference, for the two-loop and the online row lengths, and chunk splits.
+TEST(XbyakOnline, PipelinedRowsTwoOuterDims) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    for (int64_t C : {int64_t{37}, kOnlineMinReduce + 3}) {
+      const int64_t A = 3, B = 5;
+      Kernel k = skeleton("k_log_softmax_2d", "row", 1);
+      k.params = {{"outer0", A}, {"outer1", B}};
+      k.outer = {param(0), param(1)};
+      k.reduce = {C};
+      // in[(o1*A + o0)*C + r0]; out in row order: out[(o0*B + o1)*C + r0]
+      ExprRef in_idx = iadd(imul(iadd(imul(var(Space::Outer, 1), param(0)), var(Space::Outer, 0)), iconst(C)),
+                            var(Space::Reduce, 0));
+      ExprRef out_idx = iadd(imul(iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)), iconst(C)),
+                             var(Space::Reduce, 0));
+      auto x = [&] { return load(0, DType::F32, in_idx); };
+      k.accs.push_back({AccKind::Max, DType::F32, x()});
+      k.accs.push_back({AccKind::Sum, DType::F32, un(Op::Exp, bin(Op::Sub, x(), acc(0, DType::F32)))});
+      k.phases.push_back(reduce_phase({0}));
+      k.phases.push_back(reduce_phase({1}));
+      k.phases.push_back(reduce_phase(
+          {}, {{1, out_idx, bin(Op::Sub, bin(Op::Sub, x(), acc(0, DType::F32)), un(Op::Log, acc(1, DType::F32)))}}));
+      detail::xb::Plan p;
+      ASSERT_EQ("", detail::xb::analyze(k, p));
+      EXPECT_TRUE(p.pipeline);
+      EXPECT_EQ(p.online.phase, C >= kOnlineMinReduce ? 0 : -1);
+      const size_t n = static_cast<size_t>(A * B * C);
+      auto xs = special_rows(A * B, C, 11 + C);
+      compare(k, {xs}, {n}, isa, {1e-5, 1e-5}, "log_softmax [B,A,C] rows C=" + std::to_string(C));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kfuse::xbt
