@@ -1,6 +1,9 @@
-// xbyak backend: online softmax (Plan::online, lib/ir/online_softmax.hpp), the Gen members
-// (gen.hpp) that compute a max accumulator m over v and the sum s of exp(v - m) in ONE loop
-// over the row.
+// xbyak backend: the Gen members (gen.hpp) of two row strategies that overlap a row's math with
+// memory traffic (README "xbyak backend", "Rows pipelined"):
+//   - online softmax (Plan::online, lib/ir/online_softmax.hpp): a max accumulator m over v and
+//     the sum s of exp(v - m) in ONE loop over the row;
+//   - pipelined rows (Plan::pipeline, pipeline_rows at the end of this file): the last
+//     accumulating loop over row i also runs row i-1's store loop.
 //
 // Why: a long row (log_softmax [1024,32000]: 128 KiB) is read from memory by the max loop, and
 // the exp-sum loop then runs on the row in L2: the exp work (about half the kernel's time on one
