@@ -129,8 +129,16 @@ void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
   vslot_base_ = static_cast<int>((p_.addrs.size() * (p_.pipeline ? 2 : 1) * 8 + 63) / 64 * 64);
-  sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
+  const int scratch_off = vslot_base_ + kMaxVSlots * 64;  // the scratch row (Plan::reuse), 64-aligned
+  sub(rsp, scratch_off + static_cast<int>(p_.scratch_bytes) + 64);
   and_(rsp, -64);
+  const int naddr = static_cast<int>(p_.addrs.size());
+  for (int a = 0; a < naddr; ++a)
+    if (p_.addrs[a].buffer == kScratchBuffer) {  // the same row for this row and the previous one
+      lea(rax, ptr[rsp + scratch_off]);
+      mov(qword[rsp + ptr_slot(a)], rax);
+      if (p_.pipeline) mov(qword[rsp + ptr_slot(naddr + a)], rax);
+    }
 }
 
 template <class Vmm>
@@ -566,8 +574,15 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     Eval ev;
     ev.in_loop = true;
     ev.masked = masked;
-    eval(dag, ev);
-    if (prev) eval_prev_row(pdag, ev);
+    if (prev) {  // the previous row's store first: it reads the scratch row this row's sum writes
+      eval_prev_row(pdag, ev);
+      const bool streaming = stream_;
+      stream_ = false;  // streaming is for the previous row's stores
+      eval(dag, ev);
+      stream_ = streaming;
+    } else {
+      eval(dag, ev);
+    }
     nvslots_ = slots;
     disp_ = 0;
   };
@@ -668,8 +683,9 @@ template <class Vmm>
 void Gen<Vmm>::prefetch_streams(bool along_row) {
   int nstreams = 0;
   std::vector<int> seen;
-  for (const auto& [e, a] : p_.loads)
-    if (a.coeff == 1 && std::find(seen.begin(), seen.end(), a.addr) == seen.end()) {
+  for (const auto& [e, a] : p_.loads)  // (not the scratch row of Plan::reuse: it is in cache)
+    if (a.coeff == 1 && p_.addrs[a.addr].buffer != kScratchBuffer &&
+        std::find(seen.begin(), seen.end(), a.addr) == seen.end()) {
       seen.push_back(a.addr);
       ++nstreams;
     }

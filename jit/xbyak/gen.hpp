@@ -36,33 +36,6 @@ using Xbyak::Address;
 using Xbyak::Label;
 using Xbyak::Reg64;
 
-// Scratch vector registers the injector of an op needs (injectors.hpp), beyond its result.
-inline int scratch_count(const ir::Expr* e) {
-  if (e->kind != ExprKind::Op) return 0;
-  switch (e->op) {
-    case Op::Exp:
-    case Op::Exp2: return 2;
-    case Op::Log:
-    case Op::Log2: return 4;
-    case Op::Tanh: return 3;
-    case Op::Sigmoid: return 4;
-    case Op::Silu: return 5;
-    case Op::Erf: return 3;
-    case Op::GeluErf: return 6;
-    case Op::GeluTanh: return 5;
-    case Op::Log1p: return 5;
-    case Op::Expm1: return 6;
-    case Op::Maximum:
-    case Op::Minimum:
-    case Op::Sign:
-    case Op::Relu:
-    case Op::Where:
-    case Op::Rsqrt:
-    case Op::Recip: return 1;
-    default: return 1;
-  }
-}
-
 template <class Vmm>
 class Gen : public Xbyak::CodeGenerator {
  public:

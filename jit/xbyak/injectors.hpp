@@ -3,7 +3,7 @@
 //
 // Convention: every injector works IN PLACE on `x` (input and result) and clobbers only the
 // scratch registers t[0..n) it is given (never aliasing `x`); the number each needs is in
-// scratch_count() of gen.hpp. Constants come from jit/common/math_constants.hpp through the
+// scratch_count() of xbyak_backend.hpp. Constants come from jit/common/math_constants.hpp through the
 // host's constant table (Host::cst, RIP-relative). Opmask registers k2/k3 are scratch.
 // Measured ULP bounds: README "xbyak backend" and tests/backends/test_xbyak_math.cpp.
 #pragma once

@@ -207,8 +207,13 @@ template <class Vmm>
 void Gen<Vmm>::pipeline_rows() {
   const size_t q = k_.phases.size() - 1, mp = q - 1;  // the store loop; the loop it joins
   const bool online_mp = p_.online.phase >= 0 && static_cast<size_t>(p_.online.phase) + 1 == mp;
-  std::vector<PhaseItem> items;
-  for (size_t s = 0; s < k_.phases[q].stores.size(); ++s) items.push_back({&k_.phases[q].stores[s], p_.stores[q][s]});
+  std::vector<PhaseItem> items, keep;  // the store loop; what the joined loop stores (Plan::reuse)
+  if (p_.reuse) {
+    items.push_back({&p_.reuse->store, p_.stores[q][0]});
+    keep.push_back({&p_.reuse->keep, p_.reuse->scratch});
+  } else {
+    for (size_t s = 0; s < k_.phases[q].stores.size(); ++s) items.push_back({&k_.phases[q].stores[s], p_.stores[q][s]});
+  }
   const int naddr = static_cast<int>(p_.addrs.size());
   auto joined_loop = [&](const std::vector<PhaseItem>* prev) {
     if (online_mp) {
@@ -216,7 +221,7 @@ void Gen<Vmm>::pipeline_rows() {
       return;
     }
     prefetch_rows_ = true;  // the last loop over the row: fetch the rows ahead (prefetch_streams)
-    loop_phase({}, k_.phases[mp].accs, true, prev);
+    loop_phase(keep, k_.phases[mp].accs, true, prev);
     prefetch_rows_ = false;
   };
   row_loop([&] {

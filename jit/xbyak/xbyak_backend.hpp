@@ -29,9 +29,10 @@ enum class Mode { Pointwise, Row, Global };
 
 /// One memory stream: element pointer = buffer + base * elem_size, then + inner * coeff.
 struct Addr {
-  int buffer = 0;
-  int base = 0;  ///< index into Plan::bases
+  int buffer = 0;  ///< kScratchBuffer: the per-call scratch row on the stack (Plan::reuse)
+  int base = 0;    ///< index into Plan::bases (-1 for the scratch row)
 };
+inline constexpr int kScratchBuffer = -1;
 struct Access {
   int addr = 0;
   int coeff = 0;  ///< 0 (broadcast) or 1 (contiguous) in the inner variable
@@ -60,9 +61,50 @@ struct Plan {
   /// rms_norm): the last accumulating loop over row i also runs the store loop of row i-1
   /// (online.cpp), so that the math of one row overlaps the memory writes of the other.
   bool pipeline = false;
+  /// Pipelined rows whose store recomputes the sum loop's expensive value E (softmax: the sum
+  /// of exp(x - m), then exp(x - m) / s stored): the sum loop over row i also writes E to a
+  /// scratch row on the stack (scratch_bytes, stream kScratchBuffer: it stays in L1/L2), and
+  /// row i-1's store loads it from there instead of computing it again (same bits). In the
+  /// joined loop each vector runs row i-1's store before row i's sum, so one row suffices.
+  struct Reuse {
+    ir::Store keep;    ///< sum loop: scratch[r] = E
+    ir::Store store;   ///< store loop: the store with E replaced by `load`
+    ir::ExprRef load;  ///< scratch[r], registered in `loads`
+    Access scratch;    ///< where keep stores and load loads
+  };
+  std::shared_ptr<const Reuse> reuse;
+  int64_t scratch_bytes = 0;
 };
+// Scratch vector registers the injector of an op needs (injectors.hpp), beyond its result.
+inline int scratch_count(const ir::Expr* e) {
+  if (e->kind != ir::ExprKind::Op) return 0;
+  switch (e->op) {
+    case Op::Exp:
+    case Op::Exp2: return 2;
+    case Op::Log:
+    case Op::Log2: return 4;
+    case Op::Tanh: return 3;
+    case Op::Sigmoid: return 4;
+    case Op::Silu: return 5;
+    case Op::Erf: return 3;
+    case Op::GeluErf: return 6;
+    case Op::GeluTanh: return 5;
+    case Op::Log1p: return 5;
+    case Op::Expm1: return 6;
+    case Op::Maximum:
+    case Op::Minimum:
+    case Op::Sign:
+    case Op::Relu:
+    case Op::Where:
+    case Op::Rsqrt:
+    case Op::Recip: return 1;
+    default: return 1;
+  }
+}
+
 inline constexpr int64_t kLaneMaxReduce = 16;
 inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::online (analyze.cpp)
+inline constexpr int64_t kReuseMaxReduce = 8192;   ///< longest row for Plan::reuse (32 KiB of stack)
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);

@@ -41,6 +41,17 @@ TEST(XbyakOnline, Plan) {
   EXPECT_TRUE(p.pipeline);
   ASSERT_EQ("", detail::xb::analyze(rms_norm(8, 100), p));
   EXPECT_TRUE(p.pipeline);
+  EXPECT_FALSE(p.reuse);  // x*x: cheaper to compute again than to store and load
+  // softmax stores exp(x - m) / s: the exp of the sum loop is kept in a scratch row
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, 1000, false), p));
+  ASSERT_TRUE(p.reuse);
+  EXPECT_EQ(p.scratch_bytes, 4000 + 32);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, 1000, true), p));  // log_softmax stores no exp
+  EXPECT_FALSE(p.reuse);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, C, false), p));  // online: sums relative to a running max
+  EXPECT_FALSE(p.reuse);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, 10, false), p));  // rows across lanes
+  EXPECT_FALSE(p.reuse);
   ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));  // 4 streams: no registers for 8 pointers
   EXPECT_EQ(p.online.phase, -1);
   EXPECT_FALSE(p.pipeline);
