@@ -1,13 +1,15 @@
 // xbyak backend: machine-code emission from an analysed kernel (see xbyak_backend.hpp), the
 // members of Gen (gen.hpp) that drive a kernel: prologue/epilogue, row loop, index arithmetic,
-// stream pointers, stack slots, constants, accumulators, the pointwise/row/global phase loops,
-// streaming stores and prefetch. Expression evaluation (register allocation, instruction
-// selection) is in eval.cpp, the rows-across-lanes path in lanes.cpp.
+// stream pointers, stack slots, constants, the pointwise/row/global phase loops, streaming
+// stores and prefetch. Accumulators are in accumulators.cpp, expression evaluation (register
+// allocation, instruction selection) in eval.cpp, the rows-across-lanes path in lanes.cpp, the
+// online softmax loop and pipelined rows in online.cpp.
 //
 // Generated function: void fn(Frame*). Registers: rdi frame, rbp saved rsp, r12/r13 row range,
 // r14 inner index, r15 inner end, rax/rdx scratch, {rbx rsi r8 r9 r10 r11 rcx} stream pointers
 // (further streams are reloaded from their stack slot into rax at each use). Stack (64-aligned):
-// pointer slots, then 64-byte vector slots (loop invariants and spills). Vector registers: the
+// pointer slots (this row's, then the previous row's when pipelined), then 64-byte vector slots
+// (loop invariants and spills), then the scratch row of Plan::reuse. Vector registers: the
 // last one is the AVX2 tail mask (k1 on AVX-512), the one before it the accumulator scratch;
 // accumulators are pinned, the rest is allocated per expression DAG with Belady spilling.
 #include <algorithm>
@@ -67,16 +69,7 @@ size_t Gen<Vmm>::generate() {
         pipeline_rows();
         break;
       }
-      row_loop([&] {
-        for (size_t ph = 0; ph < k_.phases.size(); ++ph) {
-          if (static_cast<int>(ph) == p_.online.phase) {  // this phase and the next, in one loop
-            online_phase();
-            ++ph;
-            continue;
-          }
-          phase(ph, true);
-        }
-      });
+      row_loop([&] { row_phases(k_.phases.size()); });
       break;
     case Mode::Global: {
       compute_addrs();
@@ -272,113 +265,17 @@ void Gen<Vmm>::phase(size_t ph, bool static_range) {
   else once_phase(items);
 }
 
+// Phases [0, end) of a row: the online pair (Plan::online) as one loop, the others one by one.
 template <class Vmm>
-float Gen<Vmm>::identity(ir::AccKind k) {
-  switch (k) {
-    case ir::AccKind::Sum: return 0.0f;
-    case ir::AccKind::Prod: return 1.0f;
-    case ir::AccKind::Max: return -INFINITY;
-    case ir::AccKind::Min: return INFINITY;
-    default: return 0.0f;
-  }
-}
-
-template <class Vmm>
-void Gen<Vmm>::accumulate(int a, const Vmm& v0, bool masked) {
-  if (a == cap_acc_) {
-    capture(v0, masked);
-    return;
-  }
-  ir::AccKind kind = k_.accs[a].kind;
-  Vmm acc(acc_reg_.at(a));
-  Vmm v = v0;
-  Vmm tmp(kAccTmp);
-  if constexpr (!Z) {
-    if (masked) {  // masked-off lanes contribute the identity
-      vmovups(tmp, cst(identity(kind)));
-      vblendvps(tmp, tmp, v0, Vmm(kMaskReg));
-      v = tmp;
+void Gen<Vmm>::row_phases(size_t end) {
+  for (size_t ph = 0; ph < end; ++ph) {
+    if (static_cast<int>(ph) == p_.online.phase) {  // this phase and the next, in one loop
+      online_phase();
+      ++ph;
+      continue;
     }
+    phase(ph, true);
   }
-  auto m = [&](const Vmm& r) -> Vmm {
-    if constexpr (Z) {
-      if (masked) return r | k1;
-    }
-    return r;
-  };
-  switch (kind) {
-    case ir::AccKind::Sum: vaddps(m(acc), acc, v); break;
-    case ir::AccKind::Prod: vmulps(m(acc), acc, v); break;
-    case ir::AccKind::Max:
-    case ir::AccKind::Min: {
-      Vmm nan(acc_nan_.at(a));
-      if (kind == ir::AccKind::Max) vmaxps(m(acc), v, acc); else vminps(m(acc), v, acc);  // NaN in v -> acc kept
-      if constexpr (Z) {
-        if (masked) vcmpps(k2 | k1, v, v, kUnordQ); else vcmpps(k2, v, v, kUnordQ);
-        vmovups(nan | k2, v);
-      } else {
-        vcmpps(tmp, v, v, kUnordQ);
-        vblendvps(nan, nan, cst(NAN), tmp);
-      }
-      break;
-    }
-    default: throw DeclineError("xbyak: accumulator kind");
-  }
-}
-
-// horizontal reduction of accumulator a into accs[a] (fixed order)
-template <class Vmm>
-void Gen<Vmm>::finish_acc(int a) {
-  ir::AccKind kind = k_.accs[a].kind;
-  Vmm acc(acc_reg_.at(a));
-  mov(rax, qword[rdi + frame_off::accs]);
-  Label done;
-  if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
-    Vmm nan(acc_nan_.at(a));
-    if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan); else vminps(acc, acc, nan);
-    Label clean;
-    if constexpr (Z) {
-      vcmpps(k2, acc, acc, kUnordQ);
-      kortestw(k2, k2);
-    } else {
-      vcmpps(Vmm(kAccTmp), acc, acc, kUnordQ);
-      vtestps(Vmm(kAccTmp), Vmm(kAccTmp));
-    }
-    jz(clean, T_NEAR);
-    mov(dword[rax + 4 * a], 0x7fc00000);
-    jmp(done, T_NEAR);
-    L(clean);
-  }
-  hreduce(kind, acc);
-  vmovss(dword[rax + 4 * a], Xbyak::Xmm(0));
-  L(done);
-}
-
-// Lane 0 of Xmm(0) = the lanes of v folded with `kind`'s operation in a fixed tree order.
-// Uses the low registers 0 and 1 (VEX-encodable); the caller has nothing live in them.
-template <class Vmm>
-void Gen<Vmm>::hreduce(ir::AccKind kind, const Vmm& v) {
-  auto op = [&](const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Xmm& y) {
-    switch (kind) {
-      case ir::AccKind::Sum: vaddps(d, x, y); break;
-      case ir::AccKind::Prod: vmulps(d, x, y); break;
-      case ir::AccKind::Max: vmaxps(d, x, y); break;
-      default: vminps(d, x, y); break;
-    }
-  };
-  if (v.getIdx() != 0) vmovups(Vmm(0), v);
-  Xbyak::Ymm ya(0), yt(1);
-  Xbyak::Xmm xa(0), xt(1);
-  if constexpr (Z) {
-    vextractf64x4(yt, Xbyak::Zmm(0), 1);
-    op(ya, ya, yt);
-  }
-  vextractf128(xt, ya, 1);
-  op(xa, xa, xt);
-  vmovhlps(xt, xt, xa);
-  op(xa, xa, xt);
-  vmovshdup(xt, xa);
-  op(xa, xa, xt);
 }
 
 template <class Vmm>
@@ -400,67 +297,6 @@ void Gen<Vmm>::mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr
     v |= memo[a.get()];
   }
   memo[e] = v;
-}
-
-// Accumulator registers (and NaN markers for Max/Min), initialised to the identity: `nsets`
-// independent sets (see acc_sets_); set 0 is made current.
-template <class Vmm>
-void Gen<Vmm>::pin_accs(const std::vector<int>& accs, int nsets) {
-  acc_sets_.assign(nsets, {});
-  int next = kAccTmp - 1;
-  for (auto& [regs, nans] : acc_sets_)
-    for (int a : accs) {
-      regs[a] = next--;
-      vmovups(Vmm(regs[a]), cst(identity(k_.accs[a].kind)));
-      if (k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min) {
-        nans[a] = next--;
-        vmovups(Vmm(nans[a]), cst(identity(k_.accs[a].kind)));
-      }
-      if (next < 4) throw DeclineError("xbyak: too many accumulators in one phase");
-    }
-  use_acc_set(0);
-}
-
-template <class Vmm>
-void Gen<Vmm>::use_acc_set(int s) {
-  acc_reg_ = acc_sets_[s].first;
-  acc_nan_ = acc_sets_[s].second;
-}
-
-template <class Vmm>
-void Gen<Vmm>::release_accs() {
-  acc_sets_.clear();
-  acc_reg_.clear();
-  acc_nan_.clear();
-}
-
-// Vector registers one set of `accs` pins.
-template <class Vmm>
-int Gen<Vmm>::acc_regs(const std::vector<int>& accs) const {
-  int n = 0;
-  for (int a : accs) n += k_.accs[a].kind == ir::AccKind::Max || k_.accs[a].kind == ir::AccKind::Min ? 2 : 1;
-  return n;
-}
-
-// Folds the sets into set 0 in a fixed tree order ((0,1),(2,3)),(0,2) so that results do not
-// depend on anything but the code. NaN markers are OR-ed: a marker is the identity (an
-// infinity) or a NaN, and an infinity OR a NaN is still a NaN.
-template <class Vmm>
-void Gen<Vmm>::combine_acc_sets(const std::vector<int>& accs) {
-  const int n = static_cast<int>(acc_sets_.size());
-  for (int step = 1; step < n; step *= 2)
-    for (int s = 0; s + step < n; s += 2 * step)
-      for (int a : accs) {
-        Vmm d(acc_sets_[s].first.at(a)), o(acc_sets_[s + step].first.at(a));
-        switch (k_.accs[a].kind) {
-          case ir::AccKind::Sum: vaddps(d, d, o); break;
-          case ir::AccKind::Prod: vmulps(d, d, o); break;
-          case ir::AccKind::Max: vmaxps(d, d, o); break;
-          default: vminps(d, d, o); break;
-        }
-        if (acc_sets_[s].second.count(a)) inj_.vor(Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s + step].second.at(a)));
-      }
-  use_acc_set(0);
 }
 
 // Few vector instructions per element (no transcendental op): loop overhead matters.
@@ -535,11 +371,43 @@ typename Gen<Vmm>::Dag Gen<Vmm>::prev_row_dag(const std::vector<PhaseItem>& item
   return d;
 }
 
+// One vector of a joined loop (pipeline_rows): the previous row's stores first (they read the
+// scratch row this row's loop writes, Plan::reuse), then this row's DAG, whose own stores (the
+// scratch row) never stream.
 template <class Vmm>
-void Gen<Vmm>::eval_prev_row(const Dag& d, const Eval& ev) {
+void Gen<Vmm>::eval_joined(const Dag& dag, const Dag* prev, const Eval& ev) {
+  const bool streaming = stream_;
+  if (prev) {
+    prev_row_ = true;
+    eval(*prev, ev);
+    prev_row_ = false;
+    stream_ = false;
+  }
+  eval(dag, ev);
+  stream_ = streaming;
+}
+
+// Emits `loop` for a joined loop: twice when the previous row's stores may stream (streaming
+// when the host asks for it and that row's store addresses are aligned, regular otherwise, as
+// loop_phase does for a store loop of its own), once otherwise.
+template <class Vmm>
+void Gen<Vmm>::prev_row_variants(const std::vector<PhaseItem>* prev, const std::function<void()>& loop) {
+  if (!prev || !streaming_ok(*prev, {})) {
+    loop();
+    return;
+  }
+  Label regular, done;
+  xor_(r14d, r14d);
   prev_row_ = true;
-  eval(d, ev);
+  streaming_check(*prev, regular);
   prev_row_ = false;
+  stream_ = true;
+  loop();
+  stream_ = false;
+  jmp(done, T_NEAR);
+  L(regular);
+  loop();
+  L(done);
 }
 
 // `prev`: the previous row's store loop, run in this loop (pipeline_rows).
@@ -574,40 +442,23 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     Eval ev;
     ev.in_loop = true;
     ev.masked = masked;
-    if (prev) {  // the previous row's store first: it reads the scratch row this row's sum writes
-      eval_prev_row(pdag, ev);
-      const bool streaming = stream_;
-      stream_ = false;  // streaming is for the previous row's stores
-      eval(dag, ev);
-      stream_ = streaming;
-    } else {
-      eval(dag, ev);
-    }
+    eval_joined(dag, prev ? &pdag : nullptr, ev);
     nvslots_ = slots;
     disp_ = 0;
   };
-  if (static_range && p_.mode != Mode::Global) {
-    Label regular, done;
-    if (streaming_ok(items, accs)) {  // a store phase of a row kernel: per row, when aligned
-      xor_(r14d, r14d);
-      streaming_check(items, regular);
-      stream_ = true;
-      static_loop(body, 1);
-      stream_ = false;
-      jmp(done, T_NEAR);
-    } else if (prev && streaming_ok(*prev, {})) {  // the previous row's stores, as above
-      xor_(r14d, r14d);
-      prev_row_ = true;
-      streaming_check(*prev, regular);
-      prev_row_ = false;
-      stream_ = true;
-      static_loop(body, U);
-      stream_ = false;
-      jmp(done, T_NEAR);
-    }
+  if (static_range && p_.mode != Mode::Global && streaming_ok(items, accs)) {
+    Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
+    xor_(r14d, r14d);
+    streaming_check(items, regular);
+    stream_ = true;
+    static_loop(body, 1);
+    stream_ = false;
+    jmp(done, T_NEAR);
     L(regular);
     static_loop(body, U);
     L(done);
+  } else if (static_range && p_.mode != Mode::Global) {
+    prev_row_variants(prev, [&] { static_loop(body, U); });
   } else {
     Label top, single, tail, done;
     mov(r14, qword[rdi + frame_off::lo]);

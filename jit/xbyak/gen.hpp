@@ -1,10 +1,11 @@
 // xbyak backend: the code generator class, private to jit/xbyak/ (includes xbyak).
 //
 // Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
-// here because its members are defined in four files:
+// here because its members are defined in five files:
 //   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
-//                arithmetic, stream pointers, stack slots, constants, accumulators, the
-//                pointwise/row/global phase loops, streaming stores, prefetch;
+//                arithmetic, stream pointers, stack slots, constants, the pointwise/row/global
+//                phase loops, streaming stores, prefetch;
+//   accumulators.cpp  accumulator registers: identities, folds, unrolled sets, horizontal sums;
 //   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
 //                spilling), instruction selection per op (the math injectors);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
@@ -153,7 +154,9 @@ class Gen : public Xbyak::CodeGenerator {
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);
   Dag prev_row_dag(const std::vector<PhaseItem>& items);
-  void eval_prev_row(const Dag& d, const Eval& ev);
+  void eval_joined(const Dag& dag, const Dag* prev, const Eval& ev);
+  void prev_row_variants(const std::vector<PhaseItem>* prev, const std::function<void()>& loop);
+  void row_phases(size_t end);
   void prefetch_streams(bool along_row = false);
   template <class Body>
   void static_loop(const Body& body, int U);

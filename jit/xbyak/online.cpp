@@ -87,22 +87,7 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
       online_block(dag, static_cast<int>(left + (rem ? 1 : 0)), rem != 0, prev_stores ? &prev : nullptr);
     }
   };
-  if (prev_stores && streaming_ok(*prev_stores, {})) {  // as loop_phase: streaming when asked and aligned
-    Label regular, done;
-    xor_(r14d, r14d);
-    prev_row_ = true;
-    streaming_check(*prev_stores, regular);
-    prev_row_ = false;
-    stream_ = true;
-    loop();
-    stream_ = false;
-    jmp(done, T_NEAR);
-    L(regular);
-    loop();
-    L(done);
-  } else {
-    loop();
-  }
+  prev_row_variants(prev_stores, loop);
   cap_acc_ = -1;
   online_finish();
 }
@@ -115,12 +100,11 @@ void Gen<Vmm>::online_block(const Dag& dag, int nv, bool masked, const Dag* prev
     disp_ = j * VB;
     cap_reg_ = on_x_[j];
     const int slots = nvslots_;
-    if (!masked) prefetch_streams(true);
     Eval ev;
     ev.in_loop = true;
     ev.masked = masked && j == nv - 1;
-    eval(dag, ev);
-    if (prev) eval_prev_row(*prev, ev);
+    if (!ev.masked) prefetch_streams(true);
+    eval_joined(dag, prev, ev);
     nvslots_ = slots;
   }
   disp_ = 0;
@@ -225,14 +209,7 @@ void Gen<Vmm>::pipeline_rows() {
     prefetch_rows_ = false;
   };
   row_loop([&] {
-    for (size_t ph = 0; ph < (online_mp ? mp - 1 : mp); ++ph) {
-      if (static_cast<int>(ph) == p_.online.phase) {
-        online_phase();
-        ++ph;
-        continue;
-      }
-      phase(ph, true);
-    }
+    row_phases(online_mp ? mp - 1 : mp);
     Label first, joined;
     cmp(r12, qword[rdi + frame_off::row_begin]);
     je(first, T_NEAR);
