@@ -431,6 +431,12 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
   // prefetcher keeps up with cheap ones, which would only pay the extra instructions.
   const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise);
+  // AVX2 streams only cheap bodies. A ymm streaming store fills half a line, the other half
+  // comes one iteration later; on the 2-vCPU AMD EPYC (README "xbyak backend") math-heavy loops
+  // over 16M floats ran 12-15% slower streaming (gelu/tanh/exp: 40.1/21.0/27.6 ms against
+  // 34.5/18.3/24.1 ms) while y = 2x gained a third (8.4 against 12.4 ms). A zmm store writes a
+  // whole line: AVX-512 streams any body (measured on the AVX-512 Xeon).
+  const bool may_stream = streaming_ok(items, accs) && (Z || cheap);
   pin_accs(accs, U);
   // One vector (copy j of an unrolled iteration at r14 + j*W); spill slots are reused
   // across copies (nothing in them outlives one copy).
@@ -446,7 +452,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     nvslots_ = slots;
     disp_ = 0;
   };
-  if (static_range && p_.mode != Mode::Global && streaming_ok(items, accs)) {
+  if (static_range && p_.mode != Mode::Global && may_stream) {
     Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
     xor_(r14d, r14d);
     streaming_check(items, regular);
@@ -463,7 +469,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     Label top, single, tail, done;
     mov(r14, qword[rdi + frame_off::lo]);
     mov(r15, qword[rdi + frame_off::hi]);
-    if (streaming_ok(items, accs)) {  // whole vectors while aligned; the rest below
+    if (may_stream) {  // whole vectors while aligned; the rest below
       Label regular;
       streaming_check(items, regular);
       stream_ = true;
@@ -522,6 +528,19 @@ void Gen<Vmm>::set_mask_rax() {
   }
 }
 
+// Addresses (p_.addrs indices, ascending: emission order independent of the hash map's) of the
+// loads that advance one element per element (not the scratch row of Plan::reuse: in cache).
+template <class Vmm>
+std::vector<int> Gen<Vmm>::contiguous_load_streams() const {
+  std::vector<int> seen;
+  for (const auto& [e, a] : p_.loads)
+    if (a.coeff == 1 && p_.addrs[a.addr].buffer != kScratchBuffer &&
+        std::find(seen.begin(), seen.end(), a.addr) == seen.end())
+      seen.push_back(a.addr);
+  std::sort(seen.begin(), seen.end());
+  return seen;
+}
+
 // Software prefetch of the contiguous load streams. Measured on this 2-core AVX-512 VM (README
 // "xbyak backend"): a compute-heavy loop (gelu, tanh/sigmoid chains: 20-60 vector ops per
 // vector) has too few loads in its out-of-order window to keep enough lines in flight, and
@@ -532,15 +551,8 @@ void Gen<Vmm>::set_mask_rax() {
 // row's math.
 template <class Vmm>
 void Gen<Vmm>::prefetch_streams(bool along_row) {
-  int nstreams = 0;
-  std::vector<int> seen;
-  for (const auto& [e, a] : p_.loads)  // (not the scratch row of Plan::reuse: it is in cache)
-    if (a.coeff == 1 && p_.addrs[a.addr].buffer != kScratchBuffer &&
-        std::find(seen.begin(), seen.end(), a.addr) == seen.end()) {
-      seen.push_back(a.addr);
-      ++nstreams;
-    }
-  std::sort(seen.begin(), seen.end());  // emission order independent of the hash map's
+  const std::vector<int> seen = contiguous_load_streams();
+  const int nstreams = static_cast<int>(seen.size());
   const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
   for (int addr : seen) {
     int64_t dist = pointwise_dist;
@@ -608,6 +620,28 @@ void Gen<Vmm>::streaming_check(const std::vector<PhaseItem>& items, Label& regul
   }
   test(edx, VB - 1);
   jnz(regular, T_NEAR);
+  // 4K aliasing: a load whose address is up to 4 vectors behind a store's modulo 4 KiB looks,
+  // to the memory disambiguation (which compares the low 12 address bits), like a read of that
+  // recent store and waits until it is written; a streaming store takes far longer to be written
+  // than a regular one. Measured on a 2-vCPU AMD EPYC (AVX2), y = 2x over 16M floats: 8 ms
+  // streaming, 19 ms streaming with the input 16-32 bytes behind the output modulo 4 KiB
+  // (std::vector data is at 16 mod 4096, kfuse's pool buffers at 64), 11-12 ms with regular
+  // stores at any offset. So those launches store regularly: (store - load) mod 4096 in
+  // [1, 4 vectors] for any contiguous load stream of the loop (of both rows when these are the
+  // previous row's stores in a joined loop: prev_row_ is set).
+  const bool was_prev = prev_row_;
+  for (const auto& it : items)
+    for (int row = 0; row < (was_prev ? 2 : 1); ++row)
+      for (int a : contiguous_load_streams()) {
+        mov(rdx, stream(it.acc.addr));
+        prev_row_ = row == 1;
+        sub(rdx, stream(a));
+        prev_row_ = was_prev;
+        sub(edx, 1);
+        and_(edx, 4095);
+        cmp(edx, 4 * VB);
+        jb(regular, T_NEAR);
+      }
 }
 
 // Every member defined above (lanes.cpp instantiates its own).

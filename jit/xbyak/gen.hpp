@@ -158,6 +158,7 @@ class Gen : public Xbyak::CodeGenerator {
   void prev_row_variants(const std::vector<PhaseItem>* prev, const std::function<void()>& loop);
   void row_phases(size_t end);
   void prefetch_streams(bool along_row = false);
+  std::vector<int> contiguous_load_streams() const;
   template <class Body>
   void static_loop(const Body& body, int U);
   bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const;

@@ -93,6 +93,9 @@ struct Injectors {
   // 2 scratch. nonpositive: the caller guarantees x <= 0 or NaN (only the lower clamp is needed)
   void exp(const Vmm& x, const Vmm* t, bool nonpositive = false) {
     using namespace kfuse::jit::mathc;
+    if constexpr (!Z) {
+      if (nonpositive) return exp_nonpositive_avx2(x, t);
+    }
     if (nonpositive) {
       h.vmovups(t[0], h.cst(kExpLo));
       h.vmaxps(x, t[0], x);
@@ -104,6 +107,30 @@ struct Injectors {
     h.vfnmadd231ps(x, t[0], h.cst(kLn2Hi));
     h.vfnmadd231ps(x, t[0], h.cst(kLn2Lo));
     exp_finish(x, t[0], t[1]);
+  }
+  // exp of x <= 0 on AVX2 in 4 integer/FP ops fewer than exp_finish's two-step 2^n: n lies in
+  // [-150, 0], so 2^(n+64) is a normal float built from n's bits, and the polynomial carries the
+  // 2^-64 in its coefficients (exact power-of-two scaling: every intermediate stays normal). The
+  // product p * 2^(n+64) rounds once, as exp_finish's exact-then-rounding pair does: same bits.
+  // n comes from adding 1.5*2^23 + 191 to x*log2e (round to nearest even, as vroundps, with the
+  // biased exponent n+191 in the low mantissa bits), which also replaces the float-to-int convert.
+  void exp_nonpositive_avx2(const Vmm& x, const Vmm* t) {
+    using namespace kfuse::jit::mathc;
+    constexpr float kScale = 0x1p-64f;
+    constexpr float kMagic = 0x1.8p23f + 191.0f;  // 191 = 127 + 64
+    h.vmovups(t[0], h.cst(kExpLo));
+    h.vmaxps(x, t[0], x);
+    h.vmulps(t[0], x, h.cst(kLog2e));
+    h.vaddps(t[0], t[0], h.cst(kMagic));  // bits: 0x4B400000 + n + 191
+    h.vsubps(t[1], t[0], h.cst(kMagic));  // n (exact)
+    h.vfnmadd231ps(x, t[1], h.cst(kLn2Hi));
+    h.vfnmadd231ps(x, t[1], h.cst(kLn2Lo));
+    h.vmovups(t[1], h.cst(kExpP[0] * kScale));
+    for (int i = 1; i < 5; ++i) h.vfmadd213ps(t[1], x, h.cst(kExpP[i] * kScale));
+    h.vfmadd213ps(t[1], x, h.cst(kScale));  // 2^-64 (1 + r P)
+    h.vfmadd213ps(x, t[1], h.cst(kScale));  // 2^-64 (1 + r (1 + r P))
+    h.vpslld(t[0], t[0], 23);               // 2^(n+64): the magic's own bits shift out
+    h.vmulps(x, x, t[0]);
   }
   void exp2(const Vmm& x, const Vmm* t) {  // 2 scratch
     using namespace kfuse::jit::mathc;

@@ -102,6 +102,35 @@ TEST(XbyakKernels, ExpOfNonPositiveForms) {
     }
 }
 
+// The form-proven exp(x <= 0) (on AVX2 a one-step 2^(n+64) with a 2^-64-scaled polynomial,
+// injectors.hpp exp_nonpositive_avx2) returns the same bits as the general exp of the same value
+// loaded from memory: every n in [-150, 0], subnormal and zero results, -0, -inf and NaN.
+TEST(XbyakKernels, ExpOfNonPositiveSameBitsAsGeneralExp) {
+  std::vector<float> a;
+  for (float v = 0.0f; v < 106.0f; v += 0.0137f) a.push_back(v);
+  for (float v : {0.0f, 1e-30f, 1e-45f, 86.9f, 87.3365f, 87.34f, 88.7f, 103.28f, 103.3f, 103.98f, 104.0f, 150.0f,
+                  INFINITY, NAN})
+    a.push_back(v);
+  std::vector<float> neg(a.size());
+  for (size_t i = 0; i < a.size(); ++i) neg[i] = -std::fabs(a[i]);
+  const auto n = static_cast<int64_t>(a.size());
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    Kernel proven = pointwise(1, [](const auto& in) { return un(Op::Exp, un(Op::Neg, un(Op::Abs, in[0]))); }, n);
+    Kernel general = pointwise(1, [](const auto& in) { return un(Op::Exp, in[0]); }, n);
+    auto cp = be->compile(proven), cg = be->compile(general);
+    ASSERT_TRUE(cp.kernel && cg.kernel);
+    std::vector<float> op(a.size()), og(a.size());
+    cp.kernel->run(LaunchArgs{{a.data(), op.data()}, proven.param_values()});
+    cg.kernel->run(LaunchArgs{{neg.data(), og.data()}, general.param_values()});
+    int bad = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&op[i], &og[i], 4) != 0 && !(std::isnan(op[i]) && std::isnan(og[i])) && ++bad <= 5)
+        ADD_FAILURE() << "[" << detail::xb::isa_name(isa) << "] exp(" << neg[i] << "): proven form " << op[i]
+                      << ", general " << og[i];
+  }
+}
+
 TEST(XbyakKernels, LongChainAndBroadcast) {
   for (Isa isa : isas()) {
     // tanh(a*0.5+b)*sigmoid(c) - exp(-a*a) and relu(a*b+c), gelu chains: register pressure
@@ -383,17 +412,28 @@ TEST(XbyakKernels, UnrolledReductionRemainders) {
 }
 
 // Outputs of >= 16 MiB are written with streaming stores where every store address is vector
-// aligned, with regular stores otherwise: both paths (aligned and misaligned output buffers),
-// pointwise and row kernels, against the reference interpreter; tails and odd row lengths too.
+// aligned and no contiguous input is a few vectors behind the output modulo 4 KiB (4K aliasing:
+// emitter.cpp, streaming_check), with regular stores otherwise: each path (aligned, misaligned
+// and aliasing buffers), pointwise and row kernels, against the reference interpreter; tails and
+// odd row lengths too.
 TEST(XbyakKernels, StreamingStoresLargeOutputs) {
-  struct Out {
-    // aligned_alloc wants a size that is a multiple of the alignment
-    explicit Out(size_t n, size_t shift)
-        : mem(static_cast<float*>(std::aligned_alloc(64, (n + 32 + 15) / 16 * 64))), p(mem + shift) {}
-    ~Out() { std::free(mem); }
+  struct Placed {  // n floats at `offset` bytes past a 4 KiB boundary
+    Placed(size_t n, size_t offset)
+        : mem(static_cast<float*>(std::aligned_alloc(4096, (n * 4 + offset + 64 + 4095) / 4096 * 4096))),
+          p(mem + offset / 4) {}
+    ~Placed() { std::free(mem); }
     float* mem;
     float* p;
   };
+  struct Case {
+    size_t out_offset, in_offset;
+    const char* what;
+  };
+  const Case cases[] = {{0, 0, "streaming"},
+                        {4, 0, "misaligned output"},
+                        {0, 4096 - 32, "input 32 bytes behind the output mod 4 KiB"},
+                        {64, 48, "input 16 bytes behind"},
+                        {0, 2048, "input 2 KiB away"}};
   auto ref = detail::make_reference_backend();
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
@@ -411,15 +451,19 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
                                                   {softmax(683, 6144, true), 683 * 6144},
                                                   {softmax(683, 6149, false), 683 * 6149}};
     for (auto& [k, count] : ks)
-      for (size_t shift : {size_t{0}, size_t{1}}) {
+      for (const Case& c : cases) {
         auto cx = be->compile(k);
         ASSERT_TRUE(cx.kernel) << cx.declined;
         auto cr = ref->compile(k);
-        Out ox(static_cast<size_t>(count), shift), orf(static_cast<size_t>(count), 0);
-        std::vector<void*> bx{a.data()}, br{a.data()};
-        if (k.kind == "pointwise") {
-          bx.push_back(b.data());
-          br.push_back(b.data());
+        const bool two = k.kind == "pointwise";
+        Placed ia(static_cast<size_t>(count), c.in_offset), ib(two ? static_cast<size_t>(n) : 0, c.in_offset);
+        std::copy(a.begin(), a.begin() + count, ia.p);
+        if (two) std::copy(b.begin(), b.end(), ib.p);
+        Placed ox(static_cast<size_t>(count), c.out_offset), orf(static_cast<size_t>(count), 0);
+        std::vector<void*> bx{ia.p}, br{ia.p};
+        if (two) {
+          bx.push_back(ib.p);
+          br.push_back(ib.p);
         }
         bx.push_back(ox.p);
         br.push_back(orf.p);
@@ -430,7 +474,7 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
         int bad = 0;
         for (int64_t i = 0; i < count; ++i)
           if (!close(ox.p[i], orf.p[i], {1e-5, 1e-5}) && ++bad <= 5)
-            ADD_FAILURE() << k.name << " shift " << shift << " [" << detail::xb::isa_name(isa) << "] out[" << i
+            ADD_FAILURE() << k.name << " (" << c.what << ") [" << detail::xb::isa_name(isa) << "] out[" << i
                           << "]: xbyak " << ox.p[i] << " reference " << orf.p[i];
       }
   }
