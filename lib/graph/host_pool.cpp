@@ -18,6 +18,7 @@ constexpr bool kPoolEnabled = false;
 constexpr bool kPoolEnabled = true;
 #endif
 constexpr size_t kMaxCachedBytes = size_t{512} << 20;
+constexpr size_t kPageAlignedBytes = size_t{64} << 10;  // (a multiple of 4096 from here on)
 
 // Size classes: 64-byte steps below 4 KiB, then 8 classes per power of two (waste <= 12.5%).
 size_t size_class(size_t bytes) {
@@ -62,7 +63,11 @@ void* pool_alloc(size_t bytes) {
       return b;
     }
   }
-  void* b = std::aligned_alloc(64, cls);
+  // Large blocks start on a page: a kernel's output then sits at the same offset modulo 4 KiB as
+  // kfuse's other buffers and just past malloc'ed user data (16 mod 4096), never a few vectors
+  // after an input, where 4K aliasing makes the xbyak backend give up streaming stores
+  // (jit/xbyak/emitter.cpp, streaming_check; README "xbyak backend").
+  void* b = std::aligned_alloc(cls >= kPageAlignedBytes ? 4096 : 64, cls);
   if (!b) throw std::bad_alloc();
   return b;
 }

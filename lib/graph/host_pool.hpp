@@ -11,7 +11,8 @@
 
 namespace kfuse::detail {
 
-/// 64-byte aligned, at least `bytes` (rounded up to the block's size class).
+/// 64-byte aligned (4096 from 64 KiB: host_pool.cpp), at least `bytes` (rounded up to the
+/// block's size class).
 void* pool_alloc(size_t bytes);
 void pool_free(void* p, size_t bytes);
 /// Bytes currently held for reuse.
