@@ -192,6 +192,7 @@ class Gen : public Xbyak::CodeGenerator {
   void flush_tiles();
   void set_row_mask(bool partial);
   void lane_body(bool full, int nsub);
+  void lane_block_loads(int nsub);
   void lane_phase(size_t ph);
   // state
   using IndexVector = std::array<int32_t, 16>;  // first W used

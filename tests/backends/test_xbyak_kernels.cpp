@@ -179,7 +179,7 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
   }
 }
 
-const std::vector<int64_t> kCols = {1, 3, 10, 16, 17, 100, 1000, 4099};
+const std::vector<int64_t> kCols = {1, 3, 8, 10, 13, 16, 17, 100, 1000, 4099};
 
 TEST(XbyakKernels, RowKernels) {
   for (Isa isa : isas())
@@ -334,7 +334,7 @@ TEST(XbyakKernels, ThreadCountIndependent) {
 TEST(XbyakKernels, ShortRowsLanePositionIndependent) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
-    for (int64_t C : {1, 3, 10, 16}) {
+    for (int64_t C : {1, 3, 8, 10, 13, 16}) {
       const int64_t R = 301;
       auto x = inputs(static_cast<size_t>(R * C), 40 + C, -5, 5, 0.02), w = inputs(static_cast<size_t>(C), 41, -2, 2, 0),
            b = inputs(static_cast<size_t>(C), 42, -2, 2, 0);
