@@ -35,7 +35,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 6;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 7;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads
 constexpr size_t kHeader = 16;
 
 // Read-only executable copy of the code (never writable and executable at once).
