@@ -641,9 +641,10 @@ void Gen<Vmm>::streaming_check(const std::vector<PhaseItem>& items, Label& regul
   // AMD EPYC): streaming 18.5 ms before eval_joined put this row's loads first, 10.1 ms after,
   // 6.6 ms with regular stores either way.
   const bool was_prev = prev_row_;
+  const std::vector<int> loads = contiguous_load_streams();
   for (const auto& it : items)
     for (int row = 0; row < (was_prev ? 2 : 1); ++row)
-      for (int a : contiguous_load_streams()) {
+      for (int a : loads) {
         const bool wide = was_prev && row == 0;
         mov(rdx, stream(it.acc.addr));
         prev_row_ = was_prev && row == 1;

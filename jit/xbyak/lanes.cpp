@@ -302,11 +302,8 @@ template <class Vmm>
 void Gen<Vmm>::lane_block_loads(int nsub) {
   const int C = static_cast<int>(p_.reduce_n);
   if (C < 8) return;  // (8-wide row loads would read past the group's last row)
-  std::vector<int> addrs;
-  for (const auto& [e, a] : p_.loads)
-    if (a.coeff == 1 && lane_stride(a.addr) != 0 && std::find(addrs.begin(), addrs.end(), a.addr) == addrs.end())
-      addrs.push_back(a.addr);
-  std::sort(addrs.begin(), addrs.end());  // emission order independent of the hash map's
+  std::vector<int> addrs = contiguous_load_streams();
+  addrs.erase(std::remove_if(addrs.begin(), addrs.end(), [&](int a) { return lane_stride(a) == 0; }), addrs.end());
   if (!addrs.empty()) load_ptr_regs();     // (compute_addrs left this group's pointers in their slots)
   auto V = [](int i) { return Xbyak::Ymm(i); };
   for (int addr : addrs)
