@@ -254,7 +254,10 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
           r.target = "MISS (no kernel compiled: xbyak not in use)";
           continue;
         }
-        need(r.st.median <= 100e-6, fmt_time(r.st.median) + " median (need <=100 us)");
+        // The figure: the backend's emit time per kernel (median). The row's time, the
+        // whole first-evaluation overhead, is printed beside it.
+        need(r.extra_value >= 0 && r.extra_value <= 100e-6,
+             "emit " + fmt_time(r.extra_value) + " median (need <=100 us)");
         break;
       case Target::None: break;
     }

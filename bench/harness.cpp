@@ -219,7 +219,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
     if (r.kernels >= 0) o["kernels_launched_per_call"] = r.kernels;
     if (r.planned >= 0) o["planned_kernels"] = r.planned;
     if (!r.backend.empty()) o["backend_reported"] = r.backend;
-    if (r.extra_value >= 0) o["compile_ms_counter"] = r.extra_value;
+    if (r.extra_value >= 0) o["emit_median_s"] = r.extra_value;
     o["target"] = r.target;
     o["note"] = r.note;
     arr.push_back(std::move(o));

@@ -55,7 +55,7 @@ struct Row {
   std::string target;      // "PASS ..." | "MISS ..." | ""
   std::string note;
   double max_abs_err = 0;
-  double extra_value = -1;  // workload specific (e.g. compile ms from counters)
+  double extra_value = -1;  // workload specific (compile: the backend emit time per kernel, median, s)
 };
 
 std::string fmt_time(double s);

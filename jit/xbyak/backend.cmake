@@ -6,6 +6,7 @@ target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/analyze.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/eval.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)

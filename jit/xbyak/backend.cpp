@@ -1,16 +1,13 @@
-// xbyak backend: Backend/CompiledKernel, executable memory (W^X), threading and serialisation.
-#include <sys/mman.h>
-#include <unistd.h>
-
+// xbyak backend: Backend/CompiledKernel, threading and serialisation (executable memory: exec_memory.hpp).
 #include <xbyak/xbyak_util.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 
 #include "../../lib/runtime/thread_pool.hpp"
 #include "backend/factories.hpp"
+#include "exec_memory.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 #include "xbyak_backend.hpp"
@@ -38,32 +35,6 @@ using Fn = void (*)(Frame*);
 constexpr uint32_t kMagic = 0x4258464b, kVersion = 7;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads
 constexpr size_t kHeader = 16;
 
-// Read-only executable copy of the code (never writable and executable at once).
-class ExecMem {
- public:
-  explicit ExecMem(const uint8_t* p, size_t n) {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_ = (n + page - 1) / page * page;
-    void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw BackendError("xbyak: mmap failed");
-    std::memcpy(m, p, n);
-    if (mprotect(m, size_, PROT_READ | PROT_EXEC) != 0) {
-      munmap(m, size_);
-      throw BackendError("xbyak: mprotect(RX) failed");
-    }
-    mem_ = m;
-  }
-  ~ExecMem() { munmap(mem_, size_); }
-  ExecMem(const ExecMem&) = delete;
-  ExecMem& operator=(const ExecMem&) = delete;
-  Fn fn() const { return reinterpret_cast<Fn>(mem_); }
-
- private:
-  void* mem_ = nullptr;
-  size_t size_ = 0;
-};
-
-
 constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
 constexpr int64_t kPointwiseGrain = 1 << 14;
 // Outputs at least this big are written with streaming (non-temporal) stores: they cannot stay in
@@ -82,7 +53,7 @@ class XbyakKernel final : public CompiledKernel {
   }
 
   void run(const ir::LaunchArgs& args) const override {
-    Fn fn = mem_.fn();
+    Fn fn = reinterpret_cast<Fn>(const_cast<void*>(mem_.entry()));
     int64_t ext[kMaxOuterDims] = {};  // (no heap allocation per launch: small kernels pay for it)
     const size_t dims = k_.outer.size();
     int64_t outer_n = 1;
@@ -243,13 +214,12 @@ class XbyakBackend final : public Backend {
     ck.backend = name();
     ck.target = target();
     ck.compile_ms = ms;
-    std::ostringstream os;
-    os << "; xbyak " << isa_name(isa_) << ": " << code.code_bytes << " bytes of code, "
-       << code.bytes.size() - code.code_bytes << " bytes of constants (RIP-relative), entry at 0\n"
-       << "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp\n";
-    std::istringstream ir_text(print_kernel(k));
-    for (std::string line; std::getline(ir_text, line);) os << "; " << line << "\n";
-    ck.source = os.str();
+    // A header only: the kernel IR this code implements is the cache entry's IR section (printing
+    // it again here was ~8% of a kernel's emit time), and the instructions are the disassembly.
+    ck.source = "; xbyak " + std::string(isa_name(isa_)) + ": " + std::to_string(code.code_bytes) +
+                " bytes of code, " + std::to_string(code.bytes.size() - code.code_bytes) +
+                " bytes of constants (RIP-relative), entry at 0\n"
+                "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp; kernel " + k.name + "\n";
     ck.source_kind = "asm";
     ck.binary.resize(kHeader + code.bytes.size());
     uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa_), static_cast<uint32_t>(code.code_bytes)};

@@ -7,8 +7,8 @@
 //   A backend's decline is deterministic for a key and is cached like a kernel.
 // - LRU bounded by entries and bytes (source + binary + a fixed overhead): each hit stamps the
 //   entry with the current epoch (bumped on every insert); inserting over a bound evicts the
-//   oldest stamps. Eviction drops the cache's shared_ptr: the code is freed as soon as no plan
-//   still runs it.
+//   oldest stamps down to 15/16 of the bound, in one scan (amortised O(1) per insert).
+//   Eviction drops the cache's shared_ptr: the code is freed as soon as no plan still runs it.
 #pragma once
 #include <atomic>
 #include <condition_variable>

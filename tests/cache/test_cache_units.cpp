@@ -196,6 +196,27 @@ TEST(MemoryCache, LruEvictionFreesCode) {
   EXPECT_EQ(mc.bytes(), 0u);
 }
 
+// Over the bound, one scan evicts the least recently used down to 15/16 of it (not one scan per
+// eviction, which made every insert into a full cache cost O(entries)).
+TEST(MemoryCache, EvictsOldestSixteenthInOneScan) {
+  MemoryCache mc;
+  mc.set_limits(64, uint64_t{1} << 30);
+  std::vector<std::weak_ptr<CompiledKernel>> weak;
+  auto make = [] { return CompileResult{std::make_shared<FakeKernel>(), {}}; };
+  for (int i = 0; i < 64; ++i) weak.push_back(mc.get(test_key(100 + i), make).kernel);
+  EXPECT_EQ(mc.evictions(), 0u);
+  EXPECT_TRUE(mc.get(test_key(100), make).hit);  // the oldest insert, now recently used
+  weak.push_back(mc.get(test_key(164), make).kernel);
+  EXPECT_EQ(mc.size(), 60u);
+  EXPECT_EQ(mc.evictions(), 5u);
+  EXPECT_FALSE(weak[0].expired()) << "a hit keeps an entry";
+  for (int i = 1; i <= 5; ++i) EXPECT_TRUE(weak[i].expired()) << "entry " << i << " was among the oldest";
+  for (int i = 6; i <= 64; ++i) EXPECT_FALSE(weak[i].expired()) << "entry " << i;
+  for (int i = 0; i < 4; ++i) mc.get(test_key(200 + i), make);  // room left: no scan, no eviction
+  EXPECT_EQ(mc.evictions(), 5u);
+  EXPECT_EQ(mc.size(), 64u);
+}
+
 TEST(MemoryCache, ConcurrentHitsAndMisses) {
   MemoryCache mc;
   mc.set_limits(16, uint64_t{1} << 30);
