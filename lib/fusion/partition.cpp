@@ -36,6 +36,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "graph/node_map.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail {
@@ -45,6 +46,8 @@ bool is_inlined_source(const Node& n) { return n.op == Op::Const || n.op == Op::
 namespace {
 
 bool is_leaf(const Node& n) { return n.op == Op::Buffer || n.realized() != nullptr; }
+
+const std::vector<const Node*> kNoConsumers;
 
 double op_cost(const Node& n) {
   switch (n.op) {
@@ -61,16 +64,29 @@ class Partitioner {
  public:
   Partitioner(const std::vector<const Node*>& roots, const PartitionLimits& lim) : limits_(lim) {
     topo_ = topo_order(roots, true);
-    for (size_t i = 0; i < topo_.size(); ++i) pos_[topo_[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < topo_.size(); ++i) pos_.insert_absent(topo_[i], static_cast<uint32_t>(i));
     for (const Node* r : roots) roots_.insert(r);
     for (const Node* n : topo_) {
       if (is_leaf(*n) && !roots_.count(n)) continue;
       for (const auto& in : n->inputs) consumers_[in.get()].push_back(n);
     }
     for (auto& [k, v] : consumers_) {
-      std::sort(v.begin(), v.end(), [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
+      std::sort(v.begin(), v.end(), [&](const Node* a, const Node* b) { return pos(a) < pos(b); });
       v.erase(std::unique(v.begin(), v.end()), v.end());
     }
+    // Dense per-node state, indexed by topological position (the walks below run for every
+    // candidate merge; hash sets per check were most of the partitioner's time).
+    const size_t n = topo_.size();
+    cons_.assign(n, &kNoConsumers);
+    for (const auto& [k, v] : consumers_)  // the map is complete: its vectors stay put
+      if (const uint32_t* p = pos_.find(k)) cons_[*p] = &v;  // (inputs of a realized root are not in topo_)
+    is_root_.assign(n, 0);
+    for (const Node* r : roots) is_root_[pos(r)] = 1;
+    group_.assign(n, -1);
+    in_mark_.assign(n, 0);
+    seen_mark_.assign(n, 0);
+    post_mark_.assign(n, 0);
+    depth_.assign(n, 0);
   }
 
   Partition run() {
@@ -79,17 +95,19 @@ class Partitioner {
       if (!member(n)) continue;
       int g = static_cast<int>(sets_.size());
       sets_.push_back({n});
-      group_[n] = g;
+      parent_.push_back(g);
+      group_[pos(n)] = g;
     }
+    set_mark_.assign(sets_.size(), 0);
     set_pattern_.assign(sets_.size(), "lattice");
     set_kernel_.assign(sets_.size(), nullptr);
     if (limits_.use_patterns) attempts_ = run_patterns();
     // Greedy producer -> consumer merging.
     for (const Node* n : topo_) {
       if (!fusible(n)) continue;
-      for (const Node* c : consumers_[n]) {
+      for (const Node* c : consumers(n)) {
         if (!fusible(c)) continue;
-        int a = find(group_[n]), b = find(group_[c]);
+        int a = find(group_of(n)), b = find(group_of(c));
         if (a == b) continue;
         if (set_kernel_[a] || set_kernel_[b]) {  // a pattern's own kernel covers exactly its match
           reasons_[{n, c}] = "pattern " + set_pattern_[set_kernel_[a] ? a : b] + " supplies its own kernel for its match";
@@ -105,9 +123,14 @@ class Partitioner {
   }
 
  private:
+  // Topological position of a node of this graph.
+  int pos(const Node* n) const { return static_cast<int>(*pos_.find(n)); }
+  const std::vector<const Node*>& consumers(const Node* n) const { return *cons_[pos(n)]; }
+  bool is_root(const Node* n) const { return is_root_[pos(n)] != 0; }
+  int group_of(const Node* n) const { return group_[pos(n)]; }
   bool member(const Node* n) const {
-    if (is_leaf(*n)) return roots_.count(n) && !n->realized();
-    if (is_inlined_source(*n)) return roots_.count(n) > 0;
+    if (is_leaf(*n)) return is_root(n) && !n->realized();
+    if (is_inlined_source(*n)) return is_root(n);
     return true;
   }
   bool fusible(const Node* n) const {
@@ -115,23 +138,22 @@ class Partitioner {
     OpKind k = op_kind(n->op);
     return k != OpKind::Source && k != OpKind::Opaque;
   }
-  int find(int g) {
-    while (parent_.count(g) && parent_[g] != g) g = parent_[g];
+  int find(int g) const {
+    while (parent_[g] != g) g = parent_[g];
     return g;
   }
 
   std::string try_merge(int a, int b) {
     std::vector<const Node*> u = sets_[a];
     u.insert(u.end(), sets_[b].begin(), sets_[b].end());
-    std::sort(u.begin(), u.end(), [&](const Node* x, const Node* y) { return pos_[x] < pos_[y]; });
+    std::sort(u.begin(), u.end(), [&](const Node* x, const Node* y) { return pos(x) < pos(y); });
     std::string why = check(u);
     if (!why.empty()) return why;
     parent_[b] = a;
-    parent_[a] = a;
     sets_[a] = std::move(u);
     sets_[b].clear();
     if (set_pattern_[a] == "lattice") set_pattern_[a] = set_pattern_[b];  // a pattern's group keeps its name
-    for (const Node* n : sets_[a]) group_[n] = a;
+    for (const Node* n : sets_[a]) group_[pos(n)] = a;
     return {};
   }
 
@@ -143,8 +165,8 @@ class Partitioner {
       if (fusible(n) || (!is_leaf(*n) && op_kind(n->op) == OpKind::Opaque)) cands.push_back(n);
     PatternPhaseHooks hooks;
     hooks.position = [&](const Node* n) {
-      auto it = pos_.find(n);
-      return it == pos_.end() ? -1 : it->second;
+      const uint32_t* p = pos_.find(n);
+      return p ? static_cast<int>(*p) : -1;
     };
     hooks.check = [&](const std::vector<const Node*>& u) {
       std::string why = check(u);
@@ -153,16 +175,15 @@ class Partitioner {
     };
     hooks.commit = [&](const std::vector<const Node*>& u, const std::string& name,
                        std::shared_ptr<const CustomKernel> kernel) {
-      int a = find(group_[u.front()]);
+      int a = find(group_of(u.front()));
       for (const Node* n : u) {
-        int b = find(group_[n]);
+        int b = find(group_of(n));
         if (b == a) continue;
         parent_[b] = a;
         sets_[b].clear();
       }
-      parent_[a] = a;
       sets_[a] = u;
-      for (const Node* n : u) group_[n] = a;
+      for (const Node* n : u) group_[pos(n)] = a;
       set_pattern_[a] = name;
       set_kernel_[a] = std::move(kernel);
     };
@@ -174,15 +195,15 @@ class Partitioner {
   // edges, so two convex matches could still depend on each other).
   bool acyclic_with(const std::vector<const Node*>& u) {
     std::unordered_set<const Node*> in(u.begin(), u.end());
-    auto gid = [&](const Node* n) { return in.count(n) ? -2 : find(group_[n]); };
+    auto gid = [&](const Node* n) { return in.count(n) ? -2 : find(group_of(n)); };
     std::unordered_map<int, std::vector<int>> out;
     std::unordered_map<int, int> indeg;
     for (const Node* n : topo_) {
-      if (!group_.count(n)) continue;
+      if (group_of(n) < 0) continue;
       int g = gid(n);
       indeg.emplace(g, 0);
       for (const auto& i : n->inputs) {
-        if (!group_.count(i.get())) continue;
+        if (group_of(i.get()) < 0) continue;
         int h = gid(i.get());
         if (h == g) continue;
         out[h].push_back(g);
@@ -205,7 +226,10 @@ class Partitioner {
 
   // Returns the violated rule, or "" when the union is legal.
   std::string check(const std::vector<const Node*>& u) {
-    std::unordered_set<const Node*> in(u.begin(), u.end());
+    // Membership marks for this check: a node is marked when its mark equals this epoch.
+    const uint32_t ep = ++epoch_;
+    for (const Node* n : u) in_mark_[pos(n)] = ep;
+    auto in = [&](const Node* n) { return in_mark_[pos(n)] == ep; };
     if (u.size() > limits_.max_nodes)
       return "kernel size limit: " + std::to_string(u.size()) + " nodes > " + std::to_string(limits_.max_nodes);
     // 2. convexity, at the level of groups: search forward from U's external consumers for a
@@ -213,28 +237,35 @@ class Partitioner {
     //    a unit), so two groups that feed each other through different members are a cycle too.
     // (No pruning by topological position: a group member late in the order can stand for an
     // earlier member of the same group.)
-    std::vector<const Node*> stack;
-    std::unordered_set<const Node*> seen;
-    std::unordered_set<int> seen_groups;
+    stack_.clear();
     auto push = [&](const Node* c) {
-      if (!in.count(c) && seen.insert(c).second) stack.push_back(c);
+      int i = pos(c);
+      if (in_mark_[i] != ep && seen_mark_[i] != ep) {
+        seen_mark_[i] = ep;
+        stack_.push_back(c);
+      }
     };
     for (const Node* n : u)
-      for (const Node* c : consumers_[n]) push(c);
-    while (!stack.empty()) {
-      const Node* x = stack.back();
-      stack.pop_back();
-      std::vector<const Node*> from{x};
-      auto g = group_.find(x);
-      if (g != group_.end()) {
-        int s = find(g->second);
-        if (seen_groups.insert(s).second) from = sets_[s];
-      }
-      for (const Node* y : from)
-        for (const Node* c : consumers_[y]) {
-          if (in.count(c)) return "convexity: fusing would create a cycle through " + std::string(op_name(x->op));
+      for (const Node* c : consumers(n)) push(c);
+    while (!stack_.empty()) {
+      const Node* x = stack_.back();
+      stack_.pop_back();
+      auto visit = [&](const Node* y) -> bool {  // true: y feeds U
+        for (const Node* c : consumers(y)) {
+          if (in(c)) return true;
           push(c);
         }
+        return false;
+      };
+      bool cycle = false;
+      int g = group_of(x);
+      if (g >= 0 && set_mark_[find(g)] != ep) {
+        set_mark_[find(g)] = ep;
+        for (const Node* y : sets_[find(g)]) cycle = cycle || visit(y);
+      } else {
+        cycle = visit(x);
+      }
+      if (cycle) return "convexity: fusing would create a cycle through " + std::string(op_name(x->op));
     }
     // 3. one reduction domain.
     const Node* first_red = nullptr;
@@ -255,10 +286,11 @@ class Partitioner {
     }
     // 4. values derived from reductions flow only through element-wise ops, broadcasts over the
     //    reduced axes, and later reductions.
-    std::unordered_set<const Node*> post;
+    auto post = [&](const Node* n) { return post_mark_[pos(n)] == ep; };
+    bool any_post = false;
     for (const Node* n : u) {
       bool from_red = false;
-      for (const auto& i : n->inputs) from_red |= in.count(i.get()) && (is_reduction(i->op) || post.count(i.get()));
+      for (const auto& i : n->inputs) from_red |= in(i.get()) && (is_reduction(i->op) || post(i.get()));
       if (!from_red) continue;
       if (is_reduction(n->op)) continue;  // a later reduction consumes per-element values: fine
       bool ok = is_elementwise(n->op) && (n->shape == full || same_squeezed(n->shape, kept));
@@ -269,14 +301,15 @@ class Partitioner {
         return std::string("a reduced value reaches ") + op_name(n->op) + " " + shape_str(n->shape) +
                ", which would need it at other rows (only element-wise ops and broadcasts over the reduced axes "
                "may follow a reduction in one kernel)";
-      post.insert(n);
+      post_mark_[pos(n)] = ep;
+      any_post = true;
     }
     // 5. outputs fit the domain.
     Shape out_shape;
     bool have_out = false;
     for (const Node* n : u) {
-      bool needed = roots_.count(n) > 0;
-      for (const Node* c : consumers_[n]) needed |= !in.count(c);
+      bool needed = is_root(n);
+      for (const Node* c : consumers(n)) needed |= !in(c);
       if (!needed) continue;
       if (first_red) {
         if (n->shape != full && !same_squeezed(n->shape, kept))
@@ -290,23 +323,24 @@ class Partitioner {
       out_shape = n->shape;
       have_out = true;
     }
-    if (first_red && !post.empty()) {
+    if (first_red && any_post) {
       // 7. recomputation cost: pre-reduction members used by several phases. Phase of a
       //    consumer = 1 + number of reductions it (transitively) depends on inside U.
-      std::unordered_map<const Node*, int> depth;
-      for (const Node* n : u) {
+      auto depth = [&](const Node* n) -> int& { return depth_[pos(n)]; };
+      for (const Node* n : u) depth(n) = 0;
+      for (const Node* n : u) {  // u is in topological order: inputs in U come first
         int d = 0;
         for (const auto& i : n->inputs)
-          if (in.count(i.get())) d = std::max(d, depth[i.get()] + (is_reduction(i->op) ? 1 : 0));
-        depth[n] = d;
+          if (in(i.get())) d = std::max(d, depth(i.get()) + (is_reduction(i->op) ? 1 : 0));
+        depth(n) = d;
       }
       double cost = 0;
       std::string worst;
       for (const Node* n : u) {
-        if (is_reduction(n->op) || post.count(n)) continue;
+        if (is_reduction(n->op) || post(n)) continue;
         std::unordered_set<int> phases;
-        for (const Node* c : consumers_[n])
-          if (in.count(c)) phases.insert(depth[c]);
+        for (const Node* c : consumers(n))
+          if (in(c)) phases.insert(depth(c));
         if (phases.size() > 1) {
           cost += op_cost(*n) * static_cast<double>(phases.size() - 1);
           if (op_cost(*n) >= 10) worst = op_name(n->op);
@@ -325,8 +359,8 @@ class Partitioner {
     std::unordered_map<int, int> index;  // set id -> group index (unordered yet)
     std::vector<FusionGroup> groups;
     for (const Node* n : topo_) {
-      if (!group_.count(n)) continue;
-      int s = find(group_[n]);
+      if (group_of(n) < 0) continue;
+      int s = find(group_of(n));
       if (!index.count(s)) {
         index[s] = static_cast<int>(groups.size());
         FusionGroup g;
@@ -342,9 +376,9 @@ class Partitioner {
       g.nodes.push_back(n);
       if (!is_inlined_source(*n)) g.lattice = std::max(g.lattice, op_kind(n->op));
     }
-    std::unordered_map<const Node*, int> gof;
+    std::vector<int> gof(topo_.size(), -1);  // by position: the group index (unordered yet)
     for (size_t i = 0; i < groups.size(); ++i)
-      for (const Node* n : groups[i].nodes) gof[n] = static_cast<int>(i);
+      for (const Node* n : groups[i].nodes) gof[pos(n)] = static_cast<int>(i);
     // Inputs, outputs and group dependencies.
     std::vector<std::vector<int>> deps(groups.size());
     for (size_t i = 0; i < groups.size(); ++i) {
@@ -353,17 +387,14 @@ class Partitioner {
       for (const Node* n : g.nodes) {
         for (const auto& inp : n->inputs) {
           const Node* x = inp.get();
-          auto it = gof.find(x);
-          if (it != gof.end() && it->second == static_cast<int>(i)) continue;
+          const int gx = gof[pos(x)];
+          if (gx == static_cast<int>(i)) continue;
           if (is_inlined_source(*x) && !x->realized()) continue;  // emitted inline
           if (seen_in.insert(x).second) g.inputs.push_back(x);
-          if (it != gof.end()) deps[i].push_back(it->second);
+          if (gx >= 0) deps[i].push_back(gx);
         }
-        bool needed = roots_.count(n) > 0;
-        for (const Node* c : consumers_[n]) {
-          auto it = gof.find(c);
-          needed |= it == gof.end() || it->second != static_cast<int>(i);
-        }
+        bool needed = is_root(n);
+        for (const Node* c : consumers(n)) needed |= gof[pos(c)] != static_cast<int>(i);
         if (needed) g.outputs.push_back(n);
       }
       if (g.custom_kernel) g.outputs = g.custom_kernel->outputs();  // validated: covers the needed ones
@@ -384,7 +415,7 @@ class Partitioner {
       if (!indeg[i]) ready.push_back(static_cast<int>(i));
     while (!ready.empty()) {
       auto it = std::min_element(ready.begin(), ready.end(), [&](int a, int b) {
-        return pos_[groups[a].nodes.front()] < pos_[groups[b].nodes.front()];
+        return pos(groups[a].nodes.front()) < pos(groups[b].nodes.front());
       });
       int g = *it;
       ready.erase(it);
@@ -425,12 +456,20 @@ class Partitioner {
 
   PartitionLimits limits_;
   std::vector<const Node*> topo_;
-  std::unordered_map<const Node*, int> pos_;
+  NodeMap pos_;  ///< node -> topological position
   std::unordered_set<const Node*> roots_;
   std::unordered_map<const Node*, std::vector<const Node*>> consumers_;
   std::vector<std::vector<const Node*>> sets_;
-  std::unordered_map<const Node*, int> group_;
-  std::unordered_map<int, int> parent_;
+  // By topological position (dense: the checks run for every candidate merge).
+  std::vector<const std::vector<const Node*>*> cons_;  ///< consumers_ entries (kNoConsumers if none)
+  std::vector<char> is_root_;
+  std::vector<int> group_;  ///< initial set of a member, -1 for non-members
+  std::vector<uint32_t> in_mark_, seen_mark_, post_mark_;  ///< == epoch_: in U / visited / after a reduction
+  std::vector<int> depth_;
+  std::vector<uint32_t> set_mark_;  ///< per set: visited by this check's convexity search
+  std::vector<const Node*> stack_;
+  uint32_t epoch_ = 0;
+  std::vector<int> parent_;  ///< union-find over the sets
   std::unordered_map<std::pair<const Node*, const Node*>, std::string, PairHash> reasons_;
   std::vector<std::string> set_pattern_;                         // per set: the pattern that formed it
   std::vector<std::shared_ptr<const CustomKernel>> set_kernel_;  // per set: a pattern's own kernel

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 namespace kfuse {
 class Node;
@@ -20,7 +21,8 @@ class NodeMap {
   NodeMap& operator=(const NodeMap&) = delete;
 
   /// The value stored for `n`, or null.
-  uint32_t* find(const Node* n) {
+  uint32_t* find(const Node* n) { return const_cast<uint32_t*>(std::as_const(*this).find(n)); }
+  const uint32_t* find(const Node* n) const {
     for (size_t i = slot_of(n);; i = (i + 1) & mask_) {
       if (slots_[i].key == n) return &slots_[i].value;
       if (!slots_[i].key) return nullptr;
