@@ -202,34 +202,66 @@ class Printer {
   }
 
   std::string str(const ExprRef& e, const std::string& indent) {
-    auto it = names_.find(e.get());
-    if (it != names_.end()) return it->second;
     std::string s;
+    put(e, indent, s);
+    return s;
+  }
+
+  // Appends the text of `e` to `out` (one growing string per line rather than a string per
+  // subexpression: the kernel cache prints every kernel it looks up).
+  void put(const ExprRef& e, const std::string& indent, std::string& out) {
+    auto it = names_.find(e.get());
+    if (it != names_.end()) {
+      out += it->second;
+      return;
+    }
+    const bool bind = uses_[e.get()] > 1 && e->kind != ExprKind::Const && e->kind != ExprKind::Var &&
+                      e->kind != ExprKind::Param && e->kind != ExprKind::Acc;
+    std::string own;
+    std::string& s = bind ? own : out;
     switch (e->kind) {
-      case ExprKind::Const: return fmt_const(e->value, e->dtype);
-      case ExprKind::Var: return std::string(e->space == Space::Outer ? "o" : "r") + std::to_string(e->index);
-      case ExprKind::Param: return "$" + std::to_string(e->index);
-      case ExprKind::Acc: return "acc" + std::to_string(e->index);
+      case ExprKind::Const: s += fmt_const(e->value, e->dtype); return;
+      case ExprKind::Var: s += (e->space == Space::Outer ? "o" : "r") + std::to_string(e->index); return;
+      case ExprKind::Param: s += "$" + std::to_string(e->index); return;
+      case ExprKind::Acc: s += "acc" + std::to_string(e->index); return;
       case ExprKind::Load:
-        s = "load " + k_.buffers.at(e->index).name + "[" + str(e->args[0], indent) + "]";
-        if (e->args.size() > 1) s += " if " + str(e->args[1], indent);
-        s = "(" + s + ")";
+        s += "(load ";
+        s += k_.buffers.at(e->index).name;
+        s += "[";
+        put(e->args[0], indent, s);
+        s += "]";
+        if (e->args.size() > 1) {
+          s += " if ";
+          put(e->args[1], indent, s);
+        }
+        s += ")";
         break;
-      case ExprKind::IDiv: s = "(idiv " + str(e->args[0], indent) + " " + str(e->args[1], indent) + ")"; break;
-      case ExprKind::IMod: s = "(imod " + str(e->args[0], indent) + " " + str(e->args[1], indent) + ")"; break;
+      case ExprKind::IDiv:
+      case ExprKind::IMod:
+        s += e->kind == ExprKind::IDiv ? "(idiv " : "(imod ";
+        put(e->args[0], indent, s);
+        s += " ";
+        put(e->args[1], indent, s);
+        s += ")";
+        break;
       case ExprKind::Op:
-        s = std::string("(") + op_name(e->op) + "." + dtype_name(e->dtype);
-        for (const auto& a : e->args) s += " " + str(a, indent);
+        s += "(";
+        s += op_name(e->op);
+        s += ".";
+        s += dtype_name(e->dtype);
+        for (const auto& a : e->args) {
+          s += " ";
+          put(a, indent, s);
+        }
         s += ")";
         break;
     }
-    if (uses_[e.get()] > 1) {
+    if (bind) {
       std::string name = "t" + std::to_string(next_++);
-      os_ << indent << name << " = " << s << "\n";
-      names_[e.get()] = name;
-      return name;
+      os_ << indent << name << " = " << own << "\n";
+      out += name;
+      names_[e.get()] = std::move(name);
     }
-    return s;
   }
 
   void reset_scope() { names_.clear(); }

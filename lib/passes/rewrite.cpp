@@ -1,9 +1,8 @@
 // Memoised bottom-up rewriting of the node DAG (see rewrite.hpp).
 #include "rewrite.hpp"
 
-#include <unordered_map>
-
 #include "../eval/reference_eval.hpp"
+#include "../graph/node_map.hpp"
 
 namespace kfuse::detail {
 
@@ -16,12 +15,16 @@ NodeRef with_inputs(const NodeRef& n, std::vector<NodeRef> inputs) {
 
 std::vector<NodeRef> rewrite_bottom_up(const std::vector<NodeRef>& roots, const LocalRewrite& rule) {
   constexpr int kMaxLocalSteps = 16;
-  std::unordered_map<const Node*, NodeRef> memo;
+  // Memo: node -> index of its rewritten value (every pass walks the whole graph on every
+  // evaluation that plans, so no hash-map node per entry).
+  NodeMap memo;
+  std::vector<NodeRef> done;
+  auto rewritten = [&](const Node* n) -> const NodeRef& { return done[*memo.find(n)]; };
   // Iterative DFS (graphs can be deep); entries point into the roots or an input vector, both
   // stable while the walk runs.
   std::vector<std::pair<const NodeRef*, size_t>> stack;
   for (const NodeRef& root : roots) {
-    if (memo.count(root.get())) continue;
+    if (memo.find(root.get())) continue;
     stack.emplace_back(&root, 0);
     while (!stack.empty()) {
       const NodeRef& ref = *stack.back().first;
@@ -29,28 +32,33 @@ std::vector<NodeRef> rewrite_bottom_up(const std::vector<NodeRef>& roots, const 
       const Node& n = *ref;
       if (is_open(n) && next < n.inputs.size()) {
         const NodeRef& in = n.inputs[next++];
-        if (!memo.count(in.get())) stack.emplace_back(&in, 0);
+        if (!memo.find(in.get())) stack.emplace_back(&in, 0);
         continue;
       }
       NodeRef cur = ref;
       if (is_open(n) && !n.inputs.empty()) {
-        std::vector<NodeRef> ins;
-        ins.reserve(n.inputs.size());
-        for (const auto& in : n.inputs) ins.push_back(memo.at(in.get()));
-        cur = with_inputs(ref, std::move(ins));
+        bool same = true;
+        for (const auto& in : n.inputs) same = same && rewritten(in.get()) == in;
+        if (!same) {
+          std::vector<NodeRef> ins;
+          ins.reserve(n.inputs.size());
+          for (const auto& in : n.inputs) ins.push_back(rewritten(in.get()));
+          cur = make_node(n.op, n.dtype, n.shape, std::move(ins), n.attrs, n.device);
+        }
         for (int step = 0; step < kMaxLocalSteps && is_open(*cur); ++step) {
           NodeRef r = rule(cur);
           if (!r || r == cur) break;
           cur = std::move(r);
         }
       }
-      memo.emplace(&n, std::move(cur));
+      memo.insert_absent(&n, static_cast<uint32_t>(done.size()));
+      done.push_back(std::move(cur));
       stack.pop_back();
     }
   }
   std::vector<NodeRef> out;
   out.reserve(roots.size());
-  for (const auto& r : roots) out.push_back(memo.at(r.get()));
+  for (const auto& r : roots) out.push_back(rewritten(r.get()));
   return out;
 }
 
