@@ -147,16 +147,16 @@ bool has_math_function(const ir::Expr* e) {
   return false;
 }
 
-// Plan::reuse for a pipelined kernel: one store, recomputing the value the loop it joins sums
-// (not the online loop: its terms are relative to a running maximum, not the row's). Only for
-// values with a math function: for cheap ones (x*x) a store and a load cost more than they save.
-// Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the scratch row
-// is on the stack), and a third pointer register pair free for the scratch stream.
-// softmax, 1 thread, kernel alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms), in cache
-// [64,1024] 30 -> 19-25 us.
+// Plan::reuse for a pipelined kernel: one store, recomputing the value the loop it joins sums.
+// Only for values with a math function: for cheap ones (x*x) a store and a load cost more than
+// they save. Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the
+// row and the scratch row stay in L2), and a third pointer register pair free for the scratch
+// stream. softmax, 1 thread, kernel alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms),
+// in cache [64,1024] 30 -> 19-25 us. It is chosen over the online loop (whose terms are relative
+// to a running maximum, so the store must compute the exps again): softmax on the AMD VM, 2
+// threads, [1024,32000] 47 -> 32 ms, [2730,12288] 44 -> 28 ms, [5461,6144] 55 -> 37 ms.
 void reuse_plan(const ir::Kernel& k, Plan& plan) {
   const size_t q = k.phases.size() - 1, j = q - 1;
-  if (plan.online.phase >= 0 && static_cast<size_t>(plan.online.phase) + 1 == j) return;
   if (plan.lanes || plan.reduce_n > kReuseMaxReduce || plan.addrs.size() > 2) return;
   const ir::Phase &join = k.phases[j], &last = k.phases[q];
   if (last.stores.size() != 1 || join.accs.size() != 1) return;
@@ -185,18 +185,22 @@ void reuse_plan(const ir::Kernel& k, Plan& plan) {
 // The row pipeline: the last loop only stores, the loop before it accumulates (or is the online
 // pair), the ones before that only accumulate; two pointer registers per stream (this row's and
 // the previous row's) must fit the pool of 7.
+bool pipelinable(const ir::Kernel& k, const Plan& plan) {
+  const size_t np = k.phases.size();
+  if (np < 2 || plan.addrs.size() > 3) return false;
+  const ir::Phase &last = k.phases[np - 1], &join = k.phases[np - 2];
+  if (!last.over_reduce || !last.accs.empty() || last.stores.empty()) return false;
+  if (!join.over_reduce || join.accs.empty() || !join.stores.empty()) return false;
+  for (size_t p = 0; p + 2 < np; ++p)
+    if (!k.phases[p].over_reduce || !k.phases[p].stores.empty()) return false;
+  return true;
+}
+
 void row_plan(const ir::Kernel& k, Plan& plan) {
   if (plan.mode != Mode::Row) return;
-  if (plan.reduce_n >= kOnlineMinReduce) plan.online = ir::find_online_exp_sum(k);
-  const size_t np = k.phases.size();
-  if (np < 2 || plan.addrs.size() > 3) return;
-  const ir::Phase &last = k.phases[np - 1], &join = k.phases[np - 2];
-  if (!last.over_reduce || !last.accs.empty() || last.stores.empty()) return;
-  if (!join.over_reduce || join.accs.empty() || !join.stores.empty()) return;
-  for (size_t p = 0; p + 2 < np; ++p)
-    if (!k.phases[p].over_reduce || !k.phases[p].stores.empty()) return;
-  plan.pipeline = true;
-  reuse_plan(k, plan);
+  plan.pipeline = pipelinable(k, plan);
+  if (plan.pipeline) reuse_plan(k, plan);
+  if (plan.reduce_n >= kOnlineMinReduce && !plan.reuse) plan.online = ir::find_online_exp_sum(k);
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../../lib/runtime/thread_pool.hpp"
 #include "backend/factories.hpp"
@@ -32,8 +33,18 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 7;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 8;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame
 constexpr size_t kHeader = 16;
+
+// The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
+// and reused: a kernel's tasks run one at a time on each thread and never call back into kfuse.
+float* scratch_row(int64_t bytes) {
+  thread_local std::vector<float> row;
+  const size_t need = static_cast<size_t>(bytes) / sizeof(float) + 16;  // + room to align
+  if (row.size() < need) row.resize(need);
+  auto p = reinterpret_cast<uintptr_t>(row.data());
+  return reinterpret_cast<float*>((p + 63) / 64 * 64);
+}
 
 constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
 constexpr int64_t kPointwiseGrain = 1 << 14;
@@ -107,6 +118,7 @@ class XbyakKernel final : public CompiledKernel {
           float accs[2 * kMaxAccs];  // this row's, the previous row's (Plan::pipeline)
           frame_for_rows(f, b, e);
           f.accs = accs;
+          if (plan_.scratch_bytes > 0) f.scratch = scratch_row(plan_.scratch_bytes);
           fn(&f);
         });
         return;

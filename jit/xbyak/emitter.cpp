@@ -9,7 +9,8 @@
 // r14 inner index, r15 inner end, rax/rdx scratch, {rbx rsi r8 r9 r10 r11 rcx} stream pointers
 // (further streams are reloaded from their stack slot into rax at each use). Stack (64-aligned):
 // pointer slots (this row's, then the previous row's when pipelined), then 64-byte vector slots
-// (loop invariants and spills), then the scratch row of Plan::reuse. Vector registers: the
+// (loop invariants and spills); the scratch row of Plan::reuse is Frame::scratch (a row of
+// 32768 floats would not be safe on a caller's stack). Vector registers: the
 // last one is the AVX2 tail mask (k1 on AVX-512), the one before it the accumulator scratch;
 // accumulators are pinned, the rest is allocated per expression DAG with Belady spilling.
 #include <algorithm>
@@ -122,13 +123,12 @@ void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
   vslot_base_ = static_cast<int>((p_.addrs.size() * (p_.pipeline ? 2 : 1) * 8 + 63) / 64 * 64);
-  const int scratch_off = vslot_base_ + kMaxVSlots * 64;  // the scratch row (Plan::reuse), 64-aligned
-  sub(rsp, scratch_off + static_cast<int>(p_.scratch_bytes) + 64);
+  sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
   and_(rsp, -64);
   const int naddr = static_cast<int>(p_.addrs.size());
   for (int a = 0; a < naddr; ++a)
     if (p_.addrs[a].buffer == kScratchBuffer) {  // the same row for this row and the previous one
-      lea(rax, ptr[rsp + scratch_off]);
+      mov(rax, qword[rdi + frame_off::scratch]);
       mov(qword[rsp + ptr_slot(a)], rax);
       if (p_.pipeline) mov(qword[rsp + ptr_slot(naddr + a)], rax);
     }

@@ -63,7 +63,7 @@ struct Plan {
   bool pipeline = false;
   /// Pipelined rows whose store recomputes the sum loop's expensive value E (softmax: the sum
   /// of exp(x - m), then exp(x - m) / s stored): the sum loop over row i also writes E to a
-  /// scratch row on the stack (scratch_bytes, stream kScratchBuffer: it stays in L1/L2), and
+  /// scratch row (Frame::scratch, scratch_bytes, stream kScratchBuffer: it stays in L1/L2), and
   /// row i-1's store loads it from there instead of computing it again (same bits). In the
   /// joined loop each vector runs row i-1's store before row i's sum, so one row suffices.
   struct Reuse {
@@ -104,7 +104,8 @@ inline int scratch_count(const ir::Expr* e) {
 
 inline constexpr int64_t kLaneMaxReduce = 16;
 inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::online (analyze.cpp)
-inline constexpr int64_t kReuseMaxReduce = 8192;   ///< longest row for Plan::reuse (32 KiB of stack)
+/// Longest row for Plan::reuse: its row and the scratch row (128 KiB each) stay in L2.
+inline constexpr int64_t kReuseMaxReduce = 32768;
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);
@@ -133,12 +134,14 @@ struct Frame {
   int64_t idx[8];              ///< current outer index of the row dims (row_begin decomposed)
   int64_t ext[8];              ///< outer extents
   int64_t stream;              ///< Pointwise: non-zero = use streaming stores where aligned
+  float* scratch;              ///< Plan::reuse: the calling thread's scratch row (64-aligned)
 };
 namespace frame_off {
 inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
-                     accs = 56, idx = 64, ext = 128, stream = 192;
+                     accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200;
 }
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
+static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
 inline constexpr int kMaxOuterDims = 8;
 inline constexpr int kMaxAccs = 64;
 /// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the

@@ -48,8 +48,17 @@ TEST(XbyakOnline, Plan) {
   EXPECT_EQ(p.scratch_bytes, 4000 + 32);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 1000, true), p));  // log_softmax stores no exp
   EXPECT_FALSE(p.reuse);
-  ASSERT_EQ("", detail::xb::analyze(softmax(8, C, false), p));  // online: sums relative to a running max
+  // Long softmax rows keep their exps too (two loops and the scratch row: one exp per element
+  // instead of two) up to kReuseMaxReduce; longer ones take the online loop, whose sums are
+  // relative to a running maximum, and recompute the exps.
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, C, false), p));
+  EXPECT_TRUE(p.reuse);
+  EXPECT_EQ(p.online.phase, -1);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, detail::xb::kReuseMaxReduce, false), p));
+  EXPECT_TRUE(p.reuse);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, detail::xb::kReuseMaxReduce + 1, false), p));
   EXPECT_FALSE(p.reuse);
+  EXPECT_EQ(p.online.phase, 0);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 10, false), p));  // rows across lanes
   EXPECT_FALSE(p.reuse);
   ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));  // 4 streams: no registers for 8 pointers
@@ -92,7 +101,7 @@ TEST(XbyakOnline, SpecialRowsMatchTheReference) {
   const int64_t W16 = 16;
   for (Isa isa : isas())
     for (int64_t C : {kOnlineMinReduce, kOnlineMinReduce + 5, kOnlineMinReduce + 3 * W16 + 7, kOnlineMinReduce + 2 * W16,
-                      int64_t{4099}, int64_t{32000}}) {
+                      int64_t{4099}, int64_t{32000}, detail::xb::kReuseMaxReduce + 3}) {
       const int64_t R = C > 10000 ? 14 : 29;
       auto x = special_rows(R, C, 90 + C);
       const size_t n = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
@@ -111,7 +120,7 @@ TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
     const int64_t R = 23;
-    for (int64_t C : {int64_t{100}, kOnlineMinReduce + 37}) {
+    for (int64_t C : {int64_t{100}, kOnlineMinReduce + 37, detail::xb::kReuseMaxReduce + 5}) {
       auto x = special_rows(R, C, 7);
       auto w = inputs(static_cast<size_t>(C), 8, -2, 2, 0);
       for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C)}) {
