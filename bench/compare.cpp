@@ -146,6 +146,7 @@ std::vector<Workload> workloads(bool quick) {
   rowwise("log_softmax", Kind::LogSoftmax, rc(32768, 512), 512, Target::Ceiling75);
   rowwise("log_softmax", Kind::LogSoftmax, rc(1024, 16), 32000);
   rowwise("softmax", Kind::Softmax, rc(4096, 256), 1024);
+  rowwise("softmax", Kind::Softmax, rc(1024, 16), 32000);  // a vocabulary-sized row (sampling)
   rowwise("layer_norm", Kind::LayerNorm, rc(4096, 256), 1024);
   rowwise("layer_norm", Kind::LayerNorm, rc(32768, 512), 512, Target::Ceiling75);
   struct Ew {
