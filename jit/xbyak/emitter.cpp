@@ -23,23 +23,9 @@ namespace kfuse::detail::xb {
 // ---- constants (full vectors, after the code) ----
 template <class Vmm>
 Address Gen<Vmm>::cstu(uint32_t bits) {
-  size_t h = (bits * 0x9e3779b9u) >> 22;  // 10 bits: kCvalSlots
-  while (cval_pos_[h] && cval_key_[h] != bits) h = (h + 1) % kCvalSlots;
-  if (!cval_pos_[h]) {
-    if (cvals_.size() >= kCvalSlots / 2) throw DeclineError("xbyak: too many distinct constants");
-    cvals_.push_back(bits);
-    cval_key_[h] = bits;
-    cval_pos_[h] = static_cast<uint32_t>(cvals_.size());
-  }
-  return ptr[rip + ctab_ + static_cast<int>(cval_pos_[h] - 1) * VB];
-}
-
-// Tables are written in one copy (xbyak's db() checks the capacity per byte).
-template <class Vmm>
-void Gen<Vmm>::put_table(const void* data, size_t bytes) {
-  if (getSize() + bytes > kMaxCodeBytes) throw DeclineError("xbyak: code too large");
-  std::memcpy(const_cast<uint8_t*>(getCurr()), data, bytes);
-  setSize(getSize() + bytes);
+  const int i = static_cast<int>(std::find(cvals_.begin(), cvals_.end(), bits) - cvals_.begin());
+  if (i == static_cast<int>(cvals_.size())) cvals_.push_back(bits);
+  return ptr[rip + ctab_ + i * VB];
 }
 
 template <class Vmm>
@@ -105,10 +91,8 @@ size_t Gen<Vmm>::generate() {
   size_t code = getSize();
   align(64);
   L(ctab_);
-  std::vector<uint32_t> table;
-  table.reserve(cvals_.size() * W);
-  for (uint32_t v : cvals_) table.insert(table.end(), W, v);
-  put_table(table.data(), table.size() * sizeof(uint32_t));
+  for (uint32_t v : cvals_)
+    for (int i = 0; i < W; ++i) dd(v);
   L(masktab_);
   for (int i = 0; i < 8; ++i) dd(0xffffffffu);
   for (int i = 0; i < 8; ++i) dd(0);

@@ -96,12 +96,7 @@ class Gen : public Xbyak::CodeGenerator {
   const ir::Kernel& k_;
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
-  std::vector<uint32_t> cvals_;  // constants in ctab_, in first-use order
-  // Index of each constant in cvals_ + 1 (0: empty), open addressing on the bits: a kernel
-  // references its few dozen constants a few hundred times (a linear search was 3% of emission).
-  static constexpr int kCvalSlots = 1024;
-  std::array<uint32_t, kCvalSlots> cval_key_{}, cval_pos_{};
-  void put_table(const void* data, size_t bytes);  // raw bytes at the current position
+  std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
   Label ctab_, masktab_;
   int vslot_base_ = 0;
   int nvslots_ = 0;

@@ -22,7 +22,8 @@ int64_t Gen<Vmm>::lane_stride(int addr) const {
 template <class Vmm>
 void Gen<Vmm>::lane_tables() {
   L(lidxtab_);
-  for (const auto& v : lidx_) put_table(v.data(), W * sizeof(int32_t));
+  for (const auto& v : lidx_)
+    for (int i = 0; i < W; ++i) dd(static_cast<uint32_t>(v[i]));
 }
 
 // Accumulator `acc` of the sub-group being emitted: one value per lane, left in a slot by the
