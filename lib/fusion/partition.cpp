@@ -258,10 +258,10 @@ class Partitioner {
         return false;
       };
       bool cycle = false;
-      int g = group_of(x);
-      if (g >= 0 && set_mark_[find(g)] != ep) {
-        set_mark_[find(g)] = ep;
-        for (const Node* y : sets_[find(g)]) cycle = cycle || visit(y);
+      const int g = group_of(x) >= 0 ? find(group_of(x)) : -1;
+      if (g >= 0 && set_mark_[g] != ep) {
+        set_mark_[g] = ep;
+        for (const Node* y : sets_[g]) cycle = cycle || visit(y);
       } else {
         cycle = visit(x);
       }

@@ -37,13 +37,13 @@ std::vector<NodeRef> rewrite_bottom_up(const std::vector<NodeRef>& roots, const 
       }
       NodeRef cur = ref;
       if (is_open(n) && !n.inputs.empty()) {
-        bool same = true;
+        bool same = true;  // (no input vector to build when nothing below changed)
         for (const auto& in : n.inputs) same = same && rewritten(in.get()) == in;
         if (!same) {
           std::vector<NodeRef> ins;
           ins.reserve(n.inputs.size());
           for (const auto& in : n.inputs) ins.push_back(rewritten(in.get()));
-          cur = make_node(n.op, n.dtype, n.shape, std::move(ins), n.attrs, n.device);
+          cur = with_inputs(ref, std::move(ins));
         }
         for (int step = 0; step < kMaxLocalSteps && is_open(*cur); ++step) {
           NodeRef r = rule(cur);
