@@ -1,6 +1,7 @@
 // xbyak backend: Backend/CompiledKernel, threading and serialisation (executable memory: exec_memory.hpp).
 #include <xbyak/xbyak_util.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -19,6 +20,19 @@ namespace xb {
 
 const char* isa_name(Isa isa) { return isa == Isa::Avx512 ? "avx512" : "avx2"; }
 
+namespace {
+std::atomic<int> g_alias_check_force{-1};
+}
+
+bool stream_alias_check() {
+  const int force = g_alias_check_force.load(std::memory_order_relaxed);
+  if (force >= 0) return force != 0;
+  static const bool amd = Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAMD);
+  return amd;
+}
+
+void set_stream_alias_check(int force) { g_alias_check_force.store(force, std::memory_order_relaxed); }
+
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;
   static const Cpu cpu;
@@ -33,7 +47,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 8;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 9;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks
 constexpr size_t kHeader = 16;
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
@@ -73,7 +87,8 @@ class XbyakKernel final : public CompiledKernel {
       outer_n *= ext[d];
     }
     Frame base{};
-    base.stream = outer_n * stored_per_point_ * 4 >= kStreamingStoreBytes;
+    if (outer_n * stored_per_point_ * 4 >= kStreamingStoreBytes)
+      base.stream = kStreamStores | (stream_alias_check() ? kStreamAliasCheck : 0);
     base.bufs = args.buffers.data();
     base.params = args.params.data();
     for (size_t d = 0; d < dims; ++d) base.ext[d] = ext[d];

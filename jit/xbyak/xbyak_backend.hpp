@@ -133,7 +133,7 @@ struct Frame {
   float* accs;                 ///< accumulator values (read by Acc, written by reduce phases)
   int64_t idx[8];              ///< current outer index of the row dims (row_begin decomposed)
   int64_t ext[8];              ///< outer extents
-  int64_t stream;              ///< Pointwise: non-zero = use streaming stores where aligned
+  int64_t stream;              ///< kStream* bits: streaming stores where aligned, 4K-alias check
   float* scratch;              ///< Plan::reuse: the calling thread's scratch row (64-aligned)
 };
 namespace frame_off {
@@ -141,6 +141,19 @@ inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32
                      accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200;
 }
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
+/// Frame::stream bits. kStreamStores: write full aligned vectors with non-temporal stores (the
+/// output is too big to be read back from cache). kStreamAliasCheck: except where a load trails
+/// a store by a few vectors modulo 4 KiB (emitter.cpp, streaming_check), on CPUs where such a load
+/// waits for the streaming store (stream_alias_check below).
+inline constexpr int64_t kStreamStores = 1, kStreamAliasCheck = 2;
+
+/// Whether this CPU's loads stall behind streaming stores they 4K-alias: AMD (measured on a Zen 2
+/// EPYC: y = 2x over 16M floats 8 -> 19 ms); not Intel (measured on a Xeon with AVX-512: a load
+/// stream 16-256 bytes behind the store stream streams at the same 18 GB/s as any other offset,
+/// regular stores 14 GB/s at every offset). Tests override it (set_stream_alias_check).
+bool stream_alias_check();
+/// Tests: force the 4K-alias check on (1) or off (0); -1 restores the CPU's answer.
+void set_stream_alias_check(int force);
 static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
 inline constexpr int kMaxOuterDims = 8;
 inline constexpr int kMaxAccs = 64;

@@ -412,11 +412,15 @@ TEST(XbyakKernels, UnrolledReductionRemainders) {
 }
 
 // Outputs of >= 16 MiB are written with streaming stores where every store address is vector
-// aligned and no contiguous input is a few vectors behind the output modulo 4 KiB (4K aliasing:
-// emitter.cpp, streaming_check), with regular stores otherwise: each path (aligned, misaligned
-// and aliasing buffers), pointwise and row kernels, against the reference interpreter; tails and
-// odd row lengths too.
+// aligned and (on CPUs that ask for the 4K-alias check, forced both ways here) no contiguous
+// input is a few vectors behind the output modulo 4 KiB (emitter.cpp, streaming_check), with
+// regular stores otherwise: each path (aligned, misaligned and aliasing buffers), pointwise and
+// row kernels, against the reference interpreter; tails and odd row lengths too.
 TEST(XbyakKernels, StreamingStoresLargeOutputs) {
+  struct ForceAliasCheck {
+    explicit ForceAliasCheck(int on) { detail::xb::set_stream_alias_check(on); }
+    ~ForceAliasCheck() { detail::xb::set_stream_alias_check(-1); }
+  };
   struct Placed {  // n floats at `offset` bytes past a 4 KiB boundary
     Placed(size_t n, size_t offset)
         : mem(static_cast<float*>(std::aligned_alloc(4096, (n * 4 + offset + 64 + 4095) / 4096 * 4096))),
@@ -451,7 +455,9 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
                                                   {softmax(683, 6144, true), 683 * 6144},
                                                   {softmax(683, 6149, false), 683 * 6149}};
     for (auto& [k, count] : ks)
+      for (int alias_check : {0, 1})
       for (const Case& c : cases) {
+        ForceAliasCheck force(alias_check);
         auto cx = be->compile(k);
         ASSERT_TRUE(cx.kernel) << cx.declined;
         auto cr = ref->compile(k);
@@ -474,7 +480,8 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
         int bad = 0;
         for (int64_t i = 0; i < count; ++i)
           if (!close(ox.p[i], orf.p[i], {1e-5, 1e-5}) && ++bad <= 5)
-            ADD_FAILURE() << k.name << " (" << c.what << ") [" << detail::xb::isa_name(isa) << "] out[" << i
+            ADD_FAILURE() << k.name << " (" << c.what << (alias_check ? ", 4K-alias check" : "") << ") ["
+                          << detail::xb::isa_name(isa) << "] out[" << i
                           << "]: xbyak " << ox.p[i] << " reference " << orf.p[i];
       }
   }
