@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include <unistd.h>  // sysconf: the L3 size
 
 #include "harness.hpp"
 #include "kfuse_impl.hpp"
@@ -57,6 +58,7 @@ struct Cli {
   std::vector<std::string> peers{"torch", "onednn", "eigen"};
   double min_time = -1;
   int max_reps = -1;
+  int64_t scale = 1;  // rows (or elements) of the 16M+ workloads multiplied by this
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -79,6 +81,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "  --peers LIST         peers to run (default torch,onednn,eigen)\n"
       "  --min-time S         seconds of sampling per row (default 0.5, quick 0.02)\n"
       "  --max-reps N         samples per row at most (default 200, quick 10)\n"
+      "  --scale N            multiply the rows (1-D: elements) of the 16M+ workloads by N, to measure\n"
+      "                       out of cache where the L3 holds them (e.g. 8 on a 480 MiB L3)\n"
       "  --strict             exit 1 when any result fails verification or errors\n"
       "  --list               list the workloads and exit\n");
   std::exit(rc);
@@ -107,6 +111,7 @@ Cli parse(int argc, char** argv) {
     else if (a == "--peers") c.peers = split(val(), ',');
     else if (a == "--min-time") c.min_time = std::atof(val().c_str());
     else if (a == "--max-reps") c.max_reps = std::atoi(val().c_str());
+    else if (a == "--scale") c.scale = std::max<int64_t>(1, std::atoll(val().c_str()));
     else if (a == "-h" || a == "--help") usage(0);
     else {
       std::fprintf(stderr, "kfuse_compare: unknown argument %s\n", a.c_str());
@@ -133,10 +138,14 @@ std::string count_str(int64_t n) {
   return std::to_string(n);
 }
 
-std::vector<Workload> workloads(bool quick) {
+// `scale` multiplies the rows of the 16M+ workloads (the elements of the 1-D ones); their targets
+// stay.
+std::vector<Workload> workloads(bool quick, int64_t scale) {
   std::vector<Workload> v;
   auto rc = [&](int64_t full, int64_t q) { return quick ? q : full; };
+  auto big = [&](int64_t n) { return !quick && n >= (int64_t{1} << 24) ? scale : 1; };
   auto rowwise = [&](const char* op, Kind k, int64_t r, int64_t c, Target t = Target::None) {
+    r *= big(r * c);
     v.push_back(wl(std::string(op) + " " + shape2(r, c), k, r, c, t));
   };
   rowwise("log_softmax", Kind::LogSoftmax, 256, 10);
@@ -157,7 +166,8 @@ std::vector<Workload> workloads(bool quick) {
                Ew{"tanh(a*0.5+b)*sigmoid(c)-exp(-a*a)", Kind::Chain3}}) {
     for (int64_t n : {rc(1 << 20, 1 << 14), rc(1 << 24, 1 << 16)}) {
       Target t = (!quick && n == (1 << 24)) || (quick && n == (1 << 16)) ? Target::Chain16M : Target::None;
-      v.push_back(wl(std::string(e.name) + " " + count_str(n), e.k, 1, n, t));
+      const int64_t m = n * big(n);
+      v.push_back(wl(std::string(e.name) + " " + count_str(m), e.k, 1, m, t));
     }
   }
   for (int64_t s : {int64_t{256}, rc(1024, 512)}) {
@@ -324,7 +334,7 @@ Row skipped_row(const Workload& w, const char* impl, int threads, const char* pe
 
 int main(int argc, char** argv) {
   Cli cli = parse(argc, argv);
-  auto all = workloads(cli.quick);
+  auto all = workloads(cli.quick, cli.scale);
   if (cli.list) {
     for (auto& w : all) std::printf("%s\n", w.name.c_str());
     return 0;
@@ -370,6 +380,9 @@ int main(int argc, char** argv) {
               cfg.min_reps, cfg.min_time_s);
   std::printf("ceiling: STREAM triad (%s, %s floats per array, best of %d), re-measured per workload\n",
               triad_kind(), count_str(triad_n).c_str(), triad_passes);
+  // A working set the L3 holds runs from it between samples (the triad's 384 MiB streams to DRAM).
+  const double l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+  if (l3_bytes > 0) std::printf("L3: %s\n", fmt_bytes(l3_bytes).c_str());
   std::vector<std::pair<int, double>> ceilings0;
   for (int t : cli.threads) {
     double g = triad_gbps(t, triad_n, triad_passes);
@@ -430,6 +443,9 @@ int main(int argc, char** argv) {
     }
     std::printf("   compulsory %s; fp64 reference in %s; triad %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
                 fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
+    if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes)
+      std::printf("   (fits the %s L3: rows may run from cache, above the DRAM triad; --scale measures out of cache)\n",
+                  fmt_bytes(l3_bytes).c_str());
     print_header();
 
     for (int t : cli.threads) {

@@ -1,7 +1,9 @@
 // The host memory pool behind Storage::allocate: freed blocks are kept by size class and handed
 // out again, so the intermediates of one evaluation reuse the memory of those freed before them
 // (liveness-based reuse) and repeated evaluations do not pay fresh page faults for large outputs
-// (PERFORMANCE.md lesson 4). Bounded: past kMaxCachedBytes freed blocks go back to the system.
+// (PERFORMANCE.md lesson 4). Bounded by Options::pool_max_bytes (default an eighth of the
+// physical memory): past it, a freed block displaces cached blocks of other sizes, or goes back
+// to the system when it is bigger than the bound itself.
 // Disabled under AddressSanitizer, so that use-after-free stays detectable.
 #pragma once
 #include <cstddef>

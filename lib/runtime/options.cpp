@@ -56,6 +56,7 @@ Options Options::from_env() {
     o.cache_dir = "/tmp/kfuse-cache";
   }
   if (auto v = env("KFUSE_CACHE_MAX_BYTES")) o.cache_max_bytes = std::strtoull(v, nullptr, 10);
+  if (auto v = env("KFUSE_POOL_MAX_BYTES")) o.pool_max_bytes = std::strtoull(v, nullptr, 10);
   o.plugins = split(env("KFUSE_PLUGINS"), ':');
   return o;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../lib/graph/host_pool.hpp"
+#include "kfuse/options.hpp"
 
 namespace {
 
@@ -35,6 +36,33 @@ TEST(HostPool, FreedBlockIsReusedBySizeClass) {
   void* b = pool_alloc((size_t{3} << 20) - 100);  // same class
   EXPECT_EQ(a, b);
   pool_free(b, (size_t{3} << 20) - 100);
+}
+
+// Past Options::pool_max_bytes a freed block displaces cached blocks of other classes (the one
+// just freed is what the next evaluation of the same graph asks for); a block bigger than the
+// bound goes back to the system.
+TEST(HostPool, BoundDisplacesOtherClassesForTheNewestBlock) {
+  using namespace kfuse::detail;
+  const kfuse::Options saved = kfuse::options();
+  kfuse::Options o = saved;
+  o.pool_max_bytes = size_t{10} << 20;
+  kfuse::set_options(o);
+  const size_t mib = size_t{1} << 20;
+  void* six = pool_alloc(6 * mib);
+  void* five = pool_alloc(5 * mib);
+  void* big = pool_alloc(12 * mib);
+  pool_free(six, 6 * mib);
+  const size_t with_six = pool_cached_bytes();
+  EXPECT_GE(with_six, 6 * mib);
+  pool_free(five, 5 * mib);  // 6 + 5 > 10: the 6 MiB block goes
+  EXPECT_LE(pool_cached_bytes(), o.pool_max_bytes);
+  EXPECT_EQ(pool_alloc(5 * mib), five);
+  pool_free(big, 12 * mib);  // over the bound itself: not kept, nothing displaced for it
+  EXPECT_LE(pool_cached_bytes(), o.pool_max_bytes);
+  void* again = pool_alloc(12 * mib);
+  pool_free(again, 12 * mib);
+  pool_free(five, 5 * mib);
+  kfuse::set_options(saved);
 }
 #endif
 
