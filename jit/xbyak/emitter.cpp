@@ -257,20 +257,12 @@ void Gen<Vmm>::phase(size_t ph, bool static_range) {
   const ir::Phase& P = k_.phases[ph];
   std::vector<PhaseItem> items;
   for (size_t s = 0; s < P.stores.size(); ++s) items.push_back({&P.stores[s], p_.stores[ph][s]});
-  prefetch_rows_ = p_.mode == Mode::Row && ph == first_row_loop();
+  size_t last = 0;
+  for (size_t q = 0; q < k_.phases.size(); ++q)
+    if (k_.phases[q].over_reduce) last = q;
+  prefetch_rows_ = p_.mode == Mode::Row && ph == last;
   if (P.over_reduce) loop_phase(items, P.accs, static_range);
   else once_phase(items);
-}
-
-// The first phase that loops over the row: it prefetches the rows ahead (prefetch_streams), so
-// the requests go out as soon as a row starts, not after its math. Measured (layer_norm
-// [262144,512], 1 GiB, out of L3, Xeon with AVX-512): 15.0-15.9 -> 16.7-17.0 GB/s on 1 thread,
-// 29.0-29.4 -> 32.4-32.9 on 2, against prefetching from the row's last loop.
-template <class Vmm>
-size_t Gen<Vmm>::first_row_loop() const {
-  for (size_t q = 0; q < k_.phases.size(); ++q)
-    if (k_.phases[q].over_reduce) return q;
-  return k_.phases.size();
 }
 
 // Phases [0, end) of a row: the online pair (Plan::online) as one loop, the others one by one.
@@ -562,12 +554,10 @@ std::vector<int> Gen<Vmm>::contiguous_load_streams() const {
 // memory time adds to compute time instead of hiding behind it (gelu 16M: 12.6 -> 7.7 ms).
 // Pointwise and `along_row` (the online softmax loop, which reads a long row from memory while
 // doing an exp per element): 8 KiB ahead in all, split over the streams (2-4 KiB each). Rows:
-// the first loop over a row fetches the row two rows ahead (first_row_loop), so the next rows
-// arrive during this row's math. Into L2 (prefetcht2), not L1: on Intel an L1 prefetch holds
-// one of the core's few fill buffers until the line arrives, and streaming stores need the same
-// buffers. Measured out of L3 (128M floats, Xeon with AVX-512, 1 / 2 threads, GB/s): gelu
-// 15.2-15.8 / 27.7-28.2 -> 16.7-17.1 / 30.9-31.1, tanh chain 10.1 / 19.5 -> 10.9 / 20.6-21.6,
-// log_softmax [262144,512] 14.8-15.9 / 27.2 -> 17.0 / 31.0. (AMD treats the hints alike.)
+// the last loop over a row fetches the row two rows ahead, so the next rows arrive during this
+// row's math. (Session 7 tried the first loop and prefetcht2 on the Xeon with the 480 MiB L3:
+// out of L3 they measured 7-10% better in one phase of the host and 0-5% worse in another, and
+// layer_norm [4096,1024] / [32768,512], whose data sit in that L3, 20-45% slower: reverted.)
 template <class Vmm>
 void Gen<Vmm>::prefetch_streams(bool along_row) {
   const std::vector<int> seen = contiguous_load_streams();
@@ -581,7 +571,7 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
       if (rs <= 0 || dist >= (int64_t{1} << 30)) continue;
     }
     Reg64 b = stream(addr);
-    prefetcht2(ptr[b + r14 * 4 + disp_ + static_cast<int>(dist)]);
+    prefetcht0(ptr[b + r14 * 4 + disp_ + static_cast<int>(dist)]);
   }
 }
 

@@ -158,7 +158,6 @@ class Gen : public Xbyak::CodeGenerator {
   void prev_row_variants(const std::vector<PhaseItem>* prev, const std::function<void()>& loop);
   void row_phases(size_t end);
   void prefetch_streams(bool along_row = false);
-  size_t first_row_loop() const;
   std::vector<int> contiguous_load_streams() const;
   template <class Body>
   void static_loop(const Body& body, int U);

@@ -204,7 +204,7 @@ void Gen<Vmm>::pipeline_rows() {
       online_phase(prev);
       return;
     }
-    prefetch_rows_ = mp == first_row_loop();  // (else an earlier loop fetches the rows ahead)
+    prefetch_rows_ = true;  // the last loop over the row: fetch the rows ahead (prefetch_streams)
     loop_phase(keep, k_.phases[mp].accs, true, prev);
     prefetch_rows_ = false;
   };
