@@ -22,20 +22,24 @@ const char* isa_name(Isa isa) { return isa == Isa::Avx512 ? "avx512" : "avx2"; }
 
 namespace {
 std::atomic<int> g_alias_check_force{-1};
+// The host CPU's CPUID answers, read once.
+const Xbyak::util::Cpu& host_cpu() {
+  static const Xbyak::util::Cpu cpu;
+  return cpu;
 }
+}  // namespace
 
 bool stream_alias_check() {
   const int force = g_alias_check_force.load(std::memory_order_relaxed);
   if (force >= 0) return force != 0;
-  static const bool amd = Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAMD);
-  return amd;
+  return host_cpu().has(Xbyak::util::Cpu::tAMD);
 }
 
 void set_stream_alias_check(int force) { g_alias_check_force.store(force, std::memory_order_relaxed); }
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;
-  static const Cpu cpu;
+  const Cpu& cpu = host_cpu();
   bool avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tBMI2);
   if (isa == Isa::Avx2) return avx2;
   return avx2 && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512DQ) && cpu.has(Cpu::tAVX512VL) &&

@@ -141,6 +141,7 @@ inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32
                      accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200;
 }
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
+static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
 /// Frame::stream bits. kStreamStores: write full aligned vectors with non-temporal stores (the
 /// output is too big to be read back from cache). kStreamAliasCheck: except where a load trails
 /// a store by a few vectors modulo 4 KiB (emitter.cpp, streaming_check), on CPUs where such a load
@@ -154,7 +155,6 @@ inline constexpr int64_t kStreamStores = 1, kStreamAliasCheck = 2;
 bool stream_alias_check();
 /// Tests: force the 4K-alias check on (1) or off (0); -1 restores the CPU's answer.
 void set_stream_alias_check(int force);
-static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
 inline constexpr int kMaxOuterDims = 8;
 inline constexpr int kMaxAccs = 64;
 /// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the
