@@ -94,6 +94,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   for (auto [a, r] : acc_reg_) pinned[r] = true;
   for (auto [a, r] : acc_nan_) pinned[r] = true;
   for (int r : online_regs_) pinned[r] = true;
+  for (const auto& c : creg_) pinned[c.second] = true;
   for (const auto& [regs, nans] : acc_sets_) {
     for (auto [a, r] : regs) pinned[r] = true;
     for (auto [a, r] : nans) pinned[r] = true;
@@ -109,7 +110,10 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   auto taken = [&](int r) { return pinned[r] || (busy >> r & 1u); };
   auto alloc = [&](int i) -> int {
     for (int r = 0; r < NREG; ++r)
-      if (owner[r] < 0 && !taken(r)) return r;
+      if (owner[r] < 0 && !taken(r)) {
+        max_reg_ = std::max(max_reg_, r);
+        return r;
+      }
     int victim = -1, far = -1;
     for (int r = 0; r < NREG; ++r) {
       if (owner[r] < 0 || taken(r)) continue;

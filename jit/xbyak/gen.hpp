@@ -53,9 +53,19 @@ class Gen : public Xbyak::CodeGenerator {
   /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
   Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf) : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this} {}
 
-  // constants (full vectors, after the code) and the injectors' select (see injectors.hpp)
-  Address cstu(uint32_t bits);
-  Address cst(float v);
+  // constants (full vectors, after the code, or a register in a loop that holds them: reg_consts)
+  // and the injectors' select (see injectors.hpp). A Cst is an operand of either kind.
+  struct Cst {
+    Address mem;
+    Vmm reg;
+    bool in_reg = false;
+    operator const Xbyak::Operand&() const {
+      if (in_reg) return reg;
+      return mem;
+    }
+  };
+  Cst cstu(uint32_t bits);
+  Cst cst(float v);
   void select(const Vmm& dst, const Vmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Operand& v,
               const Vmm& tmp);
   /// Emits the kernel and its constant tables; returns the size of the instructions.
@@ -97,6 +107,12 @@ class Gen : public Xbyak::CodeGenerator {
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
+  // reg_consts: the constants held in registers in the loop being emitted (bits, register), the
+  // uses counted while emitting a loop body with counting on, and the highest register eval took
+  std::vector<std::pair<uint32_t, int>> creg_;
+  std::vector<std::pair<uint32_t, int>> cuse_;
+  bool count_cst_ = false;
+  int max_reg_ = -1;
   Label ctab_, masktab_;
   int vslot_base_ = 0;
   int nvslots_ = 0;
@@ -150,6 +166,7 @@ class Gen : public Xbyak::CodeGenerator {
   void use_acc_set(int s);
   void combine_acc_sets(const std::vector<int>& accs);
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
+  void reg_consts();
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);

@@ -9,6 +9,7 @@
 #pragma once
 #include <xbyak/xbyak.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -53,6 +54,17 @@ struct Injectors {
   void horner(const Vmm& p, const Vmm& x, const float* c, int n) {
     h.vmovups(p, h.cst(c[0]));
     for (int i = 1; i < n; ++i) h.vfmadd213ps(p, x, h.cst(c[i]));
+  }
+
+  // p = P(x), q = Q(x) (horner), their steps alternated: two independent FMA chains in flight
+  // instead of one after the other (the out-of-order window holds only a few dozen waiting ops)
+  void horner2(const Vmm& p, const float* cp, int np, const Vmm& q, const float* cq, int nq, const Vmm& x) {
+    h.vmovups(p, h.cst(cp[0]));
+    h.vmovups(q, h.cst(cq[0]));
+    for (int i = 1; i < std::max(np, nq); ++i) {
+      if (i < np) h.vfmadd213ps(p, x, h.cst(cp[i]));
+      if (i < nq) h.vfmadd213ps(q, x, h.cst(cq[i]));
+    }
   }
 
   // r = 1/d for finite non-zero d (d is clobbered). AVX-512: the 14-bit estimate and one Newton
@@ -102,8 +114,13 @@ struct Injectors {
     } else {
       clamp(x, kExpLo, kExpHi, t[0]);
     }
-    h.vmulps(t[0], x, h.cst(kLog2e));
-    round(t[0], t[0], 0);
+    // n = round(x log2e) in one rounding: x log2e + 1.5*2^23 rounds to an integer (the sum's ulp
+    // is 1), and subtracting the magic gives n exactly. Two vector ops, where a product and
+    // vrndscaleps/vroundps take three (the rounding is two on Intel), and a shorter latency.
+    constexpr float kMagic = 0x1.8p23f;
+    h.vmovups(t[0], h.cst(kMagic));
+    h.vfmadd231ps(t[0], x, h.cst(kLog2e));
+    h.vsubps(t[0], t[0], h.cst(kMagic));
     h.vfnmadd231ps(x, t[0], h.cst(kLn2Hi));
     h.vfnmadd231ps(x, t[0], h.cst(kLn2Lo));
     exp_finish(x, t[0], t[1]);
@@ -188,8 +205,7 @@ struct Injectors {
     using namespace kfuse::jit::mathc;
     clamp(x, -kTanhClamp, kTanhClamp, t[0]);
     h.vmulps(t[0], x, x);
-    horner(t[1], t[0], kTanhP, 5);
-    horner(t[2], t[0], kTanhQ, 5);
+    horner2(t[1], kTanhP, 5, t[2], kTanhQ, 5, t[0]);
     h.vmulps(x, x, t[1]);
     recip(t[0], t[2]);  // Q in [1, 446]: finite, non-zero
     h.vmulps(x, x, t[0]);
@@ -214,8 +230,7 @@ struct Injectors {
     using namespace kfuse::jit::mathc;
     clamp(x, -kErfClamp, kErfClamp, t[0]);
     h.vmulps(t[0], x, x);
-    horner(t[1], t[0], kErfA, 7);
-    horner(t[2], t[0], kErfB, 5);
+    horner2(t[1], kErfA, 7, t[2], kErfB, 5, t[0]);
     h.vdivps(t[1], t[1], t[2]);
     h.vmulps(x, x, t[1]);  // x * (A/B): no subnormal intermediate for tiny x
   }
