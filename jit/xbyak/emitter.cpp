@@ -25,8 +25,8 @@ template <class Vmm>
 typename Gen<Vmm>::Cst Gen<Vmm>::cstu(uint32_t bits) {
   const int i = static_cast<int>(std::find(cvals_.begin(), cvals_.end(), bits) - cvals_.begin());
   if (i == static_cast<int>(cvals_.size())) cvals_.push_back(bits);
-  Cst c{ptr[rip + ctab_ + i * VB], Vmm(0), false};
-  if (count_cst_) {
+  Cst c{dry_ ? ptr[rip] : ptr[rip + ctab_ + i * VB], Vmm(0), false};
+  if (dry_) {
     auto it = std::find_if(cuse_.begin(), cuse_.end(), [&](const auto& u) { return u.first == bits; });
     if (it == cuse_.end()) cuse_.push_back({bits, 1});
     else ++it->second;
@@ -331,13 +331,35 @@ bool Gen<Vmm>::cheap_body(const std::vector<const ir::Expr*>& roots) const {
 template <class Vmm>
 void Gen<Vmm>::reg_consts() {
   std::stable_sort(cuse_.begin(), cuse_.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  int limit = kAccTmp;  // below the pinned accumulators (pin_accs takes them from kAccTmp - 1 down)
+  for (const auto& [regs, nans] : acc_sets_) {
+    for (auto [a, r] : regs) limit = std::min(limit, r);
+    for (auto [a, r] : nans) limit = std::min(limit, r);
+  }
   int r = max_reg_ + 1;
   for (const auto& [bits, uses] : cuse_) {  // most used first
-    if (r >= kAccTmp) break;
+    if (r >= limit) break;
     vmovups(Vmm(r), cstu(bits));
     creg_.push_back({bits, r++});
   }
   cuse_.clear();
+}
+
+// Emits `body` to count the constants it uses (cuse_) and the highest register its evaluation
+// takes (max_reg_), then takes the bytes back. A body references no label but the constant
+// table's, which cst() does not use while dry_ (a label use would be patched later, at bytes
+// that are no longer its instruction).
+template <class Vmm>
+void Gen<Vmm>::count_consts(const std::function<void()>& body) {
+  const size_t at = getSize();
+  const int slots = nvslots_;
+  cuse_.clear();
+  max_reg_ = -1;
+  dry_ = true;
+  body();
+  dry_ = false;
+  setSize(at);
+  nvslots_ = slots;
 }
 
 // Independent accumulator sets for a loop over `accs`: up to 4, within a register budget that
@@ -486,6 +508,14 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     nvslots_ = slots;
     disp_ = 0;
   };
+  // A pointwise loop with math keeps its constants in the registers its body leaves free
+  // (reg_consts). Row loops do not: their math loops (softmax's exp-sum loop, log_softmax's, with
+  // the unrolled accumulator sets) measured the same with constants in registers (README
+  // "Constants in registers").
+  if (!cheap && p_.mode == Mode::Pointwise) {
+    count_consts([&] { body(false, 0); });
+    reg_consts();
+  }
   if (static_range && p_.mode != Mode::Global && may_stream) {
     Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
     xor_(r14d, r14d);
@@ -500,24 +530,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   } else if (static_range && p_.mode != Mode::Global) {
     prev_row_variants(prev, [&] { static_loop(body, U); });
   } else {
-    Label top, single, tail, done, tail_body;
-    // A math-heavy pointwise loop keeps its most used constants in the registers its body leaves
-    // free (reg_consts): the masked tail's body is emitted first, counting the constants and the
-    // registers it needs, and the loops after it use registers for them.
-    const bool consts_in_regs = p_.mode == Mode::Pointwise && !cheap && accs.empty() && !prev;
-    if (consts_in_regs) {
-      Label setup;
-      jmp(setup, T_NEAR);
-      L(tail_body);
-      cuse_.clear();
-      max_reg_ = -1;
-      count_cst_ = true;
-      body(true, 0);
-      count_cst_ = false;
-      jmp(done, T_NEAR);
-      L(setup);
-      reg_consts();
-    }
+    Label top, single, tail, done;
     mov(r14, qword[rdi + frame_off::lo]);
     mov(r15, qword[rdi + frame_off::hi]);
     if (may_stream) {  // whole vectors while aligned; the rest below
@@ -557,11 +570,10 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     sub(rax, r14);
     jle(done, T_NEAR);
     set_mask_rax();
-    if (consts_in_regs) jmp(tail_body, T_NEAR);
-    else body(true, 0);
+    body(true, 0);
     L(done);
-    creg_.clear();
   }
+  creg_.clear();
   combine_acc_sets(accs);
   for (int a : accs) finish_acc(a);
   release_accs();

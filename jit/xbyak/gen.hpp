@@ -107,11 +107,11 @@ class Gen : public Xbyak::CodeGenerator {
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
-  // reg_consts: the constants held in registers in the loop being emitted (bits, register), the
-  // uses counted while emitting a loop body with counting on, and the highest register eval took
+  // reg_consts: the constants held in registers in the loop being emitted (bits, register); the
+  // uses counted by count_consts' dry run of a loop body, and the highest register eval took
   std::vector<std::pair<uint32_t, int>> creg_;
   std::vector<std::pair<uint32_t, int>> cuse_;
-  bool count_cst_ = false;
+  bool dry_ = false;
   int max_reg_ = -1;
   Label ctab_, masktab_;
   int vslot_base_ = 0;
@@ -167,6 +167,7 @@ class Gen : public Xbyak::CodeGenerator {
   void combine_acc_sets(const std::vector<int>& accs);
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
   void reg_consts();
+  void count_consts(const std::function<void()>& body);
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);
