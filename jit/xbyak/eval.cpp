@@ -15,7 +15,8 @@ template <class Vmm>
 typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& roots,
                                           const std::unordered_map<const ir::Expr*, int>* inv,
                                           const std::vector<PhaseItem>& items, const std::vector<int>& accs,
-                                          const std::unordered_map<const ir::Expr*, int>* to_slot) const {
+                                          const std::unordered_map<const ir::Expr*, int>* to_slot,
+                                          const std::unordered_map<const ir::Expr*, int>* recip) const {
   Dag g;
   std::unordered_map<const ir::Expr*, int> pos;
   std::vector<std::vector<int>> args;  // per node, then flattened
@@ -27,7 +28,11 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
       if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
     n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
     std::vector<int> a;
-    if (!n.leaf) {
+    if (recip)
+      if (auto it = recip->find(e); it != recip->end()) n.recip = it->second;
+    if (n.recip >= 0) {
+      a.push_back(self(e->args[0].get(), self));
+    } else if (!n.leaf) {
       if (e->args.size() > 3) throw DeclineError("xbyak: internal: op with more than 3 operands");
       for (const auto& x : e->args) a.push_back(self(x.get(), self));
     }
@@ -173,6 +178,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
       busy |= 1u << r;
     }
     if (node.leaf) emit_leaf(node, Vmm(dst), ev);
+    else if (node.recip >= 0) vmulps(Vmm(dst), Vmm(opr[0]), ptr[rsp + vslot_off(node.recip)]);
     else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
     reg[i] = dst;
     owner[dst] = i;
@@ -272,11 +278,26 @@ bool Gen<Vmm>::nonpositive(const ir::Expr* e) const {
   if (e->op == Op::Mul)  // (-y) * y
     for (int i = 0; i < 2; ++i)
       if (is(arg(i), Op::Neg) && ir::same_expr(arg(i)->args[0].get(), arg(1 - i))) return true;
-  if (e->op == Op::Sub && arg(1)->kind == ExprKind::Acc) {
-    const ir::Accumulator& m = k_.accs[static_cast<size_t>(arg(1)->index)];
-    return m.kind == ir::AccKind::Max && ir::same_expr(m.value.get(), arg(0));
-  }
-  return false;
+  return minus_row_max(e);
+}
+
+// e = v - m, m a Max accumulator over the same v (the row's maximum: softmax's exp argument)
+template <class Vmm>
+bool Gen<Vmm>::minus_row_max(const ir::Expr* e) const {
+  if (e->kind != ExprKind::Op || e->op != Op::Sub || e->args[1]->kind != ExprKind::Acc) return false;
+  const ir::Accumulator& m = k_.accs[static_cast<size_t>(e->args[1]->index)];
+  return m.kind == ir::AccKind::Max && ir::same_expr(m.value.get(), e->args[0].get());
+}
+
+// s is a Sum accumulator of exp(v - m) with m the row's maximum of v: s >= 1 (the maximum's own
+// term is exp(0) = 1) or NaN. So 1/s is a normal number in (0, 1] (or NaN) and x * (1/s) is
+// within 1.5 ulp of x / s for every x, specials included (x = inf, 0, NaN; s = NaN, inf).
+template <class Vmm>
+bool Gen<Vmm>::sum_of_exps_at_max(const ir::Expr* s) const {
+  if (s->kind != ExprKind::Acc || s->dtype != DType::F32) return false;
+  const ir::Accumulator& a = k_.accs[static_cast<size_t>(s->index)];
+  const ir::Expr* v = a.value.get();
+  return a.kind == ir::AccKind::Sum && v->kind == ExprKind::Op && v->op == Op::Exp && minus_row_max(v->args[0].get());
 }
 
 template <class Vmm>
@@ -433,8 +454,11 @@ void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm
 #define KFUSE_XB_EVAL_ENTRY_POINTS(V)                                                                    \
   template typename Gen<V>::Dag Gen<V>::make_dag(                                                        \
       const std::vector<const ir::Expr*>&, const std::unordered_map<const ir::Expr*, int>*,              \
-      const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*) const; \
-  template void Gen<V>::eval(const Dag&, const Eval&);
+      const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*,  \
+      const std::unordered_map<const ir::Expr*, int>*) const;                                              \
+  template void Gen<V>::eval(const Dag&, const Eval&);                                                  \
+  template void Gen<V>::emit_leaf(const typename Dag::Node&, const V&, const Eval&);                     \
+  template bool Gen<V>::sum_of_exps_at_max(const ir::Expr*) const;
 KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Zmm)
 KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Ymm)
 #undef KFUSE_XB_EVAL_ENTRY_POINTS

@@ -97,6 +97,7 @@ class Gen : public Xbyak::CodeGenerator {
       int use0 = 0, nuses = 0;  // positions that use it, ascending: uses[use0 .. use0 + nuses)
       int st0 = 0, nst = 0;     // stores of this value: stores[st0 .. st0 + nst)
       int acc0 = 0, nacc = 0;   // accumulators fed by it: accs[acc0 .. acc0 + nacc)
+      int recip = -1;  // x / s as x * (1/s): the slot holding 1/s (s is then not an operand)
     };
     std::vector<Node> nodes;
     std::vector<int> args, uses, accs;
@@ -134,10 +135,12 @@ class Gen : public Xbyak::CodeGenerator {
   void load_ptr_regs();
   Dag make_dag(const std::vector<const ir::Expr*>& roots, const std::unordered_map<const ir::Expr*, int>* inv,
                const std::vector<PhaseItem>& items, const std::vector<int>& accs,
-               const std::unordered_map<const ir::Expr*, int>* to_slot = nullptr) const;
+               const std::unordered_map<const ir::Expr*, int>* to_slot = nullptr,
+               const std::unordered_map<const ir::Expr*, int>* recip = nullptr) const;
   void eval(const Dag& g, const Eval& ev);
   std::vector<int> ev_reg_, ev_slot_;  // eval's per-node register and spill slot (kept: no allocation per call)
-  std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes);
+  std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes,
+                                                            std::unordered_map<const ir::Expr*, int>* recip = nullptr);
   void pin_accs(const std::vector<int>& accs, int nsets = 1);
   void release_accs();
   int acc_regs(const std::vector<int>& accs) const;
@@ -156,6 +159,8 @@ class Gen : public Xbyak::CodeGenerator {
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);
   bool nonpositive(const ir::Expr* e) const;
+  bool minus_row_max(const ir::Expr* e) const;
+  bool sum_of_exps_at_max(const ir::Expr* s) const;
   void emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t);
   void root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev);
   float identity(ir::AccKind k);

@@ -181,6 +181,27 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
 
 const std::vector<int64_t> kCols = {1, 3, 8, 10, 13, 16, 17, 100, 1000, 4099};
 
+// softmax's exp(v - m) / s is emitted as a product with 1/s, computed once per row: s >= 1 there
+// (the maximum's own term is exp(0) = 1). Any other row sum keeps the division: x / sum(x) over
+// subnormal rows, where 1/s overflows to inf and x * (1/s) would be inf instead of ~1/C.
+TEST(XbyakKernels, DivisionByARowSumIsAProductOnlyForSoftmax) {
+  for (Isa isa : isas())
+    for (int64_t C : {int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+      const int64_t R = 6;
+      const size_t n = static_cast<size_t>(R * C);
+      auto tiny = inputs(n, 21, 1e-44, 1e-43, 0);  // subnormal, and so is their sum: 1/sum overflows
+      Kernel k = row_base("k_div_sum", 1, R, C);
+      k.accs.push_back({AccKind::Sum, DType::F32, row_x(C)});
+      k.phases.push_back(reduce_phase({0}));
+      k.phases.push_back(reduce_phase({}, {{1, row_index(C), bin(Op::Div, row_x(C), acc(0, DType::F32))}}));
+      compare(k, {tiny}, {n}, isa, {1e-5, 0}, "x / sum(x), subnormal x, C=" + std::to_string(C));
+      // softmax itself, with the product, against the reference (rows of one element: s = 1)
+      auto x = inputs(n, 23);
+      compare(softmax(R, C, false), {x}, {n}, isa, {1e-5, 2e-7}, "softmax C=" + std::to_string(C));
+      compare(softmax(R, 1, false), {inputs(static_cast<size_t>(R), 24)}, {static_cast<size_t>(R)}, isa, {0, 0}, "softmax C=1");
+    }
+}
+
 TEST(XbyakKernels, RowKernels) {
   for (Isa isa : isas())
     for (int64_t C : kCols) {
