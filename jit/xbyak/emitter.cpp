@@ -336,6 +336,7 @@ void Gen<Vmm>::reg_consts() {
     for (auto [a, r] : regs) limit = std::min(limit, r);
     for (auto [a, r] : nans) limit = std::min(limit, r);
   }
+  for (int r : online_regs_) limit = std::min(limit, r);
   int r = max_reg_ + 1;
   for (const auto& [bits, uses] : cuse_) {  // most used first
     if (r >= limit) break;
