@@ -324,43 +324,40 @@ bool Gen<Vmm>::cheap_body(const std::vector<const ir::Expr*>& roots) const {
   return ops <= 8;
 }
 
-// Loads the most used constants of the loop body count_consts just dry-ran (cuse_) into the
-// registers above the ones its eval took (max_reg_), below any pinned accumulator, and makes
-// cst() answer with them (creg_) until loop_phase clears them. A constant from memory is a load per use: the chain
-// tanh(a*0.5+b)*sigmoid(c)-exp(-a*a) has ~45 per vector, against 3 of data.
+// Keeps the constants of a loop in registers (creg_: cst() answers with them until the caller
+// clears creg_). A constant from memory is a load per use: the chain
+// tanh(a*0.5+b)*sigmoid(c)-exp(-a*a) has ~45 per vector, against 3 of data. `body` (one vector's
+// work) is emitted as a dry run that counts the constants it uses (cuse_) and the highest
+// register its evaluation takes (max_reg_; registers below `busy_below` count as taken too), then
+// its bytes are taken back: a body references no label but the constant table's, which cst() does
+// not use while dry_ (a label use would be patched later, at bytes that are no longer its
+// instruction). The most used constants then go to the registers above those, below any pinned
+// accumulator or online-loop register.
 template <class Vmm>
-void Gen<Vmm>::reg_consts() {
+void Gen<Vmm>::consts_in_regs(const std::function<void()>& body, int busy_below) {
+  const size_t at = getSize();
+  const int slots = nvslots_;
+  cuse_.clear();
+  max_reg_ = busy_below - 1;
+  dry_ = true;
+  body();
+  dry_ = false;
+  setSize(at);
+  nvslots_ = slots;
   std::stable_sort(cuse_.begin(), cuse_.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  int limit = kAccTmp;  // below the pinned accumulators (pin_accs takes them from kAccTmp - 1 down)
+  int limit = kAccTmp;  // pin_accs and online_phase take their registers from kAccTmp - 1 down
   for (const auto& [regs, nans] : acc_sets_) {
     for (auto [a, r] : regs) limit = std::min(limit, r);
     for (auto [a, r] : nans) limit = std::min(limit, r);
   }
   for (int r : online_regs_) limit = std::min(limit, r);
   int r = max_reg_ + 1;
-  for (const auto& [bits, uses] : cuse_) {  // most used first
+  for (const auto& u : cuse_) {  // most used first
     if (r >= limit) break;
-    vmovups(Vmm(r), cstu(bits));
-    creg_.push_back({bits, r++});
+    vmovups(Vmm(r), cstu(u.first));
+    creg_.push_back({u.first, r++});
   }
   cuse_.clear();
-}
-
-// Emits `body` to count the constants it uses (cuse_) and the highest register its evaluation
-// takes (max_reg_), then takes the bytes back. A body references no label but the constant
-// table's, which cst() does not use while dry_ (a label use would be patched later, at bytes
-// that are no longer its instruction).
-template <class Vmm>
-void Gen<Vmm>::count_consts(const std::function<void()>& body) {
-  const size_t at = getSize();
-  const int slots = nvslots_;
-  cuse_.clear();
-  max_reg_ = -1;
-  dry_ = true;
-  body();
-  dry_ = false;
-  setSize(at);
-  nvslots_ = slots;
 }
 
 // Independent accumulator sets for a loop over `accs`: up to 4, within a register budget that
@@ -531,13 +528,10 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     disp_ = 0;
   };
   // A pointwise loop with math keeps its constants in the registers its body leaves free
-  // (reg_consts). Row loops do not: their math loops (softmax's exp-sum loop, log_softmax's, with
-  // the unrolled accumulator sets) measured the same with constants in registers (README
+  // (consts_in_regs). Row loops do not: their math loops (softmax's exp-sum loop, log_softmax's,
+  // with the unrolled accumulator sets) measured the same with constants in registers (README
   // "Constants in registers").
-  if (!cheap && p_.mode == Mode::Pointwise) {
-    count_consts([&] { body(false, 0); });
-    reg_consts();
-  }
+  if (!cheap && p_.mode == Mode::Pointwise) consts_in_regs([&] { body(false, 0); });
   if (static_range && p_.mode != Mode::Global && may_stream) {
     Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
     xor_(r14d, r14d);

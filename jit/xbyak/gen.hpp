@@ -53,7 +53,7 @@ class Gen : public Xbyak::CodeGenerator {
   /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
   Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf) : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this} {}
 
-  // constants (full vectors, after the code, or a register in a loop that holds them: reg_consts)
+  // constants (full vectors, after the code, or a register in a loop that holds them: consts_in_regs)
   // and the injectors' select (see injectors.hpp). A Cst is an operand of either kind.
   struct Cst {
     Address mem;
@@ -108,8 +108,8 @@ class Gen : public Xbyak::CodeGenerator {
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
-  // reg_consts: the constants held in registers in the loop being emitted (bits, register); the
-  // uses counted by count_consts' dry run of a loop body, and the highest register eval took
+  // consts_in_regs: the constants held in registers in the loop being emitted (bits, register);
+  // the uses counted by its dry run of a loop body, and the highest register eval took
   std::vector<std::pair<uint32_t, int>> creg_;
   std::vector<std::pair<uint32_t, int>> cuse_;
   bool dry_ = false;
@@ -171,8 +171,7 @@ class Gen : public Xbyak::CodeGenerator {
   void use_acc_set(int s);
   void combine_acc_sets(const std::vector<int>& accs);
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
-  void reg_consts();
-  void count_consts(const std::function<void()>& body);
+  void consts_in_regs(const std::function<void()>& body, int busy_below = 0);
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);

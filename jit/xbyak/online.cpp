@@ -66,19 +66,20 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
   vmovups(Vmm(on_mc_), cst(-FLT_MAX));
   for (int r : on_s_) inj_.vxor(Vmm(r), Vmm(r), Vmm(r));
   cap_acc_ = on.max_acc;
-  // The loop keeps its constants (exp's) in the registers left free (reg_consts), counted by a
-  // dry run of one vector's work: log_softmax [8192,32000], 1 thread, 3 interleaved rounds:
-  // 152-161 -> 138-143 ms (in cache, [8,32000]: min 0.058-0.061 -> 0.050-0.053 ms).
+  // The loop keeps its constants (exp's) in the registers left free (consts_in_regs), counted by
+  // a dry run of one vector's work; online_block's exps and block maximum also use registers 0-3.
+  // log_softmax [8192,32000], 1 thread, 3 interleaved rounds: 152-161 -> 138-143 ms (in cache,
+  // [8,32000]: min 0.058-0.061 -> 0.050-0.053 ms).
   cap_reg_ = on_x_[0];
-  count_consts([&] {
-    Eval ev;
-    ev.in_loop = true;
-    eval_joined(dag, prev_stores ? &prev : nullptr, ev);
-    const Vmm tj[2] = {Vmm(0), Vmm(1)};
-    inj_.exp(Vmm(on_x_[0]), tj, true);
-  });
-  max_reg_ = std::max(max_reg_, 3);  // online_block's exps and block maximum use registers 0-3
-  reg_consts();
+  consts_in_regs(
+      [&] {
+        Eval ev;
+        ev.in_loop = true;
+        eval_joined(dag, prev_stores ? &prev : nullptr, ev);
+        const Vmm tj[2] = {Vmm(0), Vmm(1)};
+        inj_.exp(Vmm(on_x_[0]), tj, true);
+      },
+      4);
 
   const int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
   const int64_t iters = nfull / kOnlineU, left = nfull % kOnlineU;
