@@ -152,9 +152,15 @@ bool has_math_function(const ir::Expr* e) {
 // they save. Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the
 // row and the scratch row stay in L2), and a third pointer register pair free for the scratch
 // stream. softmax, 1 thread, kernel alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms),
-// in cache [64,1024] 30 -> 19-25 us. It is chosen over the online loop (whose terms are relative
-// to a running maximum, so the store must compute the exps again): softmax on the AMD VM, 2
-// threads, [1024,32000] 47 -> 32 ms, [2730,12288] 44 -> 28 ms, [5461,6144] 55 -> 37 ms.
+// in cache [64,1024] 30 -> 19-25 us. Against the online loop (whose terms are relative to a
+// running maximum, so the store computes the exps again: twice the exps, but one loop that reads
+// row i while it writes row i-1, where this plan reads row i in its max loop and writes in the
+// next): on the AVX-512 Xeon the online loop wins from kOnlineOverReuse on (softmax, kernel alone,
+// 1 / 2 threads, reuse vs online: [8192,32000] 164-173 vs 138-142 / 87 vs 82 ms, [21845,12288]
+// 168-171 vs 128-146 / 85-89 vs 75-76, [2048,16384] 20-22 vs 17-19, [4096,8192] 21.4-21.6 vs
+// 18.2-19.9 / 8.7-9.4 vs 8.0-8.3; [5461,6144] 18.2 vs 19.3 / 8.8 vs 9.4 and [43690,6144] 142-151
+// vs 144 / 80-83 vs 82-83 stay with this plan). (Session 4 measured on the AMD VM, before the
+// online loop prefetched and kept its constants in registers, this plan ahead everywhere.)
 void reuse_plan(const ir::Kernel& k, Plan& plan) {
   const size_t q = k.phases.size() - 1, j = q - 1;
   if (plan.lanes || plan.reduce_n > kReuseMaxReduce || plan.addrs.size() > 2) return;
@@ -199,8 +205,9 @@ bool pipelinable(const ir::Kernel& k, const Plan& plan) {
 void row_plan(const ir::Kernel& k, Plan& plan) {
   if (plan.mode != Mode::Row) return;
   plan.pipeline = pipelinable(k, plan);
-  if (plan.pipeline) reuse_plan(k, plan);
-  if (plan.reduce_n >= kOnlineMinReduce && !plan.reuse) plan.online = ir::find_online_exp_sum(k);
+  if (plan.reduce_n >= kOnlineMinReduce) plan.online = ir::find_online_exp_sum(k);
+  if (plan.pipeline && (plan.online.phase < 0 || plan.reduce_n < kOnlineOverReuse)) reuse_plan(k, plan);
+  if (plan.reuse) plan.online = ir::OnlineExpSum{};
 }
 }  // namespace
 

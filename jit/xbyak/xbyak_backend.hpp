@@ -106,6 +106,8 @@ inline constexpr int64_t kLaneMaxReduce = 16;
 inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::online (analyze.cpp)
 /// Longest row for Plan::reuse: its row and the scratch row (128 KiB each) stay in L2.
 inline constexpr int64_t kReuseMaxReduce = 32768;
+/// Shortest row for which the online loop is taken over Plan::reuse where both apply (analyze.cpp).
+inline constexpr int64_t kOnlineOverReuse = 8192;
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);

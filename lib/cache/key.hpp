@@ -20,7 +20,7 @@ namespace kfuse::detail::cache {
 inline constexpr int kFormatVersion = 1;
 /// Bump whenever a backend's generated code may change for the same kernel IR and target
 /// (code generator fixes, math-function changes): old entries then simply stop matching.
-inline constexpr int kCodegenVersion = 11;  // 2: llvm column tiles; xbyak streaming stores, prefetch, unrolled reductions; 3: xbyak rational tanh, refitted exp; 4: xbyak online softmax; 5: xbyak softmax scratch row; 6: xbyak 4K-alias streaming check, AVX2 nonpositive exp; 7: xbyak AVX2 lane block loads; 8: xbyak scratch row in Frame, softmax rows up to 32768 reuse exps instead of the online loop; 9: xbyak 4K-alias check only on CPUs that stall (AMD), first-loop prefetch; 10: xbyak prefetch as in 8; 11: xbyak exp rounds n with one FMA, tanh/erf horners alternated, math-heavy pointwise loops keep constants in registers, softmax divides by its sum as a product with 1/s
+inline constexpr int kCodegenVersion = 12;  // 2: llvm column tiles; xbyak streaming stores, prefetch, unrolled reductions; 3: xbyak rational tanh, refitted exp; 4: xbyak online softmax; 5: xbyak softmax scratch row; 6: xbyak 4K-alias streaming check, AVX2 nonpositive exp; 7: xbyak AVX2 lane block loads; 8: xbyak scratch row in Frame, softmax rows up to 32768 reuse exps instead of the online loop; 9: xbyak 4K-alias check only on CPUs that stall (AMD), first-loop prefetch; 10: xbyak prefetch as in 8; 11: xbyak exp rounds n with one FMA, tanh/erf horners alternated, math-heavy pointwise loops keep constants in registers, softmax divides by its sum as a product with 1/s; 12: xbyak softmax rows from 8192 take the online loop
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
 struct KeyFields {

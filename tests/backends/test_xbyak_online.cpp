@@ -49,16 +49,33 @@ TEST(XbyakOnline, Plan) {
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 1000, true), p));  // log_softmax stores no exp
   EXPECT_FALSE(p.reuse);
   // Long softmax rows keep their exps too (two loops and the scratch row: one exp per element
-  // instead of two) up to kReuseMaxReduce; longer ones take the online loop, whose sums are
-  // relative to a running maximum, and recompute the exps.
+  // instead of two) below kOnlineOverReuse; from there on they take the online loop, whose sums
+  // are relative to a running maximum, and recompute the exps (one loop reads row i while the
+  // previous row is written: faster on one core once the row no longer fits in L1).
+  using detail::xb::kOnlineOverReuse;
+  static_assert(kOnlineOverReuse > kOnlineMinReduce && kOnlineOverReuse <= detail::xb::kReuseMaxReduce);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, C, false), p));
   EXPECT_TRUE(p.reuse);
   EXPECT_EQ(p.online.phase, -1);
-  ASSERT_EQ("", detail::xb::analyze(softmax(8, detail::xb::kReuseMaxReduce, false), p));
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, kOnlineOverReuse - 1, false), p));
   EXPECT_TRUE(p.reuse);
+  EXPECT_EQ(p.online.phase, -1);
+  ASSERT_EQ("", detail::xb::analyze(softmax(8, kOnlineOverReuse, false), p));
+  EXPECT_FALSE(p.reuse);
+  EXPECT_EQ(p.scratch_bytes, 0);
+  EXPECT_EQ(p.online.phase, 0);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, detail::xb::kReuseMaxReduce + 1, false), p));
   EXPECT_FALSE(p.reuse);
   EXPECT_EQ(p.online.phase, 0);
+  // a sum of exps that is not the online pair's (exp(2x - m) after a max of x) keeps the
+  // scratch row at any length
+  Kernel e = softmax(8, kOnlineOverReuse, false);
+  ExprRef ev = un(Op::Exp, bin(Op::Sub, bin(Op::Mul, row_x(kOnlineOverReuse), f32c(2)), acc(0, DType::F32)));
+  e.accs[1].value = ev;
+  e.phases[2].stores[0].value = bin(Op::Div, ev, acc(1, DType::F32));
+  ASSERT_EQ("", detail::xb::analyze(e, p));
+  EXPECT_EQ(p.online.phase, -1);
+  EXPECT_TRUE(p.reuse);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 10, false), p));  // rows across lanes
   EXPECT_FALSE(p.reuse);
   ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));  // 4 streams: no registers for 8 pointers
