@@ -3,6 +3,7 @@
 find_package(xbyak CONFIG REQUIRED)
 target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/accumulators.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/loop_invariants.cpp
   ${CMAKE_CURRENT_LIST_DIR}/analyze.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/eval.cpp

@@ -20,32 +20,6 @@
 
 namespace kfuse::detail::xb {
 
-// ---- constants (full vectors, after the code) ----
-template <class Vmm>
-typename Gen<Vmm>::Cst Gen<Vmm>::cstu(uint32_t bits) {
-  const int i = static_cast<int>(std::find(cvals_.begin(), cvals_.end(), bits) - cvals_.begin());
-  if (i == static_cast<int>(cvals_.size())) cvals_.push_back(bits);
-  Cst c{dry_ ? ptr[rip] : ptr[rip + ctab_ + i * VB], Vmm(0), false};
-  if (dry_) {
-    auto it = std::find_if(cuse_.begin(), cuse_.end(), [&](const auto& u) { return u.first == bits; });
-    if (it == cuse_.end()) cuse_.push_back({bits, 1});
-    else ++it->second;
-  }
-  for (const auto& [b, r] : creg_)
-    if (b == bits) {
-      c.reg = Vmm(r);
-      c.in_reg = true;
-    }
-  return c;
-}
-
-template <class Vmm>
-typename Gen<Vmm>::Cst Gen<Vmm>::cst(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return cstu(b);
-}
-
 // dst = (a pred b) ? v : dst
 template <class Vmm>
 void Gen<Vmm>::select(const Vmm& dst, const Vmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Operand& v,
@@ -324,42 +298,6 @@ bool Gen<Vmm>::cheap_body(const std::vector<const ir::Expr*>& roots) const {
   return ops <= 8;
 }
 
-// Keeps the constants of a loop in registers (creg_: cst() answers with them until the caller
-// clears creg_). A constant from memory is a load per use: the chain
-// tanh(a*0.5+b)*sigmoid(c)-exp(-a*a) has ~45 per vector, against 3 of data. `body` (one vector's
-// work) is emitted as a dry run that counts the constants it uses (cuse_) and the highest
-// register its evaluation takes (max_reg_; registers below `busy_below` count as taken too), then
-// its bytes are taken back: a body references no label but the constant table's, which cst() does
-// not use while dry_ (a label use would be patched later, at bytes that are no longer its
-// instruction). The most used constants then go to the registers above those, below any pinned
-// accumulator or online-loop register.
-template <class Vmm>
-void Gen<Vmm>::consts_in_regs(const std::function<void()>& body, int busy_below) {
-  const size_t at = getSize();
-  const int slots = nvslots_;
-  cuse_.clear();
-  max_reg_ = busy_below - 1;
-  dry_ = true;
-  body();
-  dry_ = false;
-  setSize(at);
-  nvslots_ = slots;
-  std::stable_sort(cuse_.begin(), cuse_.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  int limit = kAccTmp;  // pin_accs and online_phase take their registers from kAccTmp - 1 down
-  for (const auto& [regs, nans] : acc_sets_) {
-    for (auto [a, r] : regs) limit = std::min(limit, r);
-    for (auto [a, r] : nans) limit = std::min(limit, r);
-  }
-  for (int r : online_regs_) limit = std::min(limit, r);
-  int r = max_reg_ + 1;
-  for (const auto& u : cuse_) {  // most used first
-    if (r >= limit) break;
-    vmovups(Vmm(r), cstu(u.first));
-    creg_.push_back({u.first, r++});
-  }
-  cuse_.clear();
-}
-
 // Independent accumulator sets for a loop over `accs`: up to 4, within a register budget that
 // leaves the expression enough registers (the widest op needs 8).
 template <class Vmm>
@@ -527,11 +465,11 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     nvslots_ = slots;
     disp_ = 0;
   };
-  // A loop with math keeps its constants in the registers its body leaves free (consts_in_regs).
+  // A loop with math keeps its constants in the registers its body leaves free (invariants_in_regs).
   // Row loops too since session 9: in cache, 1 thread, 5 interleaved rounds, log_softmax
   // [512,512] 0.089 -> 0.066 ms, softmax 0.079 -> 0.062, softmax [4096,64] 0.118 -> 0.109 (AVX2
   // alike); long rows (log_softmax [256,4096], softmax [64,32000]) and out of cache: within noise.
-  if (!cheap) consts_in_regs([&] { body(false, 0); });
+  if (!cheap) invariants_in_regs([&] { body(false, 0); });
   if (static_range && p_.mode != Mode::Global && may_stream) {
     Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
     xor_(r14d, r14d);
@@ -589,7 +527,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     body(true, 0);
     L(done);
   }
-  creg_.clear();
+  ireg_.clear();
   combine_acc_sets(accs);
   for (int a : accs) finish_acc(a);
   release_accs();

@@ -99,7 +99,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   for (auto [a, r] : acc_reg_) pinned[r] = true;
   for (auto [a, r] : acc_nan_) pinned[r] = true;
   for (int r : online_regs_) pinned[r] = true;
-  for (const auto& c : creg_) pinned[c.second] = true;
+  for (const auto& c : ireg_) pinned[c.second] = true;
   for (const auto& [regs, nans] : acc_sets_) {
     for (auto [a, r] : regs) pinned[r] = true;
     for (auto [a, r] : nans) pinned[r] = true;
@@ -142,6 +142,15 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   for (int i = 0; i < n; ++i) {
     const auto& node = g.nodes[i];
     const int* args = g.args.data() + node.arg0;
+    // An invariant the loop keeps in a register (invariants_in_regs) is used from there: pinned,
+    // so never a destination, a scratch or a spill victim. (Roots are copied: a store or an
+    // accumulation may take its register as the value to change.)
+    if (node.leaf && node.nst == 0 && node.nacc == 0 && node.to_slot < 0) {
+      if (const int r = leaf_reg(node, ev); r >= 0) {
+        reg[i] = r;
+        continue;
+      }
+    }
     busy = 0;
     int opr[3];
     for (int j = 0; j < node.nargs; ++j) {
@@ -178,7 +187,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
       busy |= 1u << r;
     }
     if (node.leaf) emit_leaf(node, Vmm(dst), ev);
-    else if (node.recip >= 0) vmulps(Vmm(dst), Vmm(opr[0]), ptr[rsp + vslot_off(node.recip)]);
+    else if (node.recip >= 0) vmulps(Vmm(dst), Vmm(opr[0]), slot_operand(node.recip));
     else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
     reg[i] = dst;
     owner[dst] = i;
@@ -190,10 +199,25 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   }
 }
 
+// The register invariants_in_regs keeps leaf n in, or -1.
+template <class Vmm>
+int Gen<Vmm>::leaf_reg(const typename Dag::Node& n, const Eval& ev) {
+  if (dry_ || ireg_.empty()) return -1;  // (a dry run counts the use in emit_leaf)
+  if (n.inv >= 0) return inv_reg(inv_key(InvKind::Slot, static_cast<uint32_t>(n.inv)));
+  const ir::Expr* e = n.e;
+  if (e->kind == ExprKind::Acc && !ev.lanes)
+    return inv_reg(inv_key(InvKind::Acc, static_cast<uint32_t>(e->index + (prev_row_ ? kMaxAccs : 0))));
+  if (e->kind == ExprKind::Const) {
+    const Cst c = e->dtype == DType::Bool ? cstu(e->value != 0 ? 0xffffffffu : 0u) : cst(static_cast<float>(e->value));
+    return c.in_reg ? c.reg.getIdx() : -1;
+  }
+  return -1;
+}
+
 template <class Vmm>
 void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev) {
   if (n.inv >= 0) {
-    vmovups(d, ptr[rsp + vslot_off(n.inv)]);
+    vmovups(d, slot_operand(n.inv));
     return;
   }
   const ir::Expr* e = n.e;
@@ -207,8 +231,7 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
         lane_acc(d, e->index);
         return;
       }
-      mov(rax, qword[rdi + frame_off::accs]);
-      vbroadcastss(d, dword[rax + 4 * (e->index + (prev_row_ ? kMaxAccs : 0))]);
+      acc_broadcast(d, e->index + (prev_row_ ? kMaxAccs : 0));
       return;
     case ExprKind::Load: {
       const Access& a = p_.loads.at(e);

@@ -53,7 +53,8 @@ class Gen : public Xbyak::CodeGenerator {
   /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
   Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf) : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this} {}
 
-  // constants (full vectors, after the code, or a register in a loop that holds them: consts_in_regs)
+  // constants (full vectors, after the code, or a register in a loop that holds them:
+  // invariants_in_regs, loop_invariants.cpp)
   // and the injectors' select (see injectors.hpp). A Cst is an operand of either kind.
   struct Cst {
     Address mem;
@@ -108,10 +109,18 @@ class Gen : public Xbyak::CodeGenerator {
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
-  // consts_in_regs: the constants held in registers in the loop being emitted (bits, register);
-  // the uses counted by its dry run of a loop body, and the highest register eval took
-  std::vector<std::pair<uint32_t, int>> creg_;
-  std::vector<std::pair<uint32_t, int>> cuse_;
+  // invariants_in_regs (loop_invariants.cpp): the invariants held in registers in the loop being
+  // emitted (key, register); the uses counted by its dry run of a loop body, and the highest
+  // register eval took. A key is the kind in the high half, a constant's bits, an accumulator's
+  // index in Frame::accs or a slot in the low half.
+  enum class InvKind : uint32_t { Const, Acc, Slot };
+  static uint64_t inv_key(InvKind k, uint32_t v) { return uint64_t{static_cast<uint32_t>(k)} << 32 | v; }
+  int inv_reg(uint64_t key);
+  int leaf_reg(const typename Dag::Node& n, const Eval& ev);
+  void acc_broadcast(const Vmm& d, int index);
+  Cst slot_operand(int s);
+  std::vector<std::pair<uint64_t, int>> ireg_;
+  std::vector<std::pair<uint64_t, int>> iuse_;
   bool dry_ = false;
   int max_reg_ = -1;
   Label ctab_, masktab_;
@@ -171,7 +180,7 @@ class Gen : public Xbyak::CodeGenerator {
   void use_acc_set(int s);
   void combine_acc_sets(const std::vector<int>& accs);
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
-  void consts_in_regs(const std::function<void()>& body, int busy_below = 0);
+  void invariants_in_regs(const std::function<void()>& body, int busy_below = 0);
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);

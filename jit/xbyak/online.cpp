@@ -66,12 +66,12 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
   vmovups(Vmm(on_mc_), cst(-FLT_MAX));
   for (int r : on_s_) inj_.vxor(Vmm(r), Vmm(r), Vmm(r));
   cap_acc_ = on.max_acc;
-  // The loop keeps its constants (exp's) in the registers left free (consts_in_regs), counted by
+  // The loop keeps its constants (exp's) in the registers left free (invariants_in_regs), counted by
   // a dry run of one vector's work; online_block's exps and block maximum also use registers 0-3.
   // log_softmax [8192,32000], 1 thread, 3 interleaved rounds: 152-161 -> 138-143 ms (in cache,
   // [8,32000]: min 0.058-0.061 -> 0.050-0.053 ms).
   cap_reg_ = on_x_[0];
-  consts_in_regs(
+  invariants_in_regs(
       [&] {
         Eval ev;
         ev.in_loop = true;
@@ -102,7 +102,7 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
     }
   };
   prev_row_variants(prev_stores, loop);
-  creg_.clear();
+  ireg_.clear();
   cap_acc_ = -1;
   online_finish();
 }
