@@ -88,6 +88,7 @@ size_t Gen<Vmm>::generate() {
 template <class Vmm>
 const std::vector<Reg64>& Gen<Vmm>::ptr_pool() {
   static const std::vector<Reg64> p = {rbx, rsi, r8, r9, r10, r11, rcx};
+  static_assert(kPipelinePointers == 7, "the pool above");
   return p;
 }
 
@@ -107,7 +108,7 @@ template <class Vmm>
 void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
-  vslot_base_ = static_cast<int>((p_.addrs.size() * (p_.pipeline ? 2 : 1) * 8 + 63) / 64 * 64);
+  vslot_base_ = static_cast<int>((p_.nptrs * 8 + 63) / 64 * 64);
   sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
   and_(rsp, -64);
   const int naddr = static_cast<int>(p_.addrs.size());
@@ -115,7 +116,6 @@ void Gen<Vmm>::prologue() {
     if (p_.addrs[a].buffer == kScratchBuffer) {  // the same row for this row and the previous one
       mov(rax, qword[rdi + frame_off::scratch]);
       mov(qword[rsp + ptr_slot(a)], rax);
-      if (p_.pipeline) mov(qword[rsp + ptr_slot(naddr + a)], rax);
     }
 }
 
@@ -220,17 +220,17 @@ void Gen<Vmm>::compute_addrs() {
   }
 }
 
-// Pointer slot/register a + addrs.size() is the previous row's pointer of stream a (pipeline).
+// Pointer slot/register p_.prev_ptr[a] is the previous row's pointer of stream a (pipeline).
 template <class Vmm>
 void Gen<Vmm>::load_ptr_regs() {
-  const size_t n = p_.addrs.size() * (p_.pipeline ? 2 : 1);
+  const size_t n = static_cast<size_t>(p_.nptrs);
   for (size_t a = 0; a < n && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
 }
 
 // base register of a stream (rax reloaded for overflow streams); the previous row's in prev_row_
 template <class Vmm>
 Reg64 Gen<Vmm>::stream(int addr) {
-  if (prev_row_) addr += static_cast<int>(p_.addrs.size());
+  if (prev_row_) addr = p_.prev_ptr[static_cast<size_t>(addr)];
   if (addr < static_cast<int>(ptr_pool().size())) return ptr_pool()[addr];
   mov(rax, qword[rsp + ptr_slot(addr)]);
   return rax;
@@ -710,10 +710,16 @@ Code emit_isa(const ir::Kernel& k, const Plan& p) {
 template <class Vmm>
 Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
   Plan plainer = plan;
-  if (plan.lanes) plainer.lanes = false;
-  else if (plan.pipeline) plainer.pipeline = false;
-  else if (plan.online.phase >= 0) plainer.online = {};
-  else return emit_isa<Vmm>(k, plan);
+  if (plan.lanes) {
+    plainer.lanes = false;
+  } else if (plan.pipeline) {
+    plainer.pipeline = false;
+    set_pointers(plainer);
+  } else if (plan.online.phase >= 0) {
+    plainer.online = {};
+  } else {
+    return emit_isa<Vmm>(k, plan);
+  }
   try {
     return emit_isa<Vmm>(k, plan);
   } catch (const DeclineError&) {

@@ -197,7 +197,7 @@ void Gen<Vmm>::online_finish() {
   L(done);
 }
 
-// Rows of a kernel whose last loop only stores (softmax, log_softmax, rms_norm), software-
+// Rows of a kernel whose last loop only stores (softmax, log_softmax, rms_norm, layer_norm), software-
 // pipelined: the loop before it over row i (the online max+sum loop, or a plain accumulating
 // loop) also runs row i-1's store loop (same length, same tail mask), from the previous row's
 // stream pointers and accumulators (saved at the end of each row). Memory then reads row i and
@@ -239,8 +239,10 @@ void Gen<Vmm>::pipeline_rows() {
       mov(dword[rax + 4 * (kMaxAccs + a)], edx);
     }
     for (int a = 0; a < naddr; ++a) {
+      const int prev = p_.prev_ptr[static_cast<size_t>(a)];
+      if (prev == a) continue;  // a stream that does not move with the row
       mov(rax, qword[rsp + ptr_slot(a)]);
-      mov(qword[rsp + ptr_slot(naddr + a)], rax);
+      mov(qword[rsp + ptr_slot(prev)], rax);
     }
   });
   Label none;

@@ -33,6 +33,8 @@ struct Addr {
   int base = 0;    ///< index into Plan::bases (-1 for the scratch row)
 };
 inline constexpr int kScratchBuffer = -1;
+/// Stream pointers kept in registers (Gen::ptr_pool): pipelined rows must fit theirs in them.
+inline constexpr int kPipelinePointers = 7;
 struct Access {
   int addr = 0;
   int coeff = 0;  ///< 0 (broadcast) or 1 (contiguous) in the inner variable
@@ -58,9 +60,14 @@ struct Plan {
   /// over the row with a running maximum (online.cpp). phase == -1: none.
   ir::OnlineExpSum online;
   /// Row kernels whose last loop only stores, after accumulating loops (softmax, log_softmax,
-  /// rms_norm): the last accumulating loop over row i also runs the store loop of row i-1
+  /// rms_norm, layer_norm): the last accumulating loop over row i also runs the store loop of row i-1
   /// (online.cpp), so that the math of one row overlaps the memory writes of the other.
   bool pipeline = false;
+  /// Pipelined rows: per address, the pointer (slot, and register while they last) holding the
+  /// previous row's pointer of that stream: the address itself when its base does not depend on
+  /// the row (layer_norm's weight and bias, the scratch row), otherwise one after the addresses'.
+  std::vector<int> prev_ptr;
+  int nptrs = 0;  ///< pointers in all: addresses, then the previous row's of the row-dependent ones
   /// Pipelined rows whose store recomputes the sum loop's expensive value E (softmax: the sum
   /// of exp(x - m), then exp(x - m) / s stored): the sum loop over row i also writes E to a
   /// scratch row (Frame::scratch, scratch_bytes, stream kScratchBuffer: it stays in L1/L2), and
@@ -108,6 +115,9 @@ inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::o
 inline constexpr int64_t kReuseMaxReduce = 32768;
 /// Shortest row for which the online loop is taken over Plan::reuse where both apply (analyze.cpp).
 inline constexpr int64_t kOnlineOverReuse = 8192;
+
+/// Plan::nptrs and Plan::prev_ptr for the plan's addresses and Plan::pipeline.
+void set_pointers(Plan& plan);
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);

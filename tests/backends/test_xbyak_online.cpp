@@ -78,9 +78,24 @@ TEST(XbyakOnline, Plan) {
   EXPECT_TRUE(p.reuse);
   ASSERT_EQ("", detail::xb::analyze(softmax(8, 10, false), p));  // rows across lanes
   EXPECT_FALSE(p.reuse);
-  ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));  // 4 streams: no registers for 8 pointers
+  // layer_norm: x, weight, bias, y. The weight and bias do not move with the row: the previous
+  // row's pointers of x and y only, 6 pointers in all.
+  ASSERT_EQ("", detail::xb::analyze(layer_norm(8, C), p));
   EXPECT_EQ(p.online.phase, -1);
+  EXPECT_TRUE(p.pipeline);
+  ASSERT_EQ(p.prev_ptr.size(), 4u);
+  EXPECT_EQ(p.nptrs, 6);
+  int fixed = 0;
+  for (int a = 0; a < 4; ++a) fixed += p.prev_ptr[static_cast<size_t>(a)] == a ? 1 : 0;
+  EXPECT_EQ(fixed, 2);
+  // with a weight and a bias per row, all four move: 8 pointers do not fit, one row at a time
+  Kernel ln_rows = layer_norm(8, C);
+  for (auto& st : ln_rows.phases[2].stores)
+    st.value = bin(Op::Add, bin(Op::Mul, bin(Op::Sub, row_x(C), f32c(1)), load(1, DType::F32, row_index(C))),
+                   load(2, DType::F32, row_index(C)));
+  ASSERT_EQ("", detail::xb::analyze(ln_rows, p));
   EXPECT_FALSE(p.pipeline);
+  EXPECT_EQ(p.nptrs, 4);
   // the sum is not over exp(v - m) of the same v: no match
   Kernel k = softmax(8, C, true);
   k.accs[1].value = un(Op::Exp, bin(Op::Sub, bin(Op::Mul, row_x(C), f32c(2)), acc(0, DType::F32)));
@@ -132,7 +147,8 @@ TEST(XbyakOnline, SpecialRowsMatchTheReference) {
 
 // Pipelined rows run row i's loop together with row i-1's stores; a chunk's first row has no
 // previous row and its last row's stores run after the loop. The results must be the same bits
-// for any split of the rows (thread count, chunking): online and two-loop softmax rows, rms_norm.
+// for any split of the rows (thread count, chunking): online and two-loop softmax rows, rms_norm,
+// layer_norm (whose weight and bias pointers serve both rows).
 TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
@@ -140,12 +156,14 @@ TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
     for (int64_t C : {int64_t{100}, kOnlineMinReduce + 37, detail::xb::kReuseMaxReduce + 5}) {
       auto x = special_rows(R, C, 7);
       auto w = inputs(static_cast<size_t>(C), 8, -2, 2, 0);
-      for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C)}) {
+      auto b = inputs(static_cast<size_t>(C), 9, -2, 2, 0);
+      for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C), layer_norm(R, C)}) {
         auto c = be->compile(k);
         ASSERT_TRUE(c.kernel) << c.declined;
         auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
           std::vector<void*> bufs{x.data() + first * C};
           if (k.num_inputs() > 1) bufs.push_back(w.data());
+          if (k.num_inputs() > 2) bufs.push_back(b.data());
           bufs.push_back(out.data() + first * C);
           c.kernel->run(LaunchArgs{bufs, {n}});
         };
