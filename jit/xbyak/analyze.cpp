@@ -171,9 +171,9 @@ int pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr = nullp
 // Plan::reuse for a pipelined kernel: one store, recomputing the value the loop it joins sums.
 // Only for values with a math function: for cheap ones (x*x) a store and a load cost more than
 // they save. Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the
-// row and the scratch row stay in L2), and a third pointer register pair free for the scratch
-// stream. softmax, 1 thread, kernel alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms),
-// in cache [64,1024] 30 -> 19-25 us. Against the online loop (whose terms are relative to a
+// row and the scratch row stay in L2), and a pointer register free for the scratch row (one
+// pointer: the same row serves this row and the previous one). softmax, 1 thread, kernel
+// alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms), in cache [64,1024] 30 -> 19-25 us. Against the online loop (whose terms are relative to a
 // running maximum, so the store computes the exps again: twice the exps, but one loop that reads
 // row i while it writes row i-1, where this plan reads row i in its max loop and writes in the
 // next): on the AVX-512 Xeon the online loop wins from kOnlineOverReuse on (softmax, kernel alone,
