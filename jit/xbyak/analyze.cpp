@@ -154,20 +154,6 @@ bool depends_on_row(const ExprRef& e) {
   return false;
 }
 
-// Pointers a kernel keeps (Plan::nptrs): one per address, and with `pipeline` one more per
-// address whose base depends on the row, for the previous row (Plan::prev_ptr, which it fills).
-int pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr = nullptr) {
-  const int naddr = static_cast<int>(plan.addrs.size());
-  int n = naddr;
-  for (int a = 0; a < naddr; ++a) {
-    const int b = plan.addrs[a].base;
-    const bool moves = pipeline && plan.addrs[a].buffer != kScratchBuffer && depends_on_row(plan.bases[b]);
-    if (prev_ptr) prev_ptr->push_back(moves ? n : a);
-    n += moves ? 1 : 0;
-  }
-  return n;
-}
-
 // Plan::reuse for a pipelined kernel: one store, recomputing the value the loop it joins sums.
 // Only for values with a math function: for cheap ones (x*x) a store and a load cost more than
 // they save. Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the
@@ -184,7 +170,7 @@ int pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr = nullp
 // online loop prefetched and kept its constants in registers, this plan ahead everywhere.)
 void reuse_plan(const ir::Kernel& k, Plan& plan) {
   const size_t q = k.phases.size() - 1, j = q - 1;
-  if (plan.lanes || plan.reduce_n > kReuseMaxReduce || pointers(plan, true) + 1 > kPipelinePointers) return;
+  if (plan.lanes || plan.reduce_n > kReuseMaxReduce || stream_pointers(plan, true) + 1 > kPipelinePointers) return;
   const ir::Phase &join = k.phases[j], &last = k.phases[q];
   if (last.stores.size() != 1 || join.accs.size() != 1) return;
   const ir::Accumulator& a = k.accs[static_cast<size_t>(join.accs[0])];
@@ -215,7 +201,7 @@ void reuse_plan(const ir::Kernel& k, Plan& plan) {
 // (x, weight, bias, y: 6 pointers) in cache, 1 thread, [512,512]: 0.053 -> 0.047 ms.
 bool pipelinable(const ir::Kernel& k, const Plan& plan) {
   const size_t np = k.phases.size();
-  if (np < 2 || pointers(plan, true) > kPipelinePointers) return false;
+  if (np < 2 || stream_pointers(plan, true) > kPipelinePointers) return false;
   const ir::Phase &last = k.phases[np - 1], &join = k.phases[np - 2];
   if (!last.over_reduce || !last.accs.empty() || last.stores.empty()) return false;
   if (!join.over_reduce || join.accs.empty() || !join.stores.empty()) return false;
@@ -233,9 +219,16 @@ void row_plan(const ir::Kernel& k, Plan& plan) {
 }
 }  // namespace
 
-void set_pointers(Plan& plan) {
-  plan.prev_ptr.clear();
-  plan.nptrs = pointers(plan, plan.pipeline, &plan.prev_ptr);
+int stream_pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr) {
+  const int naddr = static_cast<int>(plan.addrs.size());
+  int n = naddr;
+  for (int a = 0; a < naddr; ++a) {
+    const int b = plan.addrs[a].base;
+    const bool moves = pipeline && plan.addrs[a].buffer != kScratchBuffer && depends_on_row(plan.bases[b]);
+    if (prev_ptr) prev_ptr->push_back(moves ? n : a);
+    n += moves ? 1 : 0;
+  }
+  return n;
 }
 
 std::string analyze(const ir::Kernel& k, Plan& plan) {
@@ -354,7 +347,6 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       }
     lane_plan(k, plan);
     row_plan(k, plan);
-    set_pointers(plan);
     return {};
   } catch (const Decline& d) {
     return d.why;

@@ -108,7 +108,7 @@ template <class Vmm>
 void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
-  vslot_base_ = static_cast<int>((p_.nptrs * 8 + 63) / 64 * 64);
+  vslot_base_ = static_cast<int>((nptrs_ * 8 + 63) / 64 * 64);
   sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
   and_(rsp, -64);
   const int naddr = static_cast<int>(p_.addrs.size());
@@ -220,17 +220,17 @@ void Gen<Vmm>::compute_addrs() {
   }
 }
 
-// Pointer slot/register p_.prev_ptr[a] is the previous row's pointer of stream a (pipeline).
+// Pointer slot/register prev_ptr_[a] is the previous row's pointer of stream a (pipeline).
 template <class Vmm>
 void Gen<Vmm>::load_ptr_regs() {
-  const size_t n = static_cast<size_t>(p_.nptrs);
+  const size_t n = static_cast<size_t>(nptrs_);
   for (size_t a = 0; a < n && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
 }
 
 // base register of a stream (rax reloaded for overflow streams); the previous row's in prev_row_
 template <class Vmm>
 Reg64 Gen<Vmm>::stream(int addr) {
-  if (prev_row_) addr = p_.prev_ptr[static_cast<size_t>(addr)];
+  if (prev_row_) addr = prev_ptr_[static_cast<size_t>(addr)];
   if (addr < static_cast<int>(ptr_pool().size())) return ptr_pool()[addr];
   mov(rax, qword[rsp + ptr_slot(addr)]);
   return rax;
@@ -714,7 +714,6 @@ Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
     plainer.lanes = false;
   } else if (plan.pipeline) {
     plainer.pipeline = false;
-    set_pointers(plainer);
   } else if (plan.online.phase >= 0) {
     plainer.online = {};
   } else {

@@ -203,14 +203,11 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
 template <class Vmm>
 int Gen<Vmm>::leaf_reg(const typename Dag::Node& n, const Eval& ev) {
   if (dry_ || ireg_.empty()) return -1;  // (a dry run counts the use in emit_leaf)
-  if (n.inv >= 0) return inv_reg(inv_key(InvKind::Slot, static_cast<uint32_t>(n.inv)));
+  auto reg_of = [](const Cst& c) { return c.in_reg ? c.reg.getIdx() : -1; };
+  if (n.inv >= 0) return reg_of(slot_operand(n.inv));
   const ir::Expr* e = n.e;
-  if (e->kind == ExprKind::Acc && !ev.lanes)
-    return inv_reg(inv_key(InvKind::Acc, static_cast<uint32_t>(e->index + (prev_row_ ? kMaxAccs : 0))));
-  if (e->kind == ExprKind::Const) {
-    const Cst c = e->dtype == DType::Bool ? cstu(e->value != 0 ? 0xffffffffu : 0u) : cst(static_cast<float>(e->value));
-    return c.in_reg ? c.reg.getIdx() : -1;
-  }
+  if (e->kind == ExprKind::Acc && !ev.lanes) return acc_reg(acc_index(e));
+  if (e->kind == ExprKind::Const) return reg_of(const_operand(e));
   return -1;
 }
 
@@ -223,15 +220,14 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
   const ir::Expr* e = n.e;
   switch (e->kind) {
     case ExprKind::Const:
-      if (e->dtype == DType::Bool) vmovups(d, cstu(e->value != 0 ? 0xffffffffu : 0u));
-      else vmovups(d, cst(static_cast<float>(e->value)));
+      vmovups(d, const_operand(e));
       return;
     case ExprKind::Acc:
       if (ev.lanes) {
         lane_acc(d, e->index);
         return;
       }
-      acc_broadcast(d, e->index + (prev_row_ ? kMaxAccs : 0));
+      acc_broadcast(d, acc_index(e));
       return;
     case ExprKind::Load: {
       const Access& a = p_.loads.at(e);

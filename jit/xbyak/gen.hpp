@@ -51,7 +51,8 @@ class Gen : public Xbyak::CodeGenerator {
 
   static constexpr size_t kMaxCodeBytes = 1 << 20;
   /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
-  Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf) : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this} {}
+  Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf)
+      : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this}, nptrs_(stream_pointers(p, p.pipeline, &prev_ptr_)) {}
 
   // constants (full vectors, after the code, or a register in a loop that holds them:
   // invariants_in_regs, loop_invariants.cpp)
@@ -108,6 +109,8 @@ class Gen : public Xbyak::CodeGenerator {
   const ir::Kernel& k_;
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
+  std::vector<int> prev_ptr_;  // stream_pointers: per address, the previous row's pointer
+  int nptrs_;                  // ... and the pointers in all
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
   // invariants_in_regs (loop_invariants.cpp): the invariants held in registers in the loop being
   // emitted (key, register); the uses counted by its dry run of a loop body, and the highest
@@ -117,6 +120,9 @@ class Gen : public Xbyak::CodeGenerator {
   static uint64_t inv_key(InvKind k, uint32_t v) { return uint64_t{static_cast<uint32_t>(k)} << 32 | v; }
   int inv_reg(uint64_t key);
   int leaf_reg(const typename Dag::Node& n, const Eval& ev);
+  Cst const_operand(const ir::Expr* e);
+  int acc_index(const ir::Expr* e) const;
+  int acc_reg(int index);
   void acc_broadcast(const Vmm& d, int index);
   Cst slot_operand(int s);
   std::vector<std::pair<uint64_t, int>> ireg_;

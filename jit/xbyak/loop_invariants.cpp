@@ -42,10 +42,29 @@ typename Gen<Vmm>::Cst Gen<Vmm>::cst(float v) {
   return cstu(b);
 }
 
-// d = accumulator `index` of Frame::accs (the previous row's at kMaxAccs + a), broadcast.
+// A constant leaf (f32, or a bool as all-ones/zero lanes) as an operand.
+template <class Vmm>
+typename Gen<Vmm>::Cst Gen<Vmm>::const_operand(const ir::Expr* e) {
+  if (e->dtype == DType::Bool) return cstu(e->value != 0 ? 0xffffffffu : 0u);
+  return cst(static_cast<float>(e->value));
+}
+
+// Accumulator leaf e's index in Frame::accs: the previous row's set starts at kMaxAccs.
+template <class Vmm>
+int Gen<Vmm>::acc_index(const ir::Expr* e) const {
+  return e->index + (prev_row_ ? kMaxAccs : 0);
+}
+
+// The register holding the broadcast of Frame::accs[index] in this loop, or -1.
+template <class Vmm>
+int Gen<Vmm>::acc_reg(int index) {
+  return inv_reg(inv_key(InvKind::Acc, static_cast<uint32_t>(index)));
+}
+
+// d = accumulator `index` of Frame::accs (acc_index), broadcast.
 template <class Vmm>
 void Gen<Vmm>::acc_broadcast(const Vmm& d, int index) {
-  if (const int r = inv_reg(inv_key(InvKind::Acc, static_cast<uint32_t>(index))); r >= 0) {
+  if (const int r = acc_reg(index); r >= 0) {
     vmovaps(d, Vmm(r));
     return;
   }
@@ -111,6 +130,9 @@ void Gen<Vmm>::invariants_in_regs(const std::function<void()>& body, int busy_be
   template int Gen<V>::inv_reg(uint64_t);                                        \
   template typename Gen<V>::Cst Gen<V>::cstu(uint32_t);                          \
   template typename Gen<V>::Cst Gen<V>::cst(float);                              \
+  template typename Gen<V>::Cst Gen<V>::const_operand(const ir::Expr*);          \
+  template int Gen<V>::acc_index(const ir::Expr*) const;                         \
+  template int Gen<V>::acc_reg(int);                                             \
   template void Gen<V>::acc_broadcast(const V&, int);                            \
   template typename Gen<V>::Cst Gen<V>::slot_operand(int);                       \
   template void Gen<V>::invariants_in_regs(const std::function<void()>&, int);

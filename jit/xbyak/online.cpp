@@ -239,7 +239,7 @@ void Gen<Vmm>::pipeline_rows() {
       mov(dword[rax + 4 * (kMaxAccs + a)], edx);
     }
     for (int a = 0; a < naddr; ++a) {
-      const int prev = p_.prev_ptr[static_cast<size_t>(a)];
+      const int prev = prev_ptr_[static_cast<size_t>(a)];
       if (prev == a) continue;  // a stream that does not move with the row
       mov(rax, qword[rsp + ptr_slot(a)]);
       mov(qword[rsp + ptr_slot(prev)], rax);

@@ -63,11 +63,6 @@ struct Plan {
   /// rms_norm, layer_norm): the last accumulating loop over row i also runs the store loop of row i-1
   /// (online.cpp), so that the math of one row overlaps the memory writes of the other.
   bool pipeline = false;
-  /// Pipelined rows: per address, the pointer (slot, and register while they last) holding the
-  /// previous row's pointer of that stream: the address itself when its base does not depend on
-  /// the row (layer_norm's weight and bias, the scratch row), otherwise one after the addresses'.
-  std::vector<int> prev_ptr;
-  int nptrs = 0;  ///< pointers in all: addresses, then the previous row's of the row-dependent ones
   /// Pipelined rows whose store recomputes the sum loop's expensive value E (softmax: the sum
   /// of exp(x - m), then exp(x - m) / s stored): the sum loop over row i also writes E to a
   /// scratch row (Frame::scratch, scratch_bytes, stream kScratchBuffer: it stays in L1/L2), and
@@ -116,8 +111,12 @@ inline constexpr int64_t kReuseMaxReduce = 32768;
 /// Shortest row for which the online loop is taken over Plan::reuse where both apply (analyze.cpp).
 inline constexpr int64_t kOnlineOverReuse = 8192;
 
-/// Plan::nptrs and Plan::prev_ptr for the plan's addresses and Plan::pipeline.
-void set_pointers(Plan& plan);
+/// The stream pointers a kernel of `plan` keeps (slots, and registers while they last): one per
+/// address, then, with `pipeline`, one for the previous row of each address whose base depends
+/// on the row. `prev_ptr` (optional) gets, per address, the pointer holding the previous row's:
+/// the address itself when its base does not depend on the row (layer_norm's weight and bias,
+/// the scratch row), so that pipelined layer_norm needs 6 pointers, not 8.
+int stream_pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr = nullptr);
 
 /// Fills `plan`, or returns why the kernel is not supported ("xbyak: ...").
 std::string analyze(const ir::Kernel& k, Plan& plan);
