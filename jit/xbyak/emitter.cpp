@@ -108,7 +108,12 @@ template <class Vmm>
 void Gen<Vmm>::prologue() {
   for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
   mov(rbp, rsp);
-  vslot_base_ = static_cast<int>((nptrs_ * 8 + 63) / 64 * 64);
+  if (p_.mode == Mode::Row && !p_.lanes)
+    for (int addr : contiguous_load_streams()) {
+      const int64_t rs = p_.row_stride.empty() ? 0 : p_.row_stride[p_.addrs[addr].base];
+      if (rs > 0 && rs < (int64_t{1} << 26)) row_pf_.push_back({addr, rs});
+    }
+  vslot_base_ = static_cast<int>(((nptrs_ + row_pf_.size()) * 8 + 63) / 64 * 64);
   sub(rsp, vslot_base_ + kMaxVSlots * 64 + 64);
   and_(rsp, -64);
   const int naddr = static_cast<int>(p_.addrs.size());
@@ -138,8 +143,16 @@ void Gen<Vmm>::epilogue() {
 template <class Vmm>
 void Gen<Vmm>::row_loop(const std::function<void()>& body) {
   Label top, done;
+  const bool ways = p_.mode == Mode::Row;  // Frame::ways: rows taken from several cursors
   mov(r12, qword[rdi + frame_off::row_begin]);
   mov(r13, qword[rdi + frame_off::row_end]);
+  if (ways) {
+    Label one;
+    cmp(qword[rdi + frame_off::ways], 1);
+    jle(one, T_NEAR);
+    mov(r13, qword[rdi + frame_off::cursors + frame_off::cursor_end]);  // cursor 0 starts at row_begin
+    L(one);
+  }
   L(top);
   cmp(r12, r13);
   jge(done, T_NEAR);
@@ -163,8 +176,48 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
     }
     L(adv_done);
   }
+  if (ways) next_cursor();
   jmp(top, T_NEAR);
   L(done);
+}
+
+// Frame::ways > 1: the row state (r12, r13, Frame::idx) goes back to its cursor and the next
+// cursor's comes in; after the last cursor, or one that has run out (sizes do not increase, so
+// every later one has too), cursor 0 again, which ends the loop when it has run out.
+template <class Vmm>
+void Gen<Vmm>::next_cursor() {
+  using namespace frame_off;
+  Label one, have;
+  cmp(qword[rdi + ways], 1);
+  jle(one, T_NEAR);
+  imul(rax, qword[rdi + way], cursor_bytes);
+  mov(qword[rdi + rax + cursors + cursor_row], r12);
+  for (int d = 0; d < p_.row_dims; ++d) {
+    mov(rdx, qword[rdi + idx + 8 * d]);
+    mov(qword[rdi + rax + cursors + cursor_idx + 8 * d], rdx);
+  }
+  mov(rax, qword[rdi + way]);
+  inc(rax);
+  xor_(edx, edx);
+  cmp(rax, qword[rdi + ways]);
+  cmovge(rax, rdx);
+  imul(rdx, rax, cursor_bytes);
+  mov(r12, qword[rdi + rdx + cursors + cursor_row]);
+  cmp(r12, qword[rdi + rdx + cursors + cursor_end]);
+  jl(have, T_NEAR);
+  xor_(eax, eax);
+  xor_(edx, edx);
+  L(have);
+  mov(qword[rdi + way], rax);
+  mov(r12, qword[rdi + rdx + cursors + cursor_row]);
+  mov(r13, qword[rdi + rdx + cursors + cursor_end]);
+  mov(rax, qword[rdi + rdx + cursors + cursor_pf_rows]);
+  mov(qword[rdi + pf_rows], rax);
+  for (int d = 0; d < p_.row_dims; ++d) {
+    mov(rax, qword[rdi + rdx + cursors + cursor_idx + 8 * d]);
+    mov(qword[rdi + idx + 8 * d], rax);
+  }
+  L(one);
 }
 
 // i64 index expression -> ieval_pool()[depth]
@@ -217,6 +270,11 @@ void Gen<Vmm>::compute_addrs() {
       lea(rax, ptr[rax + r8 * 4]);
       mov(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
     }
+  }
+  for (size_t i = 0; i < row_pf_.size(); ++i) {  // where the row loop's prefetch reaches
+    imul(rax, qword[rdi + frame_off::pf_rows], static_cast<int>(row_pf_[i].second * 4));
+    add(rax, qword[rsp + ptr_slot(row_pf_[i].first)]);
+    mov(qword[rsp + pf_slot(i)], rax);
   }
 }
 
@@ -575,15 +633,16 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
   const std::vector<int> seen = contiguous_load_streams();
   const int nstreams = static_cast<int>(seen.size());
   const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
-  for (int addr : seen) {
-    int64_t dist = pointwise_dist;
-    if (p_.mode == Mode::Row && !along_row) {
-      int64_t rs = p_.row_stride.empty() ? 0 : p_.row_stride[p_.addrs[addr].base];
-      dist = 2 * rs * 4;
-      if (rs <= 0 || dist >= (int64_t{1} << 30)) continue;
+  if (p_.mode == Mode::Row && !along_row) {  // Frame::pf_rows rows ahead (compute_addrs)
+    for (size_t i = 0; i < row_pf_.size(); ++i) {
+      mov(rax, qword[rsp + pf_slot(i)]);
+      prefetcht0(ptr[rax + r14 * 4 + disp_]);
     }
+    return;
+  }
+  for (int addr : seen) {
     Reg64 b = stream(addr);
-    prefetcht0(ptr[b + r14 * 4 + disp_ + static_cast<int>(dist)]);
+    prefetcht0(ptr[b + r14 * 4 + disp_ + static_cast<int>(pointwise_dist)]);
   }
 }
 

@@ -133,6 +133,7 @@ class Gen : public Xbyak::CodeGenerator {
   int vslot_base_ = 0;
   int nvslots_ = 0;
   bool prefetch_rows_ = false;  // the loop being emitted prefetches the rows ahead
+  std::vector<std::pair<int, int64_t>> row_pf_;  // rows: the prefetched streams (address, row stride)
   // Pinned accumulator registers (and NaN markers for Max/Min) of the set being emitted; a loop
   // unrolled U times keeps U independent sets (acc_sets_) so that the adds of consecutive vectors
   // do not wait on each other's latency, combined in a fixed order after the loop.
@@ -164,9 +165,11 @@ class Gen : public Xbyak::CodeGenerator {
   const std::vector<Reg64>& ptr_pool();
   const std::vector<Reg64>& ieval_pool();
   int ptr_slot(int addr) const { return addr * 8; }
+  int pf_slot(size_t i) const { return (nptrs_ + static_cast<int>(i)) * 8; }
   void prologue();
   void epilogue();
   void row_loop(const std::function<void()>& body);
+  void next_cursor();
   void ieval(const ExprRef& e, size_t depth);
   void phase(size_t ph, bool static_range);
   void emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev);

@@ -133,6 +133,17 @@ struct DeclineError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+inline constexpr int kMaxOuterDims = 8;
+/// Mode::Row: the most row cursors a kernel call interleaves (Frame::ways).
+inline constexpr int kMaxWays = 8;
+
+/// One of the sub-ranges of rows a kernel call takes its rows from in turn (Frame::ways).
+struct RowCursor {
+  int64_t row, end;              ///< next row to run, end of the sub-range
+  int64_t pf_rows;               ///< Frame::pf_rows while this cursor runs
+  int64_t idx[kMaxOuterDims];    ///< `row` decomposed over the row dims
+};
+
 /// Frame passed to the generated function `void fn(Frame*)` (offsets are part of the ABI
 /// between the emitter and the host side; see frame_off below).
 struct Frame {
@@ -146,13 +157,29 @@ struct Frame {
   int64_t ext[8];              ///< outer extents
   int64_t stream;              ///< kStream* bits: streaming stores where aligned, 4K-alias check
   float* scratch;              ///< Plan::reuse: the calling thread's scratch row (64-aligned)
+  /// Mode::Row: with ways > 1 the rows come round-robin from cursors[0, ways) (sub-ranges of
+  /// [row_begin, row_end), sizes not increasing, cursors[0] starting at row_begin), so that a
+  /// core streams from several places of memory at once (README "Interleaved rows"). `way` is
+  /// the kernel's state: the cursor being run.
+  int64_t ways, way;
+  /// Mode::Row: the rows a row loop's prefetch reaches ahead of the row being run (the row run
+  /// two rows later: two rows down in order, another cursor's with ways > 1).
+  int64_t pf_rows;
+  RowCursor cursors[kMaxWays];
 };
 namespace frame_off {
 inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
-                     accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200;
+                     accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200, ways = 208, way = 216,
+                     pf_rows = 224, cursors = 232, cursor_bytes = 88, cursor_row = 0, cursor_end = 8,
+                     cursor_pf_rows = 16, cursor_idx = 24;
 }
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
 static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
+static_assert(offsetof(Frame, ways) == frame_off::ways && offsetof(Frame, way) == frame_off::way, "frame layout");
+static_assert(offsetof(Frame, cursors) == frame_off::cursors && sizeof(RowCursor) == frame_off::cursor_bytes &&
+                  offsetof(RowCursor, end) == frame_off::cursor_end && offsetof(RowCursor, idx) == frame_off::cursor_idx &&
+                  offsetof(RowCursor, pf_rows) == frame_off::cursor_pf_rows && offsetof(Frame, pf_rows) == frame_off::pf_rows,
+              "frame layout");
 /// Frame::stream bits. kStreamStores: write full aligned vectors with non-temporal stores (the
 /// output is too big to be read back from cache). kStreamAliasCheck: except where a load trails
 /// a store by a few vectors modulo 4 KiB (emitter.cpp, streaming_check), on CPUs where such a load
@@ -166,7 +193,9 @@ inline constexpr int64_t kStreamStores = 1, kStreamAliasCheck = 2;
 bool stream_alias_check();
 /// Tests: force the 4K-alias check on (1) or off (0); -1 restores the CPU's answer.
 void set_stream_alias_check(int force);
-inline constexpr int kMaxOuterDims = 8;
+/// Tests: run every row kernel call with this many row cursors (Frame::ways; 1: in order, at most
+/// kMaxWays); -1 restores the default (4 for short rows whose output streams, 1 otherwise).
+void set_row_ways(int force);
 inline constexpr int kMaxAccs = 64;
 /// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the
 /// previous row's.

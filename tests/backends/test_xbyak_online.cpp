@@ -1,6 +1,7 @@
 // Online softmax and pipelined rows in the xbyak backend (jit/xbyak/online.cpp): which kernels
 // take them, results against the reference interpreter on rows built to hit every special case
-// of the running maximum, and bitwise independence from how the rows are split into chunks.
+// of the running maximum, and bitwise independence from how the rows are split into chunks and
+// in which order a call runs them (row cursors, Frame::ways).
 #include "test_xbyak_util.hpp"
 
 namespace kfuse::xbt {
@@ -182,6 +183,69 @@ TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   }
 }
 
+// Runs a scope with every row kernel call taking its rows from `ways` cursors (1: in order).
+struct ForceRowWays {
+  explicit ForceRowWays(int ways) { detail::xb::set_row_ways(ways); }
+  ~ForceRowWays() { detail::xb::set_row_ways(-1); }
+};
+
+// Row cursors (Frame::ways, emitter.cpp next_cursor): a call runs its rows round-robin from up to
+// kMaxWays sub-ranges (sizes differing by one, fewer rows than 2 * ways: in order), pipelined
+// rows carrying the previous row across cursors. The bits must be those of the rows in order,
+// for every ways count and chunk split, row lengths with tails and both sides of the 2048 limit
+// of the default (forced here for every length); against the reference too.
+TEST(XbyakOnline, InterleavedRowsMatchInOrder) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    for (int64_t C : {int64_t{37}, int64_t{512}, int64_t{2048 + 5}})
+      for (int64_t R : {int64_t{5}, int64_t{23}, int64_t{61}}) {
+        auto x = special_rows(R, C, 17 + C + R);
+        auto w = inputs(static_cast<size_t>(C), 18, -2, 2, 0);
+        auto b = inputs(static_cast<size_t>(C), 19, -2, 2, 0);
+        const size_t on = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
+        for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C), layer_norm(R, C),
+                                max_and_sum(R, C)}) {
+          auto c = be->compile(k);
+          ASSERT_TRUE(c.kernel) << c.declined;
+          const bool two = k.buffers.size() == 3 && k.num_inputs() == 1;  // max_and_sum: m, s per row
+          auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
+            std::vector<void*> bufs{x.data() + first * C};
+            if (k.num_inputs() > 1) bufs.push_back(w.data());
+            if (k.num_inputs() > 2) bufs.push_back(b.data());
+            if (two) {
+              bufs.push_back(out.data() + first);
+              bufs.push_back(out.data() + r + first);
+            } else {
+              bufs.push_back(out.data() + first * C);
+            }
+            c.kernel->run(LaunchArgs{bufs, {n}});
+          };
+          const size_t size = two ? 2 * r : on;
+          std::vector<float> in_order(size, 1.0f);
+          {
+            ForceRowWays one(1);
+            run_rows(0, R, in_order);
+          }
+          for (int ways : {2, 3, 4, detail::xb::kMaxWays}) {
+            ForceRowWays force(ways);
+            std::vector<float> all(size, 1.0f), split(size, 1.0f);
+            run_rows(0, R, all);
+            EXPECT_EQ(0, std::memcmp(in_order.data(), all.data(), size * 4)) << k.name << " C=" << C << " R=" << R << " ways=" << ways;
+            const int64_t half = R / 2 + 1;
+            run_rows(0, half, split);
+            run_rows(half, R - half, split);
+            EXPECT_EQ(0, std::memcmp(in_order.data(), split.data(), size * 4))
+                << k.name << " C=" << C << " R=" << R << " ways=" << ways << " in two chunks";
+          }
+        }
+        ForceRowWays force(3);
+        const std::string tag = " ways=3 C=" + std::to_string(C) + " R=" + std::to_string(R);
+        compare(softmax(R, C, true), {x}, {on}, isa, {1e-5, 1e-5}, "log_softmax" + tag);
+        compare(layer_norm(R, C), {x, w, b}, {on}, isa, {1e-5, 1e-5}, "layer_norm" + tag);
+      }
+  }
+}
+
 // Rows over a 2-D outer domain whose row order is not memory order (softmax over the last
 // axis of a [B, A, C] tensor viewed as [A, B, C]): row (a, b) starts at (b*A + a)*C, so
 // consecutive rows are not at a fixed stride and the previous row's pointers must be the saved
@@ -213,7 +277,10 @@ TEST(XbyakOnline, PipelinedRowsTwoOuterDims) {
       EXPECT_EQ(p.online.phase, C >= kOnlineMinReduce ? 0 : -1);
       const size_t n = static_cast<size_t>(A * B * C);
       auto xs = special_rows(A * B, C, 11 + C);
-      compare(k, {xs}, {n}, isa, {1e-5, 1e-5}, "log_softmax [B,A,C] rows C=" + std::to_string(C));
+      for (int ways : {1, 3}) {  // row cursors carry both outer indices (next_cursor)
+        ForceRowWays force(ways);
+        compare(k, {xs}, {n}, isa, {1e-5, 1e-5}, "log_softmax [B,A,C] rows C=" + std::to_string(C) + " ways=" + std::to_string(ways));
+      }
     }
   }
 }
