@@ -54,7 +54,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 17;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks, rows prefetched from the first loop into L2; 10: prefetch back to the last loop, prefetcht0; 11: exp n by FMA, constants in registers; 12: softmax rows from 8192 online; 13: constants in registers in row loops; 14: accumulators and hoisted values in registers; 15: row-invariant streams share their pointer between pipelined rows; 16: row cursors and the prefetch distance in Frame (ABI); 17: online loop in 2 or 4 parts
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 18;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks, rows prefetched from the first loop into L2; 10: prefetch back to the last loop, prefetcht0; 11: exp n by FMA, constants in registers; 12: softmax rows from 8192 online; 13: constants in registers in row loops; 14: accumulators and hoisted values in registers; 15: row-invariant streams share their pointer between pipelined rows; 16: row cursors and the prefetch distance in Frame (ABI); 17: online loop in 2 or 4 parts; 18: row cursors behind a pointer (Frame ABI)
 constexpr size_t kHeader = 16;
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
@@ -163,9 +163,11 @@ class XbyakKernel final : public CompiledKernel {
         parallel_for(outer_n, std::max<int64_t>(1, 4096 / plan_.reduce_n), [&](int64_t b, int64_t e) {
           Frame f;
           float accs[2 * kMaxAccs];  // this row's, the previous row's (Plan::pipeline)
+          RowCursor cursors[kMaxWays];
           frame_for_rows(f, b, e);
           if (ways > 1 && e - b >= 2 * ways) {  // sub-ranges as equal as can be, larger first
             f.ways = ways;
+            f.cursors = cursors;
             const int64_t per = (e - b) / ways, extra = (e - b) % ways;
             auto start = [&](int64_t w) { return b + w * per + std::min(w, extra); };
             for (int64_t w = 0; w < ways; ++w) {

@@ -150,7 +150,8 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
     Label one;
     cmp(qword[rdi + frame_off::ways], 1);
     jle(one, T_NEAR);
-    mov(r13, qword[rdi + frame_off::cursors + frame_off::cursor_end]);  // cursor 0 starts at row_begin
+    mov(rax, qword[rdi + frame_off::cursors]);  // cursor 0 starts at row_begin
+    mov(r13, qword[rax + frame_off::cursor_end]);
     L(one);
   }
   L(top);
@@ -190,32 +191,34 @@ void Gen<Vmm>::next_cursor() {
   Label one, have;
   cmp(qword[rdi + ways], 1);
   jle(one, T_NEAR);
-  imul(rax, qword[rdi + way], cursor_bytes);
-  mov(qword[rdi + rax + cursors + cursor_row], r12);
+  imul(rax, qword[rdi + way], cursor_bytes);  // rax = this cursor
+  add(rax, qword[rdi + cursors]);
+  mov(qword[rax + cursor_row], r12);
   for (int d = 0; d < p_.row_dims; ++d) {
     mov(rdx, qword[rdi + idx + 8 * d]);
-    mov(qword[rdi + rax + cursors + cursor_idx + 8 * d], rdx);
+    mov(qword[rax + cursor_idx + 8 * d], rdx);
   }
   mov(rax, qword[rdi + way]);
   inc(rax);
   xor_(edx, edx);
   cmp(rax, qword[rdi + ways]);
   cmovge(rax, rdx);
-  imul(rdx, rax, cursor_bytes);
-  mov(r12, qword[rdi + rdx + cursors + cursor_row]);
-  cmp(r12, qword[rdi + rdx + cursors + cursor_end]);
-  jl(have, T_NEAR);
-  xor_(eax, eax);
-  xor_(edx, edx);
-  L(have);
   mov(qword[rdi + way], rax);
-  mov(r12, qword[rdi + rdx + cursors + cursor_row]);
-  mov(r13, qword[rdi + rdx + cursors + cursor_end]);
-  mov(rax, qword[rdi + rdx + cursors + cursor_pf_rows]);
-  mov(qword[rdi + pf_rows], rax);
+  imul(rax, rax, cursor_bytes);  // rax = the next cursor, or cursor 0 when it has run out
+  add(rax, qword[rdi + cursors]);
+  mov(r12, qword[rax + cursor_row]);
+  cmp(r12, qword[rax + cursor_end]);
+  jl(have, T_NEAR);
+  mov(qword[rdi + way], 0);
+  mov(rax, qword[rdi + cursors]);
+  L(have);
+  mov(r12, qword[rax + cursor_row]);
+  mov(r13, qword[rax + cursor_end]);
+  mov(rdx, qword[rax + cursor_pf_rows]);
+  mov(qword[rdi + pf_rows], rdx);
   for (int d = 0; d < p_.row_dims; ++d) {
-    mov(rax, qword[rdi + rdx + cursors + cursor_idx + 8 * d]);
-    mov(qword[rdi + idx + 8 * d], rax);
+    mov(rdx, qword[rax + cursor_idx + 8 * d]);
+    mov(qword[rdi + idx + 8 * d], rdx);
   }
   L(one);
 }

@@ -165,7 +165,7 @@ struct Frame {
   /// Mode::Row: the rows a row loop's prefetch reaches ahead of the row being run (the row run
   /// two rows later: two rows down in order, another cursor's with ways > 1).
   int64_t pf_rows;
-  RowCursor cursors[kMaxWays];
+  RowCursor* cursors;  ///< ways > 1: the cursors (on the calling thread's stack)
 };
 namespace frame_off {
 inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
