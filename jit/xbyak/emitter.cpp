@@ -211,8 +211,8 @@ void Gen<Vmm>::next_cursor() {
   jl(have, T_NEAR);
   mov(qword[rdi + way], 0);
   mov(rax, qword[rdi + cursors]);
-  L(have);
   mov(r12, qword[rax + cursor_row]);
+  L(have);
   mov(r13, qword[rax + cursor_end]);
   mov(rdx, qword[rax + cursor_pf_rows]);
   mov(qword[rdi + pf_rows], rdx);
@@ -633,9 +633,6 @@ std::vector<int> Gen<Vmm>::contiguous_load_streams() const {
 // layer_norm [4096,1024] / [32768,512], whose data sit in that L3, 20-45% slower: reverted.)
 template <class Vmm>
 void Gen<Vmm>::prefetch_streams(bool along_row) {
-  const std::vector<int> seen = contiguous_load_streams();
-  const int nstreams = static_cast<int>(seen.size());
-  const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
   if (p_.mode == Mode::Row && !along_row) {  // Frame::pf_rows rows ahead (compute_addrs)
     for (size_t i = 0; i < row_pf_.size(); ++i) {
       mov(rax, qword[rsp + pf_slot(i)]);
@@ -643,6 +640,9 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
     }
     return;
   }
+  const std::vector<int> seen = contiguous_load_streams();
+  const int nstreams = static_cast<int>(seen.size());
+  const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
   for (int addr : seen) {
     Reg64 b = stream(addr);
     prefetcht0(ptr[b + r14 * 4 + disp_ + static_cast<int>(pointwise_dist)]);

@@ -213,7 +213,7 @@ class Gen : public Xbyak::CodeGenerator {
   void online_finish();
   void capture(const Vmm& v, bool masked);  // accumulate() of the max accumulator in online_phase
   static constexpr int kOnlineU = 4;        // vectors per block (one rescale check per block)
-  static constexpr int64_t kOnlineFourParts = 16384;  // rows from this long: the online loop in 4 parts, else 2
+  static constexpr int64_t kOnlineFourParts = 16384;  // rows this long: the loop in 4 parts, else 2
   int cap_acc_ = -1, cap_reg_ = -1;         // the accumulator captured, and into which register
   int on_m_ = -1, on_mc_ = -1, on_s_[2] = {-1, -1}, on_x_[kOnlineU] = {};
   std::vector<int> online_regs_;            // pinned during the online loop
