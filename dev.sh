@@ -29,6 +29,11 @@ read -r -a EXTRA_CMAKE_ARGS <<<"${KFUSE_CMAKE_ARGS:-}"
 SAN_FLAGS=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
            -DKFUSE_BUILD_BENCH=OFF -DKFUSE_BUILD_EXAMPLES=OFF -DKFUSE_BUILD_TESTS=ON)
 
+# Time budgets per test (seconds) on the slowest machine kind CI runs on (2 vCPUs, AVX2 only):
+# the ten slowest tests of each stage are printed, and those over budget are flagged.
+BUDGET_RELEASE=30
+BUDGET_SANITIZER=120
+
 PASSED=0
 FAILED=0
 SKIPPED=0
@@ -87,12 +92,22 @@ run_ctest() {
   FAILED=$((FAILED + failed))
   SKIPPED=$((SKIPPED + skipped))
   ((failed == 0)) || FAILURES+=("ctest $dir ($failed failed)")
+  # "  12/393 Test  #87: Suite.Name ......   Passed   61.23 sec"
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9]+\.[0-9]+) sec$/\2 \1/p' "$logf" |
+    slowest_report "$dir" "$2"
+}
+
+# Reads "seconds name" lines; prints the ten slowest, flagging those above budget $2.
+slowest_report() {
+  local dir=$1 budget=$2
+  echo "kfuse: ten slowest tests in $dir (budget ${budget} s each):"
+  sort -rn | awk -v b="$budget" 'NR <= 10 { printf "  %8.2f s  %s%s\n", $1, $2, ($1 > b ? "  OVER BUDGET" : "") }'
 }
 
 stage_release() {
   configure "$PREFIX" -DCMAKE_BUILD_TYPE=Release
   build "$PREFIX"
-  run_ctest "$PREFIX"
+  run_ctest "$PREFIX" "$BUDGET_RELEASE"
 }
 
 stage_asan() {
@@ -104,7 +119,7 @@ stage_asan() {
   if [[ -f "$ROOT/scripts/lsan.supp" && -z ${LSAN_OPTIONS:-} ]]; then
     export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
   fi
-  run_ctest "$dir"
+  run_ctest "$dir" "$BUDGET_SANITIZER"
   unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 }
 
@@ -127,6 +142,9 @@ stage_tsan() {
   log "run $dir/tests/tsan/kfuse_tsan_tests"
   ${runner[@]+"${runner[@]}"} "$ROOT/$dir/tests/tsan/kfuse_tsan_tests" 2>&1 | tee "$logf" || rc=$?
   unset TSAN_OPTIONS
+  # "[       OK ] Suite.Name (1234 ms)"
+  sed -nE 's/^\[ +OK \] ([^ ]+) \(([0-9]+) ms\)$/\2 \1/p' "$logf" | awk '{ printf "%.3f %s\n", $1 / 1000, $2 }' |
+    slowest_report "$dir" "$BUDGET_SANITIZER"
   # Count GoogleTest results when the binary prints them; otherwise the binary is one test.
   local p f
   p=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?.*/\1/p' "$logf" | tail -1)

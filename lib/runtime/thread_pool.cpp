@@ -15,11 +15,34 @@ namespace kfuse::detail {
 namespace {
 
 thread_local bool t_in_pool = false;
+std::atomic<int64_t> g_worker_delay_us{0};  // set_pool_worker_delay
+
+// A region's work: `fn` over chunks of [0, n), claimed one at a time from `next`. The first
+// exception any thread's chunk throws is kept for the caller; the other chunks still run.
+struct Region {
+  int64_t n, chunk, chunks;
+  const std::function<void(int64_t, int64_t)>* fn;
+  std::atomic<int64_t> next{0};
+  std::mutex err_mu;
+  std::exception_ptr err;
+
+  void drain() {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+      const int64_t b = c * chunk;
+      try {
+        (*fn)(b, std::min(n, b + chunk));
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(err_mu);
+        if (!err) err = std::current_exception();
+      }
+    }
+  }
+};
 
 class Pool {
  public:
   explicit Pool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { loop(i); });
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { loop(); });
   }
   ~Pool() {
     {
@@ -31,73 +54,72 @@ class Pool {
   }
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Runs fn(worker) on every thread (the caller is worker 0); returns when all are done.
-  bool try_run(const std::function<void(int)>& fn) {
+  // Runs `r` on the caller and on up to `helpers` workers that join while work is left; returns
+  // when every chunk is done. False (nothing run) if another region is running.
+  bool try_run(Region& r, int helpers) {
     std::unique_lock<std::mutex> busy(region_mu_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      job_ = &fn;
-      pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+      region_ = &r;
+      seats_ = helpers;
       generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     t_in_pool = true;
-    try {
-      fn(0);
-    } catch (...) {
-      t_in_pool = false;
-      wait_done();
-      throw;
-    }
+    r.drain();
     t_in_pool = false;
-    wait_done();
+    close_and_wait();
+    if (r.err) std::rethrow_exception(r.err);
     return true;
   }
 
  private:
   // Waking a sleeping thread costs tens of microseconds on a busy VM, more than a small kernel
-  // takes: workers (and the caller, for the join) spin briefly before blocking, as OpenMP
-  // runtimes do. The spin is bounded, so idle pools do not burn a core.
+  // takes: workers spin briefly before blocking, as OpenMP runtimes do. The spin is bounded, so
+  // idle pools do not burn a core. The caller never waits for a worker that has not joined:
+  // closing the region (region_ = null) turns late workers away.
   static constexpr int kSpin = 1 << 15;
 
-  void wait_done() {
-    for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) __builtin_ia32_pause();
+  void close_and_wait() {
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [this] { return pending_.load(std::memory_order_acquire) == 0; });
-    job_ = nullptr;
+    region_ = nullptr;
+    done_cv_.wait(lk, [this] { return active_ == 0; });
   }
-  void loop(int id) {
+
+  void loop() {
     t_in_pool = true;
     uint64_t seen = 0;
     for (;;) {
       for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen; ++i) __builtin_ia32_pause();
-      const std::function<void(int)>* job;
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
         if (stop_) return;
-        seen = generation_.load(std::memory_order_acquire);
-        job = job_;
       }
-      try {
-        (*job)(id);
-      } catch (...) {
-        // Kernels do not throw; a failure here would be a kfuse bug. Never let it escape a
-        // worker (that would terminate the process).
-      }
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (int64_t us = g_worker_delay_us.load(std::memory_order_relaxed))
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+      Region* r;
+      {
         std::lock_guard<std::mutex> lk(mu_);
-        done_cv_.notify_one();
+        seen = generation_.load(std::memory_order_acquire);
+        r = region_;
+        if (!r || seats_ == 0) continue;  // closed already, or enough helpers: wait for the next
+        --seats_;
+        ++active_;
       }
+      r->drain();  // (catches what a chunk throws, for the caller)
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--active_ == 0) done_cv_.notify_one();
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mu_, region_mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  std::atomic<int> pending_{0};
+  Region* region_ = nullptr;  // the open region (mu_), null once its caller has closed it
+  int seats_ = 0;             // workers that may still join it (num_threads - 1 at most)
+  int active_ = 0;            // workers inside it
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };
@@ -115,6 +137,10 @@ Pool& pool() {
   return *p;
 }
 
+// Chunks per thread: enough that a late or slow thread leaves little for the others to wait on,
+// few enough that claiming (one atomic add) stays negligible next to a chunk of >= grain items.
+constexpr int64_t kChunksPerThread = 4;
+
 }  // namespace
 
 int num_threads() {
@@ -122,23 +148,24 @@ int num_threads() {
   return o > 0 ? std::min(o, pool().size()) : pool().size();
 }
 
+void set_pool_worker_delay(std::chrono::microseconds delay) {
+  g_worker_delay_us.store(delay.count(), std::memory_order_relaxed);
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  int threads = num_threads();
+  const int threads = num_threads();
   if (threads <= 1 || n <= grain || t_in_pool) {
     fn(0, n);
     return;
   }
-  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-  auto body = [&](int id) {
-    if (id >= chunks) return;
-    int64_t per = n / chunks, extra = n % chunks;
-    int64_t b = id * per + std::min<int64_t>(id, extra);
-    int64_t e = b + per + (id < extra ? 1 : 0);
-    if (b < e) fn(b, e);
-  };
-  if (!pool().try_run(body)) fn(0, n);
+  Region r;
+  r.n = n;
+  r.chunk = std::max(grain, (n + threads * kChunksPerThread - 1) / (threads * kChunksPerThread));
+  r.chunks = (n + r.chunk - 1) / r.chunk;
+  r.fn = &fn;
+  if (!pool().try_run(r, static_cast<int>(std::min<int64_t>(threads, r.chunks)) - 1)) fn(0, n);
 }
 
 }  // namespace kfuse::detail
