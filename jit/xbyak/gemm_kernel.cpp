@@ -52,6 +52,15 @@ class UkrGen : public Xbyak::CodeGenerator {
         lea(bases[j], ptr[bases[j] + r9 * 2]);
         add(bases[j], r9);
       }
+    // C's tile is read (or written) after the k loop: ask for its lines now, so that the loop
+    // hides their latency (first and last element of each row: a row may straddle two lines).
+    mov(rdx, qword[rdi + 16]);
+    mov(r8, qword[rdi + 56]);
+    for (int i = 0; i < mr; ++i) {
+      prefetcht0(ptr[rdx]);
+      prefetcht0(ptr[rdx + nv_ * VB - 4]);
+      if (i + 1 < mr) add(rdx, r8);
+    }
     for (int i = 0; i < mr * nv_; ++i) vxorps(acc(i), acc(i), acc(i));
     Xbyak::Label tail, tail_top, store;
     auto a_addr = [&](int i, int u) -> Xbyak::Address {
@@ -102,7 +111,9 @@ class UkrGen : public Xbyak::CodeGenerator {
       jz(tail, T_NEAR);
       Xbyak::Label top;
       L(top);
-      prefetcht0(ptr[rsi + 4 * nv_ * VB * 4]);  // B eight k ahead (the A panel is in L2)
+      // the A sliver streams from L2 (B's sliver stays in L1): 8 k ahead, two lines per 4 k
+      prefetcht0(ptr[rax + 8 * mr * 4]);
+      prefetcht0(ptr[rax + 8 * mr * 4 + 64]);
       for (int u = 0; u < 4; ++u) body(u);
       advance(4);
       dec(rdx);

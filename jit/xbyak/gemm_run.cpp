@@ -63,7 +63,7 @@ GemmBlocking gemm_blocking(const Ukrs& u) {
   GemmBlocking b;
   b.kc = std::clamp<int64_t>(round_down(l1 / 2 / (u.nr * 4), 8), 64, 1024);
   b.mc = std::clamp<int64_t>(round_down(l2 / 2 / (b.kc * 4), u.mr), u.mr, 1024 / u.mr * u.mr);
-  b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr, 8192 / u.nr * u.nr);
+  b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr, 4096 / u.nr * u.nr);  // (VMs report the whole L3)
   return b;
 }
 
