@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
       std::printf("%s: declined: %s\n", name, cr.declined.c_str());
       continue;
     }
+    std::printf("%-24s compile %.3f ms\n", name, cr.kernel->compile_ms);
     LaunchArgs args;
     args.buffers = {A.data(), B.data(), C.data()};
     args.params = k.param_values();
