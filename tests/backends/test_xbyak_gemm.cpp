@@ -260,6 +260,7 @@ TEST_F(XbyakGemm, Epilogues) {
       set_gemm_path(path);
       Spec s;
       s.M = 37, s.N = 29, s.K = 19;
+      s.batch = {2};  // the in-place epilogue reads the accumulator through the output's batch index
       // alpha * acc + bias[n], relu
       s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
         return un(Op::Relu, bin(Op::Add, bin(Op::Mul, a, f32c(0.5)), in[0]));
@@ -273,7 +274,7 @@ TEST_F(XbyakGemm, Epilogues) {
       // two outputs: C goes through a scratch block
       s.epi = nullptr;
       s.extra_outputs = 1;
-      s.batch = {2};
+      s.batch = {3};
       run_check(s, isa, 3);
     }
 }
@@ -291,6 +292,15 @@ TEST_F(XbyakGemm, EpilogueOnLargeBlocks) {
     s.extra_outputs = 2;
     run_check(s, isa, 5);
   }
+}
+
+// The AVX-512 microkernels are only run where the CPU has AVX-512 (isas()); everywhere they are
+// at least assembled, so that an encoding xbyak rejects fails here rather than on such a machine.
+TEST_F(XbyakGemm, Avx512MicrokernelsAssemble) {
+  const auto& u = detail::xb::gemm_ukrs(Isa::Avx512);
+  EXPECT_EQ(u.mr, 14);
+  EXPECT_EQ(u.nr, 32);
+  EXPECT_TRUE(u.packed && u.direct && u.gemv);
 }
 
 TEST_F(XbyakGemm, Declines) {
