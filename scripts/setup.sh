@@ -3,7 +3,7 @@
 # dpkg first and runs apt-get (update + install) only when something is missing.
 #
 #   scripts/setup.sh                 build + test dependencies
-#   scripts/setup.sh --bench-peers   also the benchmark peers (libtorch, oneDNN, Eigen)
+#   scripts/setup.sh --bench-peers   also the benchmark peers (libtorch, oneDNN, Eigen, OpenBLAS)
 #
 # Runs as root (CI) or through sudo when not root. Set KFUSE_SKIP_SETUP=1 to skip it entirely.
 set -euo pipefail
@@ -16,7 +16,7 @@ packages=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev              # core, cache tool
   libgtest-dev libgmock-dev catch2                           # tests
 )
-bench_peers=(libtorch-dev libdnnl-dev libeigen3-dev)
+bench_peers=(libtorch-dev libdnnl-dev libeigen3-dev libopenblas-dev)
 
 for arg in "$@"; do
   case "$arg" in

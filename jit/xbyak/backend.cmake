@@ -10,6 +10,9 @@ target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_kernel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
 target_link_libraries(kfuse PRIVATE xbyak::xbyak)
 # KFUSE_HAVE_XBYAK: for the library (registry) and, in the build tree only, for the tests.

@@ -10,6 +10,7 @@
 #include "../../lib/runtime/thread_pool.hpp"
 #include "backend/factories.hpp"
 #include "exec_memory.hpp"
+#include "gemm.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 #include "xbyak_backend.hpp"
@@ -54,7 +55,7 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 19;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks, rows prefetched from the first loop into L2; 10: prefetch back to the last loop, prefetcht0; 11: exp n by FMA, constants in registers; 12: softmax rows from 8192 online; 13: constants in registers in row loops; 14: accumulators and hoisted values in registers; 15: row-invariant streams share their pointer between pipelined rows; 16: row cursors and the prefetch distance in Frame (ABI); 17: online loop in 2 or 4 parts; 18: row cursors behind a pointer (Frame ABI); 19: one load less per cursor switch
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 20;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks, rows prefetched from the first loop into L2; 10: prefetch back to the last loop, prefetcht0; 11: exp n by FMA, constants in registers; 12: softmax rows from 8192 online; 13: constants in registers in row loops; 14: accumulators and hoisted values in registers; 15: row-invariant streams share their pointer between pipelined rows; 16: row cursors and the prefetch distance in Frame (ABI); 17: online loop in 2 or 4 parts; 18: row cursors behind a pointer (Frame ABI); 19: one load less per cursor switch; 20: contraction kernels (GEMM: the binary is the epilogue's code, load() re-creates the GEMM from the IR)
 constexpr size_t kHeader = 16;
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
@@ -255,6 +256,7 @@ class XbyakBackend final : public Backend {
 
   CompileResult compile(const ir::Kernel& k) override {
     auto t0 = std::chrono::steady_clock::now();
+    if (k.kind == "contraction") return compile_gemm(k, t0);
     Plan plan;
     std::string why = analyze(k, plan);
     if (!why.empty()) return {nullptr, why};
@@ -275,6 +277,9 @@ class XbyakBackend final : public Backend {
     uint32_t h[4];
     std::memcpy(h, bin.data(), sizeof h);
     if (h[0] != kMagic || h[1] != kVersion || h[2] != static_cast<uint32_t>(isa_)) return nullptr;
+    // A GEMM is its microkernels (per process, not per kernel) and its epilogue: emitting that
+    // again costs about what loading it would.
+    if (k.kind == "contraction") return compile_gemm(k, std::chrono::steady_clock::now()).kernel;
     Plan plan;
     if (!analyze(k, plan).empty()) return nullptr;
     auto t0 = std::chrono::steady_clock::now();
@@ -287,6 +292,20 @@ class XbyakBackend final : public Backend {
   }
 
  private:
+  CompileResult compile_gemm(const ir::Kernel& k, std::chrono::steady_clock::time_point t0) {
+    GemmPlan gp;
+    std::string why = gemm_analyze(k, gp);
+    if (!why.empty()) return {nullptr, why};
+    Code code;
+    auto ck = make_gemm_kernel(k, std::move(gp), isa_, &why, &code);
+    if (!ck) return {nullptr, why};
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    fill(*ck, k, code, ms);
+    ck->source = "; xbyak " + std::string(isa_name(isa_)) + " GEMM (microkernels per process; " +
+                 std::to_string(code.code_bytes) + " bytes of epilogue code)\n" + ck->source;
+    return {ck, {}};
+  }
+
   void fill(CompiledKernel& ck, const ir::Kernel& k, const Code& code, double ms) const {
     ck.backend = name();
     ck.target = target();

@@ -1,0 +1,81 @@
+// xbyak backend: f32 GEMM for "contraction" kernels (the IR form: /work docs, lib/ir/kernel.hpp
+// kind "contraction"). Private to jit/xbyak/; no xbyak headers here.
+//
+//   gemm_plan.cpp    recognises the form (one Sum of pa * pb over one reduce dim, A indexed by
+//                    (batch, M, K), B by (batch, K, N)), keeps the index expressions that give the
+//                    strides of A, B and C per launch, and builds the epilogue as a pointwise kernel;
+//   gemm_kernel.cpp  the register-blocked FMA microkernels per ISA (generated once per process);
+//   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail::xb {
+
+/// What a contraction kernel is, independent of the launch's extents.
+struct GemmPlan {
+  int nbatch = 0;              ///< batch dims: outer[0, nbatch); M = outer[nbatch], N = outer[nbatch + 1]
+  int64_t K = 0;               ///< the reduce extent
+  int a_buf = 0, b_buf = 0;    ///< input buffers of A and B
+  ir::ExprRef a_idx, b_idx;    ///< their load indices (affine in batch, M/N and K vars)
+  /// C: where the microkernel accumulates. Direct (epi null): the one store of Acc(0) itself.
+  /// In place (epi set, c_buf >= 0): the one f32 output, then the epilogue rewrites it. Temp
+  /// (c_buf < 0): a per-task scratch block, then the epilogue writes every output from it.
+  int c_buf = -1;
+  ir::ExprRef c_idx;
+  /// The epilogue: a pointwise kernel over the same outer domain whose buffers are the
+  /// contraction's inputs, then the accumulator (input `epi_acc`), then its outputs; Acc(0) is a
+  /// load of that buffer. Temp C: one extra param (last) is the scratch block's row stride.
+  std::shared_ptr<const ir::Kernel> epi;
+  int epi_acc = 0;
+};
+
+/// Fills `plan` when `k` is a contraction the GEMM path runs, else returns why not ("xbyak: ...").
+std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan);
+
+/// Evaluates an affine index expression at the given var values (outer vars, the reduce var).
+int64_t eval_affine(const ir::ExprRef& e, const int64_t* params, const int64_t* outer, int64_t red);
+
+/// Arguments of a microkernel call (byte strides). C[i, j] (+)= sum_k A[i, k] * B[k, j] over a
+/// full MR x NR tile: A at a + i * a_rs + k * a_ks, B at b + k * b_ks + j * 4, C at c + i * c_rs
+/// + j * 4. Packed kernels ignore a_rs, a_ks, b_ks (MR and NR floats per k).
+struct UkrArgs {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t kc, a_rs, a_ks, b_ks, c_rs;
+  int64_t accumulate;  ///< 0: C = acc; 1: C = C + acc
+};
+using UkrFn = void (*)(const UkrArgs*);
+
+/// The microkernels of one ISA: `packed` reads packed panels (A: MR floats per k, B: NR floats
+/// per k); `direct` reads A and B through their strides (B contiguous along N); `gemv` is the
+/// direct kernel for one row of A (MR = 1) over gemv_nr columns.
+struct Ukrs {
+  int mr = 0, nr = 0, gemv_nr = 0;
+  UkrFn packed = nullptr, direct = nullptr, gemv = nullptr;
+};
+/// Generated on first use, kept for the process (they do not depend on any kernel).
+const Ukrs& gemm_ukrs(Isa isa);
+
+/// Cache blocking of the packed path (gemm_run.cpp), from the cache sizes the CPU reports.
+struct GemmBlocking {
+  int64_t mc, kc, nc;
+};
+GemmBlocking gemm_blocking(const Ukrs& u);
+
+/// Tests: force the path of every later launch (0: by size; 1: packed; 2: direct where B is
+/// contiguous along N) and override the blocking (0s: from the caches; kc a multiple of 4 or not).
+void set_gemm_path(int force);
+void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc);
+
+/// A compiled contraction: the plan and, when there is one, the compiled epilogue (its code in
+/// `epi_code`). Null, with `why`, when the epilogue is declined.
+std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, std::string* why,
+                                                 Code* epi_code);
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,203 @@
+// xbyak backend: the GEMM microkernels (gemm.hpp UkrArgs). An MR x NR tile of C lives in
+// MR * NV vector registers (NV = NR / W) for the whole k loop; per k, NV vectors of B are loaded
+// and each row's A value is broadcast and multiplied into its NV accumulators with FMAs. The
+// accumulation order of every C element is k ascending from 0, then one add to C: the same
+// whatever kernel (packed, direct, edge through a scratch tile) or thread computes the tile.
+//
+// Register budget: AVX2 (16 ymm) 6 x 16: 12 accumulators, 2 B vectors, 2 broadcasts. AVX-512
+// (32 zmm) 14 x 32: 28 accumulators, 2 B vectors, the A values as embedded-broadcast FMA memory
+// operands (no broadcast register). GEMV (MR = 1): the B vectors are FMA memory operands, 12
+// (AVX2) or 24 (AVX-512) accumulators.
+#include <xbyak/xbyak.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "exec_memory.hpp"
+#include "gemm.hpp"
+
+namespace kfuse::detail::xb {
+
+namespace {
+
+using Xbyak::Reg64;
+
+static_assert(offsetof(UkrArgs, a) == 0 && offsetof(UkrArgs, b) == 8 && offsetof(UkrArgs, c) == 16 &&
+                  offsetof(UkrArgs, kc) == 24 && offsetof(UkrArgs, a_rs) == 32 && offsetof(UkrArgs, a_ks) == 40 &&
+                  offsetof(UkrArgs, b_ks) == 48 && offsetof(UkrArgs, c_rs) == 56 && offsetof(UkrArgs, accumulate) == 64,
+              "UkrArgs layout");
+
+template <class Vmm>
+class UkrGen : public Xbyak::CodeGenerator {
+ public:
+  static constexpr bool Z = std::is_same_v<Vmm, Xbyak::Zmm>;
+  static constexpr int W = Z ? 16 : 8;
+  static constexpr int VB = W * 4;
+
+  // packed: constant strides (MR, NR floats per k), k unrolled by 4.
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed) : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
+    b_mem_ = mr == 1;  // GEMV: B as FMA memory operands
+    const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
+    const int nbases = (mr + 2) / 3;
+    for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
+    mov(rax, qword[rdi + 0]);
+    mov(rsi, qword[rdi + 8]);
+    mov(rcx, qword[rdi + 24]);
+    mov(r9, qword[rdi + 32]);   // a_rs
+    mov(r10, qword[rdi + 40]);  // a_ks
+    mov(r11, qword[rdi + 48]);  // b_ks
+    if (!packed)
+      for (int j = 1; j < nbases; ++j) {  // base j = a + 3j * a_rs
+        mov(bases[j], bases[j - 1]);
+        lea(bases[j], ptr[bases[j] + r9 * 2]);
+        add(bases[j], r9);
+      }
+    // C's tile is read (or written) after the k loop: ask for its lines now, so that the loop
+    // hides their latency (first and last element of each row: a row may straddle two lines).
+    mov(rdx, qword[rdi + 16]);
+    mov(r8, qword[rdi + 56]);
+    for (int i = 0; i < mr; ++i) {
+      prefetcht0(ptr[rdx]);
+      prefetcht0(ptr[rdx + nv_ * VB - 4]);
+      if (i + 1 < mr) add(rdx, r8);
+    }
+    for (int i = 0; i < mr * nv_; ++i) vxorps(acc(i), acc(i), acc(i));
+    Xbyak::Label tail, tail_top, store;
+    auto a_addr = [&](int i, int u) -> Xbyak::Address {
+      if (packed) return ptr[rax + (u * mr + i) * 4];
+      const Reg64& b = bases[i / 3];
+      if (i % 3 == 0) return ptr[b];
+      return ptr[b + r9 * (i % 3)];
+    };
+    auto a_addr_b = [&](int i, int u) -> Xbyak::Address {  // embedded broadcast (AVX-512)
+      if (packed) return ptr_b[rax + (u * mr + i) * 4];
+      const Reg64& b = bases[i / 3];
+      if (i % 3 == 0) return ptr_b[b];
+      return ptr_b[b + r9 * (i % 3)];
+    };
+    auto body = [&](int u) {
+      const int boff = packed ? u * nv_ * VB : 0;
+      if (b_mem_) {
+        Vmm bc = Vmm(nv_);
+        vbroadcastss(bc, a_addr(0, u));
+        for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(v), bc, ptr[rsi + boff + v * VB]);
+        return;
+      }
+      for (int v = 0; v < nv_; ++v) vmovups(bvec(v), ptr[rsi + boff + v * VB]);
+      for (int i = 0; i < mr; ++i) {
+        if constexpr (Z) {
+          for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), a_addr_b(i, u));
+        } else {
+          Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
+          vbroadcastss(bc, a_addr(i, u));
+          for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), bc);
+        }
+      }
+    };
+    auto advance = [&](int ks) {
+      if (packed) {
+        add(rax, ks * mr * 4);
+        add(rsi, ks * nv_ * VB);
+      } else {
+        for (int j = 0; j < nbases; ++j) add(bases[j], r10);
+        add(rsi, r11);
+      }
+    };
+    if (packed) {
+      mov(rdx, rcx);
+      shr(rdx, 2);
+      and_(rcx, 3);
+      test(rdx, rdx);
+      jz(tail, T_NEAR);
+      Xbyak::Label top;
+      L(top);
+      // the A sliver streams from L2 (B's sliver stays in L1): 8 k ahead, two lines per 4 k
+      prefetcht0(ptr[rax + 8 * mr * 4]);
+      prefetcht0(ptr[rax + 8 * mr * 4 + 64]);
+      for (int u = 0; u < 4; ++u) body(u);
+      advance(4);
+      dec(rdx);
+      jnz(top, T_NEAR);
+    }
+    L(tail);
+    test(rcx, rcx);
+    jle(store, T_NEAR);
+    L(tail_top);
+    body(0);
+    advance(1);
+    dec(rcx);
+    jnz(tail_top, T_NEAR);
+
+    L(store);  // C (+)= acc, row by row
+    Xbyak::Label overwrite, done;
+    mov(rdx, qword[rdi + 16]);
+    mov(r8, qword[rdi + 56]);
+    cmp(qword[rdi + 64], 0);
+    je(overwrite, T_NEAR);
+    for (int i = 0; i < mr; ++i) {
+      for (int v = 0; v < nv_; ++v) {
+        vaddps(acc(i * nv_ + v), acc(i * nv_ + v), ptr[rdx + v * VB]);
+        vmovups(ptr[rdx + v * VB], acc(i * nv_ + v));
+      }
+      add(rdx, r8);
+    }
+    jmp(done, T_NEAR);
+    L(overwrite);
+    for (int i = 0; i < mr; ++i) {
+      for (int v = 0; v < nv_; ++v) vmovups(ptr[rdx + v * VB], acc(i * nv_ + v));
+      add(rdx, r8);
+    }
+    L(done);
+    for (const auto& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
+    vzeroupper();
+    ret();
+  }
+
+ private:
+  Vmm acc(int i) const { return Vmm(i); }
+  Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
+  int mr_, nv_;
+  bool b_mem_ = false;
+};
+
+struct UkrSet {
+  Ukrs u;
+  std::unique_ptr<ExecMem> mem[3];
+};
+
+template <class Vmm>
+UkrFn make_ukr(std::unique_ptr<ExecMem>& mem, int mr, int nv, bool packed) {
+  constexpr size_t kBytes = 1 << 16;
+  std::vector<uint8_t> buf(kBytes + 4096);
+  uint8_t* top = buf.data() + (4096 - reinterpret_cast<uintptr_t>(buf.data()) % 4096) % 4096;
+  UkrGen<Vmm> g(top, kBytes, mr, nv, packed);
+  g.ready();
+  mem = std::make_unique<ExecMem>(g.getCode(), g.getSize());
+  return reinterpret_cast<UkrFn>(const_cast<void*>(mem->entry()));
+}
+
+template <class Vmm>
+UkrSet* make_set(int mr, int nv, int gemv_nv) {
+  auto* s = new UkrSet;  // kept for the process
+  constexpr int W = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
+  s->u.mr = mr;
+  s->u.nr = nv * W;
+  s->u.gemv_nr = gemv_nv * W;
+  s->u.packed = make_ukr<Vmm>(s->mem[0], mr, nv, true);
+  s->u.direct = make_ukr<Vmm>(s->mem[1], mr, nv, false);
+  s->u.gemv = make_ukr<Vmm>(s->mem[2], 1, gemv_nv, false);
+  return s;
+}
+
+}  // namespace
+
+const Ukrs& gemm_ukrs(Isa isa) {
+  if (isa == Isa::Avx512) {
+    static const UkrSet* s = make_set<Xbyak::Zmm>(14, 2, 24);
+    return s->u;
+  }
+  static const UkrSet* s = make_set<Xbyak::Ymm>(6, 2, 12);
+  return s->u;
+}
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,198 @@
+// xbyak backend: recognising a contraction kernel (gemm.hpp) and building its epilogue kernel.
+#include <optional>
+#include <unordered_map>
+
+#include "gemm.hpp"
+
+namespace kfuse::detail::xb {
+
+using ir::ExprKind;
+using ir::ExprRef;
+
+namespace {
+
+[[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: contraction: " + why); }
+
+bool mentions(const ir::Expr* e, ir::Space s, int dim) {
+  if (e->kind == ExprKind::Var) return e->space == s && e->index == dim;
+  for (const auto& a : e->args)
+    if (mentions(a.get(), s, dim)) return true;
+  return false;
+}
+
+bool var_free(const ir::Expr* e) {
+  if (e->kind == ExprKind::Var || e->kind == ExprKind::Load || e->kind == ExprKind::Acc) return false;
+  for (const auto& a : e->args)
+    if (!var_free(a.get())) return false;
+  return true;
+}
+
+// Affine in the vars: the strides are then the differences of evaluations at unit points.
+bool affine(const ir::Expr* e) {
+  if (e->dtype != DType::I64) return false;
+  switch (e->kind) {
+    case ExprKind::Const:
+    case ExprKind::Param:
+    case ExprKind::Var: return true;
+    case ExprKind::IDiv:
+    case ExprKind::IMod: return var_free(e);
+    case ExprKind::Op:
+      if (e->op == Op::Add || e->op == Op::Sub) return affine(e->args[0].get()) && affine(e->args[1].get());
+      if (e->op == Op::Mul)
+        return (var_free(e->args[0].get()) && affine(e->args[1].get())) ||
+               (var_free(e->args[1].get()) && affine(e->args[0].get()));
+      return false;
+    default: return false;
+  }
+}
+
+// The coefficient of Var(outer, dim) when it is a compile-time constant.
+std::optional<int64_t> const_coeff(const ir::Expr* e, int dim) {
+  if (!mentions(e, ir::Space::Outer, dim)) return 0;
+  if (e->kind == ExprKind::Var) return 1;
+  if (e->kind != ExprKind::Op) return std::nullopt;
+  if (e->op == Op::Add || e->op == Op::Sub) {
+    auto a = const_coeff(e->args[0].get(), dim), b = const_coeff(e->args[1].get(), dim);
+    if (!a || !b) return std::nullopt;
+    return e->op == Op::Add ? *a + *b : *a - *b;
+  }
+  if (e->op == Op::Mul)
+    for (int side = 0; side < 2; ++side)
+      if (e->args[side]->kind == ExprKind::Const) {
+        auto o = const_coeff(e->args[1 - side].get(), dim);
+        if (!o) return std::nullopt;
+        return *o * static_cast<int64_t>(e->args[side]->value);
+      }
+  return std::nullopt;
+}
+
+// e with every Acc(0) replaced by `with` (shared subexpressions stay shared).
+ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<const ir::Expr*, ExprRef>& memo) {
+  if (e->kind == ExprKind::Acc) return with;
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  std::vector<ExprRef> args;
+  bool changed = false;
+  for (const auto& a : e->args) {
+    args.push_back(replace_acc(a, with, memo));
+    changed |= args.back() != a;
+  }
+  ExprRef r = e;
+  if (changed) {
+    auto c = std::make_shared<ir::Expr>(*e);
+    c->args = std::move(args);
+    r = c;
+  }
+  memo.emplace(e.get(), r);
+  return r;
+}
+
+void check_no_reduce_var(const ir::Expr* e, const char* what) {
+  if (mentions(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
+}
+
+}  // namespace
+
+int64_t eval_affine(const ExprRef& e, const int64_t* params, const int64_t* outer, int64_t red) {
+  switch (e->kind) {
+    case ExprKind::Const: return static_cast<int64_t>(e->value);
+    case ExprKind::Param: return params[e->index];
+    case ExprKind::Var: return e->space == ir::Space::Outer ? outer[e->index] : red;
+    case ExprKind::IDiv:
+    case ExprKind::IMod: {
+      int64_t a = eval_affine(e->args[0], params, outer, red), b = eval_affine(e->args[1], params, outer, red);
+      int64_t q = a / b, r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) {
+        --q;
+        r += b;
+      }
+      return e->kind == ExprKind::IDiv ? q : r;
+    }
+    case ExprKind::Op: {
+      int64_t a = eval_affine(e->args[0], params, outer, red), b = eval_affine(e->args[1], params, outer, red);
+      return e->op == Op::Add ? a + b : e->op == Op::Sub ? a - b : a * b;
+    }
+    default: return 0;  // unreachable: gemm_analyze checked affine()
+  }
+}
+
+std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
+  try {
+    plan = GemmPlan{};
+    const int nouter = static_cast<int>(k.outer.size());
+    if (nouter < 2 || nouter > kMaxOuterDims) decline("needs 2 to 8 outer dims (batch..., M, N)");
+    if (k.reduce.size() != 1) decline("needs exactly one reduce dim");
+    if (k.accs.size() != 1 || k.accs[0].kind != ir::AccKind::Sum) decline("needs exactly one Sum accumulator");
+    if (k.accs[0].dtype != DType::F32)
+      decline(std::string(dtype_name(k.accs[0].dtype)) + " accumulator (the GEMM path is f32 only)");
+    if (k.phases.size() != 2 || !k.phases[0].over_reduce || k.phases[0].accs != std::vector<int>{0} ||
+        !k.phases[0].stores.empty() || k.phases[1].over_reduce || k.phases[1].stores.empty())
+      decline("phases are not [reduce {acc 0}, once {stores}]");
+    const ExprRef& v = k.accs[0].value;
+    if (v->kind != ExprKind::Op || v->op != Op::Mul || v->args.size() != 2) decline("accumulated value is not a product");
+    const int mdim = nouter - 2, ndim = nouter - 1;
+    plan.nbatch = mdim;
+    plan.K = k.reduce[0];
+    // A: the factor without the N var; B: the one without the M var.
+    const ExprRef* fa = &v->args[0];
+    const ExprRef* fb = &v->args[1];
+    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim)) std::swap(fa, fb);
+    for (const ExprRef* f : {fa, fb}) {
+      const ir::Expr& l = **f;
+      if (l.kind != ExprKind::Load)
+        decline("operand expression " + std::string(l.kind == ExprKind::Op ? op_name(l.op) : "?") +
+                " around a load (only plain loads of A and B)");
+      if (l.args.size() > 1) decline("masked operand load");
+      if (l.dtype != DType::F32 || k.buffers[l.index].dtype != DType::F32) decline("operand is not f32");
+      if (!affine(l.args[0].get())) decline("operand index is not affine in the loop indices");
+    }
+    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim))
+      decline("an operand depends on both M and N");
+    plan.a_buf = (*fa)->index;
+    plan.b_buf = (*fb)->index;
+    plan.a_idx = (*fa)->args[0];
+    plan.b_idx = (*fb)->args[0];
+
+    const auto& stores = k.phases[1].stores;
+    for (const auto& s : stores) {
+      if (!affine(s.index.get())) decline("output index is not affine in the outer indices");
+      check_no_reduce_var(s.index.get(), "output index");
+      check_no_reduce_var(s.value.get(), "epilogue");
+    }
+    const ir::Store& s0 = stores[0];
+    const bool contiguous = const_coeff(s0.index.get(), ndim) == std::optional<int64_t>(1);
+    const bool f32_out = k.buffers[s0.buffer].dtype == DType::F32;
+    if (stores.size() == 1 && contiguous && f32_out) {
+      plan.c_buf = s0.buffer;
+      plan.c_idx = s0.index;
+      if (s0.value->kind == ExprKind::Acc) return {};  // C = A B: no epilogue
+    }
+    // The epilogue kernel: inputs, the accumulator, outputs.
+    auto epi = std::make_shared<ir::Kernel>();
+    const int nin = k.num_inputs();
+    epi->name = k.name + "_epilogue";
+    epi->kind = "pointwise";
+    epi->buffers.assign(k.buffers.begin(), k.buffers.begin() + nin);
+    epi->buffers.push_back({"acc", DType::F32, false});
+    epi->buffers.insert(epi->buffers.end(), k.buffers.begin() + nin, k.buffers.end());
+    epi->params = k.params;
+    epi->outer = k.outer;
+    ExprRef acc_idx = plan.c_idx;
+    if (plan.c_buf < 0) {
+      epi->params.push_back({"acc_ld", 0});
+      acc_idx = ir::iadd(ir::imul(ir::var(ir::Space::Outer, mdim), ir::param(static_cast<int>(k.params.size()))),
+                         ir::var(ir::Space::Outer, ndim));
+    }
+    plan.epi_acc = nin;
+    ExprRef accv = ir::load(nin, DType::F32, acc_idx);
+    std::unordered_map<const ir::Expr*, ExprRef> memo;
+    ir::Phase ph;
+    for (const auto& s : stores) ph.stores.push_back({s.buffer + 1, s.index, replace_acc(s.value, accv, memo)});
+    epi->phases.push_back(std::move(ph));
+    plan.epi = std::move(epi);
+    return {};
+  } catch (const DeclineError& d) {
+    return d.what();
+  }
+}
+
+}  // namespace kfuse::detail::xb

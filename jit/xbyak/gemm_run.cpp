@@ -1,0 +1,419 @@
+// xbyak backend: running a contraction (gemm.hpp): the GotoBLAS/BLIS loop nest over packed
+// panels, the small and GEMV paths that read the operands in place, threads, the epilogue.
+//
+// Loop nest per task (a block of rows x columns of one batch's C):
+//   for jc (NC columns) / for pc (KC of K, in order) / pack B (KC x NC, NR-wide slivers) /
+//   for ic (MC rows) / pack A (MC x KC, MR-tall slivers) / for jr (NR) / for ir (MR): microkernel.
+// KC x NR of B stays in L1 across the ir loop, MC x KC of A in L2 across jr, KC x NC of B in L3.
+// Every element of C is summed the same way whatever the task split: per KC block, k ascending
+// from 0 in one register (the microkernel), then added to C in pc order. Tasks therefore split
+// M and N freely over threads and the result is bitwise independent of the thread count.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "../../lib/runtime/thread_pool.hpp"
+#include "exec_memory.hpp"
+#include "gemm.hpp"
+
+namespace kfuse::detail::xb {
+
+namespace {
+
+int64_t cache_bytes(int name, int64_t fallback) {
+  long v = sysconf(name);
+  return v > 0 ? v : fallback;
+}
+
+int64_t round_down(int64_t v, int64_t m) { return std::max(m, v / m * m); }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C).
+float* scratch(int which, int64_t n) {
+  thread_local std::vector<float> bufs[4];
+  std::vector<float>& v = bufs[which];
+  if (v.size() < static_cast<size_t>(n) + 16) v.resize(static_cast<size_t>(n) + 16);
+  auto p = reinterpret_cast<uintptr_t>(v.data());
+  return reinterpret_cast<float*>((p + 63) / 64 * 64);
+}
+
+// Operand strides in elements for one launch.
+struct Strides {
+  int64_t off = 0, row = 0, col = 0;  // A: (m, k); B: (k, n); C: (m, n)
+  int64_t batch[kMaxOuterDims] = {};
+};
+
+std::atomic<int> g_path{0};
+std::atomic<int64_t> g_mc{0}, g_kc{0}, g_nc{0};
+
+constexpr int64_t kParallelFlops = int64_t{1} << 21;  // below this a launch runs on one thread
+
+}  // namespace
+
+GemmBlocking gemm_blocking(const Ukrs& u) {
+  // KC: a KC x NR sliver of B fills half of L1 (the other half: A's stream, C). MC: an MC x KC
+  // panel of A fills half of L2. NC: a KC x NC panel of B a quarter of L3 (shared by the cores).
+  const int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
+  const int64_t l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10);
+  const int64_t l3 = cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
+  GemmBlocking b;
+  b.kc = std::clamp<int64_t>(round_down(l1 / 2 / (u.nr * 4), 8), 64, 1024);
+  b.mc = std::clamp<int64_t>(round_down(l2 / 2 / (b.kc * 4), u.mr), u.mr, 1024 / u.mr * u.mr);
+  b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr, 4096 / u.nr * u.nr);  // (VMs report the whole L3)
+  return b;
+}
+
+void set_gemm_path(int force) { g_path.store(force); }
+void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) {
+  g_mc.store(mc);
+  g_kc.store(kc);
+  g_nc.store(nc);
+}
+
+class GemmKernel final : public CompiledKernel {
+ public:
+  GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa)
+      : k_(k), p_(std::move(plan)), u_(gemm_ukrs(isa)), blk_(gemm_blocking(u_)),
+        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)) {}
+
+  // Compiles the epilogue kernel with the pointwise emitter; false (and why) when it declines.
+  bool compile_epilogue(Isa isa, std::string* why, Code* code) {
+    if (!p_.epi) return true;
+    std::string w = analyze(*p_.epi, epi_plan_);
+    if (w.empty() && (epi_plan_.mode != Mode::Pointwise || epi_plan_.scalar)) w = "not a pointwise kernel";
+    if (w.empty()) {
+      try {
+        *code = emit(*p_.epi, epi_plan_, isa);
+      } catch (const DeclineError& e) {
+        w = e.what();
+      }
+    }
+    if (!w.empty()) {
+      *why = "xbyak: contraction epilogue: " + w;
+      return false;
+    }
+    epi_mem_ = std::make_unique<ExecMem>(code->bytes.data(), code->bytes.size());
+    return true;
+  }
+
+  void run(const ir::LaunchArgs& args) const override {
+    const int nb = p_.nbatch;
+    int64_t ext[kMaxOuterDims] = {};
+    int64_t batches = 1;
+    for (int d = 0; d < nb + 2; ++d) ext[d] = ir::eval_index(k_.outer[d], args.params);
+    for (int d = 0; d < nb; ++d) batches *= ext[d];
+    const int64_t M = ext[nb], N = ext[nb + 1], K = p_.K;
+    if (batches == 0 || M == 0 || N == 0) return;
+    Launch L;
+    L.blk = blk_;
+    L.path = g_path.load(std::memory_order_relaxed);
+    if (int64_t kc = g_kc.load(std::memory_order_relaxed); kc > 0)
+      L.blk = {g_mc.load() / u_.mr * u_.mr, kc, g_nc.load() / u_.nr * u_.nr};
+    L.args = &args;
+    L.M = M;
+    L.N = N;
+    L.nb = nb;
+    std::copy(ext, ext + kMaxOuterDims, L.ext);
+    L.a = strides(p_.a_idx, args.params, nb, nb, kMaxOuterDims);
+    L.b = strides(p_.b_idx, args.params, nb, kMaxOuterDims, nb + 1);
+    if (p_.c_buf >= 0) L.c = strides(p_.c_idx, args.params, nb, nb, nb + 1);
+    L.a_base = static_cast<const float*>(args.buffers[p_.a_buf]);
+    L.b_base = static_cast<const float*>(args.buffers[p_.b_buf]);
+    L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
+
+    // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads.
+    const int64_t flops = 2 * M * N * std::max<int64_t>(K, 1);
+    const int64_t threads = flops * batches < kParallelFlops ? 1 : num_threads();
+    int64_t gm = 1, gn = 1;
+    if (batches < threads) {
+      const int64_t want = ceil_div(threads, batches);
+      const int64_t tm = ceil_div(M, u_.mr), tn = ceil_div(N, u_.nr);
+      if (N >= M) {
+        gn = std::min(want, tn);
+        gm = std::min(ceil_div(want, gn), tm);
+      } else {
+        gm = std::min(want, tm);
+        gn = std::min(ceil_div(want, gm), tn);
+      }
+    }
+    L.per_m = ceil_div(ceil_div(M, u_.mr), gm) * u_.mr;
+    L.per_n = ceil_div(ceil_div(N, u_.nr), gn) * u_.nr;
+    gm = ceil_div(M, L.per_m);
+    gn = ceil_div(N, L.per_n);
+    const int64_t tasks = batches * gm * gn;
+    const int64_t grain = std::max<int64_t>(1, kParallelFlops / (flops / (gm * gn) + 1));
+    parallel_for(tasks, grain, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t bi = t / (gm * gn), r = t % (gm * gn);
+        const int64_t m0 = r / gn * L.per_m, n0 = r % gn * L.per_n;
+        task(L, bi, m0, std::min(M, m0 + L.per_m), n0, std::min(N, n0 + L.per_n));
+      }
+    });
+  }
+
+ private:
+  struct Launch {
+    const ir::LaunchArgs* args;
+    int64_t M, N;
+    int nb;
+    int64_t ext[kMaxOuterDims];
+    Strides a, b, c;
+    const float* a_base;
+    const float* b_base;
+    float* c_base;
+    int64_t per_m, per_n;
+    GemmBlocking blk;
+    int path;
+  };
+  // One task's view: operands of its batch, its C.
+  struct Task {
+    const float* a;
+    const float* b;
+    float* c;       // C(m, n) = c + m * c_rs + n (global m, n; temp C: offset back by the task origin)
+    int64_t c_rs;
+    float* acc_ptr; // the epilogue's accumulator buffer pointer
+    int64_t bidx[kMaxOuterDims];
+    int64_t brow;   // first outer row of this batch (batch index * M)
+  };
+
+  // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
+  static Strides strides(const ir::ExprRef& e, const std::vector<int64_t>& params, int nb, int row, int col) {
+    int64_t v[kMaxOuterDims] = {};
+    Strides s;
+    s.off = eval_affine(e, params.data(), v, 0);
+    auto at = [&](int d) {
+      if (d == kMaxOuterDims) return eval_affine(e, params.data(), v, 1) - s.off;
+      v[d] = 1;
+      int64_t r = eval_affine(e, params.data(), v, 0) - s.off;
+      v[d] = 0;
+      return r;
+    };
+    for (int d = 0; d < nb; ++d) s.batch[d] = at(d);
+    s.row = at(row);
+    s.col = at(col);
+    return s;
+  }
+
+  // Packs rows [m, m + mr) x k [k0, k0 + kc) of A as MR-tall slivers (zero rows past mr).
+  void pack_a(float* dst, const float* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc) const {
+    const int MR = u_.mr;
+    for (int64_t i0 = 0; i0 < mr; i0 += MR, dst += kc * MR) {
+      const int64_t rows = std::min<int64_t>(MR, mr - i0);
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* src = a + (m + i0 + i) * s.row + k0 * s.col;
+        if (s.col == 1)
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
+        else
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k * s.col];
+      }
+      for (int64_t i = rows; i < MR; ++i)
+        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
+    }
+  }
+  // Packs k [k0, k0 + kc) x columns [n, n + nr) of B as NR-wide slivers (zero columns past nr).
+  void pack_b(float* dst, const float* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr) const {
+    const int NR = u_.nr;
+    for (int64_t j0 = 0; j0 < nr; j0 += NR, dst += kc * NR) {
+      const int64_t cols = std::min<int64_t>(NR, nr - j0);
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = b + (k0 + k) * s.row + (n + j0) * s.col;
+        float* d = dst + k * NR;
+        if (s.col == 1) {
+          std::memcpy(d, src, static_cast<size_t>(cols) * 4);
+        } else {
+          for (int64_t j = 0; j < cols; ++j) d[j] = src[j * s.col];
+        }
+        for (int64_t j = cols; j < NR; ++j) d[j] = 0.0f;
+      }
+    }
+  }
+
+  // C(m.., n..) (+)= the tile of packed slivers ap x bp, mr x nr of it (an edge through a scratch tile).
+  void packed_tile(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
+                   int64_t kc, bool first) const {
+    UkrArgs a{ap, bp, nullptr, kc, 0, 0, 0, 0, first ? 0 : 1};
+    if (mr == u_.mr && nr == u_.nr) {
+      a.c = t.c + m * t.c_rs + n;
+      a.c_rs = t.c_rs * 4;
+      u_.packed(&a);
+      return;
+    }
+    float* tile = scratch(2, static_cast<int64_t>(u_.mr) * u_.nr);
+    a.c = tile;
+    a.c_rs = u_.nr * 4;
+    a.accumulate = 0;
+    u_.packed(&a);
+    for (int64_t i = 0; i < mr; ++i) {
+      float* c = t.c + (m + i) * t.c_rs + n;
+      const float* s = tile + i * u_.nr;
+      if (first)
+        for (int64_t j = 0; j < nr; ++j) c[j] = s[j];
+      else
+        for (int64_t j = 0; j < nr; ++j) c[j] = c[j] + s[j];
+    }
+  }
+
+  // Runs the epilogue over rows [m0, m1) x columns [n0, n1) of this task's batch.
+  void epilogue(const Launch& L, const Task& t, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t ld) const {
+    if (!epi_mem_ || m0 >= m1 || n0 >= n1) return;
+    const ir::LaunchArgs& args = *L.args;
+    const int nin = k_.num_inputs();
+    void* bufs[64];
+    std::vector<void*> big;
+    void** bp = bufs;
+    const size_t nbuf = args.buffers.size() + 1;
+    if (nbuf > 64) {
+      big.resize(nbuf);
+      bp = big.data();
+    }
+    for (int i = 0; i < nin; ++i) bp[i] = args.buffers[i];
+    bp[nin] = t.acc_ptr;
+    for (size_t i = nin; i < args.buffers.size(); ++i) bp[i + 1] = args.buffers[i];
+    std::vector<int64_t> params(args.params);
+    if (p_.c_buf < 0) params.push_back(ld);
+    Frame f{};
+    f.bufs = bp;
+    f.params = params.data();
+    f.row_begin = t.brow + m0;
+    f.row_end = t.brow + m1;
+    for (int d = 0; d < L.nb; ++d) f.idx[d] = t.bidx[d];
+    f.idx[L.nb] = m0;
+    for (int d = 0; d < L.nb + 2; ++d) f.ext[d] = L.ext[d];
+    f.lo = n0;
+    f.hi = n1;
+    f.ways = 1;
+    reinterpret_cast<void (*)(Frame*)>(const_cast<void*>(epi_mem_->entry()))(&f);
+  }
+
+  void task(const Launch& L, int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+    Task t{};
+    int64_t rest = bi;
+    for (int d = L.nb; d-- > 0;) {
+      t.bidx[d] = rest % L.ext[d];
+      rest /= L.ext[d];
+    }
+    t.brow = bi * L.M;
+    int64_t ao = L.a.off, bo = L.b.off, co = L.c.off;
+    for (int d = 0; d < L.nb; ++d) {
+      ao += t.bidx[d] * L.a.batch[d];
+      bo += t.bidx[d] * L.b.batch[d];
+      co += t.bidx[d] * L.c.batch[d];
+    }
+    t.a = L.a_base + ao;
+    t.b = L.b_base + bo;
+    int64_t ld = 0;
+    if (L.c_base) {
+      t.c = L.c_base + co;
+      t.c_rs = L.c.row;
+      t.acc_ptr = L.c_base;
+    } else {  // temp C: the task's block, row stride ld; addressed by global (m, n)
+      ld = n1 - n0;
+      float* tmp = scratch(3, (m1 - m0) * ld);
+      t.c = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(tmp) - static_cast<uintptr_t>((m0 * ld + n0) * 4));
+      t.c_rs = ld;
+      t.acc_ptr = t.c;
+    }
+    const int64_t K = p_.K;
+    if (K == 0) {
+      for (int64_t m = m0; m < m1; ++m) std::fill(t.c + m * t.c_rs + n0, t.c + m * t.c_rs + n1, 0.0f);
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
+    const Strides &sa = L.a, &sb = L.b;
+    const GemmBlocking& blk = L.blk;
+    const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
+    const int64_t m = m1 - m0, n = n1 - n0;
+    // GEMV (one or two rows): stream B once per row, no packing.
+    if (m <= 2 && sb.col == 1 && L.path != 1) {
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        const bool first = pc == 0;
+        for (int64_t r = m0; r < m1; ++r) {
+          int64_t j = n0;
+          for (; j + u_.gemv_nr <= n1; j += u_.gemv_nr) {
+            UkrArgs a{t.a + r * sa.row + pc * sa.col, t.b + pc * sb.row + j, t.c + r * t.c_rs + j, kc, 0,
+                      sa.col * 4, sb.row * 4, 0, first ? 0 : 1};
+            u_.gemv(&a);
+          }
+          if (j < n1) edge_tiles(t, sa, sb, r, r + 1, j, n1, pc, kc, first);
+        }
+      }
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
+    // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
+    if (sb.col == 1 && L.path != 1 && (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        const bool first = pc == 0;
+        const int64_t mfull = m0 + m / MR * MR, nfull = n0 + n / NR * NR;
+        for (int64_t j = n0; j < nfull; j += NR)
+          for (int64_t i = m0; i < mfull; i += MR) {
+            UkrArgs a{t.a + i * sa.row + pc * sa.col, t.b + pc * sb.row + j, t.c + i * t.c_rs + j, kc,
+                      sa.row * 4, sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1};
+            u_.direct(&a);
+          }
+        if (nfull < n1) edge_tiles(t, sa, sb, m0, m1, nfull, n1, pc, kc, first);
+        if (mfull < m1) edge_tiles(t, sa, sb, mfull, m1, n0, nfull, pc, kc, first);
+      }
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
+    float* ap = scratch(0, blk.mc * KC);
+    float* bp = scratch(1, KC * (std::min(blk.nc, ceil_div(n, NR) * NR)));
+    for (int64_t jc = n0; jc < n1; jc += blk.nc) {
+      const int64_t nc = std::min(blk.nc, n1 - jc);
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        const bool first = pc == 0, last = pc + kc == K;
+        pack_b(bp, t.b, sb, pc, kc, jc, nc);
+        for (int64_t ic = m0; ic < m1; ic += blk.mc) {
+          const int64_t mc = std::min(blk.mc, m1 - ic);
+          pack_a(ap, t.a, sa, ic, mc, pc, kc);
+          for (int64_t jr = 0; jr < nc; jr += NR)
+            for (int64_t ir = 0; ir < mc; ir += MR)
+              packed_tile(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir), std::min(NR, nc - jr),
+                          kc, first);
+          if (last) epilogue(L, t, ic, ic + mc, jc, jc + nc, ld);  // the block is final and in cache
+        }
+      }
+    }
+  }
+
+  // Rows [ma, mb) x columns [na, nb) for one KC block through packed edge tiles.
+  void edge_tiles(const Task& t, const Strides& sa, const Strides& sb, int64_t ma, int64_t mb, int64_t na, int64_t nb,
+                  int64_t pc, int64_t kc, bool first) const {
+    if (ma >= mb || na >= nb) return;
+    float* ap = scratch(0, u_.mr * kc);
+    float* bp = scratch(1, u_.nr * kc);
+    for (int64_t j = na; j < nb; j += u_.nr) {
+      const int64_t nr = std::min<int64_t>(u_.nr, nb - j);
+      pack_b(bp, t.b, sb, pc, kc, j, nr);
+      for (int64_t i = ma; i < mb; i += u_.mr) {
+        const int64_t mr = std::min<int64_t>(u_.mr, mb - i);
+        pack_a(ap, t.a, sa, i, mr, pc, kc);
+        packed_tile(t, ap, bp, i, j, mr, nr, kc, first);
+      }
+    }
+  }
+
+  ir::Kernel k_;
+  GemmPlan p_;
+  const Ukrs& u_;
+  GemmBlocking blk_;
+  int64_t l2_;
+  Plan epi_plan_;
+  std::unique_ptr<ExecMem> epi_mem_;
+};
+
+std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, std::string* why,
+                                                 Code* epi_code) {
+  auto g = std::make_shared<GemmKernel>(k, std::move(plan), isa);
+  if (!g->compile_epilogue(isa, why, epi_code)) return nullptr;
+  return g;
+}
+
+}  // namespace kfuse::detail::xb

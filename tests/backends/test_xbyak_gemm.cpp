@@ -1,0 +1,354 @@
+// xbyak GEMM path (jit/xbyak/gemm*.cpp): contraction kernels built by hand, checked against a
+// double-precision loop with a K-scaled tolerance; blocking edges, transposed and batched
+// (broadcast) operands, epilogues, thread-count independence, declines, the disk-cache load.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "../../jit/xbyak/gemm.hpp"
+#include "kfuse/options.hpp"
+#include "test_xbyak_util.hpp"
+
+namespace kfuse::xbt {
+namespace {
+
+using detail::xb::set_gemm_blocking;
+using detail::xb::set_gemm_path;
+
+struct Spec {
+  std::vector<int64_t> batch;     // batch extents
+  int64_t M = 1, N = 1, K = 1;
+  bool ta = false, tb = false;    // A stored K x M, B stored N x K
+  std::vector<bool> a_bcast, b_bcast;  // per batch dim: the operand does not move along it
+  // epilogue: out = f(acc, bias_n[n], bias_m[m], res[m, n]) (inputs 2, 3, 4 when used)
+  std::function<ExprRef(ExprRef acc, const std::vector<ExprRef>& in)> epi;
+  int extra_outputs = 0;          // more stores of epi2(acc) (temp C path)
+};
+
+int64_t prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+// Element strides of an operand's batch dims (0 where broadcast), its matrix of `mat` elements.
+std::vector<int64_t> batch_strides(const Spec& s, const std::vector<bool>& bc, int64_t mat) {
+  std::vector<int64_t> st(s.batch.size(), 0);
+  int64_t run = mat;
+  for (size_t d = s.batch.size(); d-- > 0;) {
+    bool b = d < bc.size() && bc[d];
+    st[d] = b ? 0 : run;
+    if (!b) run *= s.batch[d];
+  }
+  return st;
+}
+int64_t operand_size(const Spec& s, const std::vector<bool>& bc, int64_t mat) {
+  int64_t n = mat;
+  for (size_t d = 0; d < s.batch.size(); ++d)
+    if (!(d < bc.size() && bc[d])) n *= s.batch[d];
+  return n;
+}
+
+// Builds the contraction. Buffers: in0 A, in1 B, in2 bias_n [N], in3 bias_m [M], in4 res [batch, M, N], outputs.
+Kernel build(const Spec& s) {
+  const int nb = static_cast<int>(s.batch.size());
+  Kernel k = skeleton("k_gemm", "contraction", 5, 1 + s.extra_outputs);
+  for (int d = 0; d < nb; ++d) {
+    k.params.push_back({"outer" + std::to_string(d), s.batch[d]});
+    k.outer.push_back(param(d));
+  }
+  k.params.push_back({"outer" + std::to_string(nb), s.M});
+  k.params.push_back({"outer" + std::to_string(nb + 1), s.N});
+  const ExprRef M = param(nb), N = param(nb + 1);
+  k.outer.push_back(M);
+  k.outer.push_back(N);
+  k.reduce.push_back(s.K);
+  const ExprRef m = var(Space::Outer, nb), n = var(Space::Outer, nb + 1), kk = var(Space::Reduce, 0);
+  auto boff = [&](const std::vector<int64_t>& st) {
+    ExprRef e = iconst(0);
+    for (int d = 0; d < nb; ++d) e = iadd(e, imul(var(Space::Outer, d), iconst(st[d])));
+    return e;
+  };
+  const auto sa = batch_strides(s, s.a_bcast, s.M * s.K), sb = batch_strides(s, s.b_bcast, s.K * s.N),
+             sc = batch_strides(s, {}, s.M * s.N);
+  ExprRef ai = iadd(boff(sa), s.ta ? iadd(imul(kk, M), m) : iadd(imul(m, iconst(s.K)), kk));
+  ExprRef bi = iadd(boff(sb), s.tb ? iadd(imul(n, iconst(s.K)), kk) : iadd(imul(kk, N), n));
+  ExprRef ci = iadd(boff(sc), iadd(imul(m, N), n));
+  k.accs.push_back({AccKind::Sum, DType::F32, bin(Op::Mul, load(0, DType::F32, ai), load(1, DType::F32, bi))});
+  k.phases.push_back(reduce_phase({0}));
+  Phase once;
+  ExprRef a = acc(0, DType::F32);
+  std::vector<ExprRef> in = {load(2, DType::F32, n), load(3, DType::F32, m), load(4, DType::F32, ci)};
+  once.stores.push_back({5, ci, s.epi ? s.epi(a, in) : a});
+  for (int o = 0; o < s.extra_outputs; ++o) once.stores.push_back({6 + o, ci, bin(Op::Mul, a, f32c(o + 2.0))});
+  k.phases.push_back(once);
+  return k;
+}
+
+struct Data {
+  std::vector<std::vector<float>> bufs;
+};
+
+Data make_data(const Spec& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto fill = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 1)));
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  const int64_t c = prod(s.batch) * s.M * s.N;
+  Data d;
+  d.bufs.push_back(fill(operand_size(s, s.a_bcast, s.M * s.K)));
+  d.bufs.push_back(fill(operand_size(s, s.b_bcast, s.K * s.N)));
+  d.bufs.push_back(fill(s.N));
+  d.bufs.push_back(fill(s.M));
+  d.bufs.push_back(fill(c));
+  for (int o = 0; o <= s.extra_outputs; ++o) d.bufs.push_back(std::vector<float>(std::max<int64_t>(c, 1), NAN));
+  return d;
+}
+
+// Runs on xbyak (the GEMM path must take it) and checks against fp64 loops; returns output 0.
+std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1, double (*epi64)(double, double, double, double) = nullptr) {
+  Kernel k = build(s);
+  auto be = detail::xb::make_backend(isa);
+  auto cr = be->compile(k);
+  EXPECT_TRUE(cr.kernel) << cr.declined;
+  if (!cr.kernel) return {};
+  Data d = make_data(s, seed);
+  LaunchArgs args;
+  for (auto& b : d.bufs) args.buffers.push_back(b.data());
+  args.params = k.param_values();
+  cr.kernel->run(args);
+  const int nb = static_cast<int>(s.batch.size());
+  const auto sa = batch_strides(s, s.a_bcast, s.M * s.K), sb = batch_strides(s, s.b_bcast, s.K * s.N);
+  const int64_t nbat = prod(s.batch);
+  int bad = 0;
+  for (int64_t bi = 0; bi < nbat; ++bi) {
+    int64_t ao = 0, bo = 0, rest = bi;
+    for (int dd = nb; dd-- > 0;) {
+      ao += rest % s.batch[dd] * sa[dd];
+      bo += rest % s.batch[dd] * sb[dd];
+      rest /= s.batch[dd];
+    }
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        double acc = 0, mag = 0;
+        for (int64_t kk = 0; kk < s.K; ++kk) {
+          double a = d.bufs[0][ao + (s.ta ? kk * s.M + m : m * s.K + kk)];
+          double b = d.bufs[1][bo + (s.tb ? n * s.K + kk : kk * s.N + n)];
+          acc += a * b;
+          mag += std::fabs(a * b);
+        }
+        const int64_t ci = (bi * s.M + m) * s.N + n;
+        double want = epi64 ? epi64(acc, d.bufs[2][n], d.bufs[3][m], d.bufs[4][ci]) : acc;
+        double tol = 4.0 * (s.K + 2) * 6e-8 * (mag + std::fabs(want) + 1.0);
+        float got = d.bufs[5][ci];
+        if (!(std::fabs(got - want) <= tol) && bad++ < 5)
+          ADD_FAILURE() << detail::xb::isa_name(isa) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta
+                        << " tb=" << s.tb << " batch " << bi << " [" << m << "," << n << "]: got " << got << " want " << want;
+        for (int o = 0; o < s.extra_outputs; ++o) {
+          float g2 = d.bufs[6 + o][ci];
+          if (!(std::fabs(g2 - acc * (o + 2.0)) <= tol * (o + 2)) && bad++ < 5)
+            ADD_FAILURE() << "extra output " << o << " [" << m << "," << n << "]: got " << g2 << " want " << acc * (o + 2);
+        }
+      }
+  }
+  return d.bufs[5];
+}
+
+class XbyakGemm : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    set_gemm_path(0);
+    set_gemm_blocking(0, 0, 0);
+  }
+};
+
+TEST_F(XbyakGemm, RandomSizesAllPaths) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> sz(1, 67);
+  for (Isa isa : isas())
+    for (int path = 0; path < 3; ++path) {
+      set_gemm_path(path);
+      for (int i = 0; i < 8; ++i) {
+        Spec s;
+        s.M = sz(rng), s.N = sz(rng), s.K = sz(rng);
+        s.ta = i & 1, s.tb = (i >> 1) & 1;
+        run_check(s, isa, i);
+      }
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {1, 67, 33}, {67, 1, 5}, {2, 40, 17}, {1, 200, 300}}) {
+        Spec s;
+        s.M = M, s.N = N, s.K = K;
+        run_check(s, isa);
+      }
+    }
+}
+
+TEST_F(XbyakGemm, BlockEdges) {
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    set_gemm_path(1);
+    set_gemm_blocking(2 * u.mr, 16, 2 * u.nr);  // small blocks: every loop of the nest runs several times
+    for (int64_t dm : {-1, 0, 1})
+      for (int64_t dn : {-1, 0, 1})
+        for (int64_t K : {15, 16, 17, 33, 3}) {
+          Spec s;
+          s.M = 2 * u.mr + dm + 3 * u.mr, s.N = 2 * u.nr + dn + u.nr, s.K = K;
+          s.tb = dn == 1;
+          run_check(s, isa);
+        }
+    set_gemm_blocking(0, 0, 0);
+    const auto blk = detail::xb::gemm_blocking(u);
+    Spec s;  // default blocking, K one past a KC block
+    s.M = u.mr + 1, s.N = u.nr - 1, s.K = blk.kc + 1;
+    run_check(s, isa);
+  }
+}
+
+TEST_F(XbyakGemm, ZeroSizes) {
+  for (Isa isa : isas())
+    for (auto [M, N] : {std::pair{0, 5}, {5, 0}, {0, 0}}) {
+      Spec s;
+      s.M = M, s.N = N, s.K = 4;
+      run_check(s, isa);
+    }
+}
+
+TEST_F(XbyakGemm, BatchedWithBroadcast) {
+  for (Isa isa : isas())
+    for (int path = 0; path < 3; ++path) {
+      set_gemm_path(path);
+      Spec s;
+      s.batch = {2, 3};
+      s.M = 9, s.N = 21, s.K = 13;
+      s.a_bcast = {true, false};
+      s.b_bcast = {false, true};
+      s.tb = path == 2;
+      run_check(s, isa);
+      s.a_bcast = {true, true};  // a weight shared by every batch
+      s.b_bcast = {};
+      run_check(s, isa);
+    }
+}
+
+TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
+  const Options saved = options();
+  for (Isa isa : isas())
+    for (int path = 0; path < 3; ++path) {
+      set_gemm_path(path);
+      set_gemm_blocking(path == 1 ? 24 : 0, path == 1 ? 32 : 0, path == 1 ? 64 : 0);
+      Spec s;
+      s.M = 150, s.N = 140, s.K = 70;  // above the one-thread threshold
+      Options o = saved;
+      o.num_threads = 1;
+      set_options(o);
+      auto one = run_check(s, isa, 3);
+      o.num_threads = 2;
+      set_options(o);
+      auto two = run_check(s, isa, 3);
+      ASSERT_EQ(one.size(), two.size());
+      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << "path " << path;
+    }
+  set_options(saved);
+}
+
+TEST_F(XbyakGemm, Epilogues) {
+  for (Isa isa : isas())
+    for (int path = 0; path < 2; ++path) {
+      set_gemm_path(path);
+      Spec s;
+      s.M = 37, s.N = 29, s.K = 19;
+      s.batch = {2};  // the in-place epilogue reads the accumulator through the output's batch index
+      // alpha * acc + bias[n], relu
+      s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
+        return un(Op::Relu, bin(Op::Add, bin(Op::Mul, a, f32c(0.5)), in[0]));
+      };
+      run_check(s, isa, 1, [](double a, double bn, double, double) { return std::max(0.5 * a + bn, 0.0); });
+      // bias[m] and a residual indexed by (m, n), tanh
+      s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
+        return bin(Op::Add, un(Op::Tanh, bin(Op::Add, a, in[1])), in[2]);
+      };
+      run_check(s, isa, 2, [](double a, double, double bm, double r) { return std::tanh(a + bm) + r; });
+      // two outputs: C goes through a scratch block
+      s.epi = nullptr;
+      s.extra_outputs = 1;
+      s.batch = {3};
+      run_check(s, isa, 3);
+    }
+}
+
+TEST_F(XbyakGemm, EpilogueOnLargeBlocks) {
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    set_gemm_path(1);
+    set_gemm_blocking(2 * u.mr, 8, 2 * u.nr);  // the epilogue runs per finished MC x NC block
+    Spec s;
+    s.M = 5 * u.mr + 1, s.N = 3 * u.nr + 3, s.K = 20;
+    s.epi = [](ExprRef a, const std::vector<ExprRef>& in) { return bin(Op::Sub, a, in[2]); };
+    run_check(s, isa, 4, [](double a, double, double, double r) { return a - r; });
+    s.epi = nullptr;
+    s.extra_outputs = 2;
+    run_check(s, isa, 5);
+  }
+}
+
+// The AVX-512 microkernels are only run where the CPU has AVX-512 (isas()); everywhere they are
+// at least assembled, so that an encoding xbyak rejects fails here rather than on such a machine.
+TEST_F(XbyakGemm, Avx512MicrokernelsAssemble) {
+  const auto& u = detail::xb::gemm_ukrs(Isa::Avx512);
+  EXPECT_EQ(u.mr, 14);
+  EXPECT_EQ(u.nr, 32);
+  EXPECT_TRUE(u.packed && u.direct && u.gemv);
+}
+
+TEST_F(XbyakGemm, Declines) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    Spec s;
+    s.M = 4, s.N = 4, s.K = 4;
+    Kernel k = build(s);
+    Kernel f64 = k;
+    f64.accs[0].dtype = DType::F64;
+    auto r = be->compile(f64);
+    EXPECT_FALSE(r.kernel);
+    EXPECT_NE(r.declined.find("f64 accumulator"), std::string::npos) << r.declined;
+    Kernel pro = k;  // an element-wise expression around the load of A
+    const auto& v = pro.accs[0].value;
+    pro.accs[0].value = bin(Op::Mul, un(Op::Neg, v->args[0]), v->args[1]);
+    r = be->compile(pro);
+    EXPECT_FALSE(r.kernel);
+    EXPECT_NE(r.declined.find("operand expression"), std::string::npos) << r.declined;
+    Kernel pw = k;  // an epilogue op the pointwise emitter lacks
+    pw.phases[1].stores[0].value = un(Op::Sin, acc(0, DType::F32));
+    r = be->compile(pw);
+    EXPECT_FALSE(r.kernel);
+    EXPECT_NE(r.declined.find("contraction epilogue"), std::string::npos) << r.declined;
+  }
+}
+
+TEST_F(XbyakGemm, LoadsFromItsBinary) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    Spec s;
+    s.M = 7, s.N = 9, s.K = 5;
+    s.epi = [](ExprRef a, const std::vector<ExprRef>& in) { return bin(Op::Add, a, in[0]); };
+    Kernel k = build(s);
+    auto cr = be->compile(k);
+    ASSERT_TRUE(cr.kernel) << cr.declined;
+    auto ld = be->load(k, cr.kernel->binary);
+    ASSERT_TRUE(ld);
+    Data d1 = make_data(s, 9), d2 = make_data(s, 9);
+    LaunchArgs a1, a2;
+    for (auto& b : d1.bufs) a1.buffers.push_back(b.data());
+    for (auto& b : d2.bufs) a2.buffers.push_back(b.data());
+    a1.params = a2.params = k.param_values();
+    cr.kernel->run(a1);
+    ld->run(a2);
+    EXPECT_EQ(0, std::memcmp(d1.bufs[5].data(), d2.bufs[5].data(), d1.bufs[5].size() * 4));
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::xbt
