@@ -180,25 +180,48 @@ Tensor div(const Tensor& a, double b);
 Tensor maximum(const Tensor& a, double b);
 Tensor minimum(const Tensor& a, double b);
 
-// ---- reductions (empty axes = all axes; negative axes allowed) ----
+// ---- reductions (empty axes = all axes, `{}` included; negative axes allowed) ----
+/// A single reduction axis: any integer type but bool. The single-axis overloads are templates
+/// so that a braced `{}` cannot bind to them (it would convert to axis 0): `sum(x, {}, true)`
+/// means all axes, as `sum(x)` does.
+template <typename I>
+concept AxisIndex = std::is_integral_v<I> && !std::is_same_v<I, bool>;
+
 Tensor sum(const Tensor& x, Axes axes = {}, bool keepdim = false);
-Tensor sum(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor mean(const Tensor& x, Axes axes = {}, bool keepdim = false);
-Tensor mean(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor prod(const Tensor& x, Axes axes = {}, bool keepdim = false);
 Tensor max(const Tensor& x, Axes axes = {}, bool keepdim = false);
-Tensor max(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor min(const Tensor& x, Axes axes = {}, bool keepdim = false);
-Tensor min(const Tensor& x, int64_t axis, bool keepdim = false);
 /// Index (i64) of the first maximum within the reduced axes, counted row-major over them.
 Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdim = false);
 Tensor argmin(const Tensor& x, Axes axes = {}, bool keepdim = false);
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor var(const Tensor& x, Axes axes = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, Axes axes = {}, int64_t correction = 1, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, Axes axes, bool keepdim = false);
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim = false);
+
+// The single-axis forms: fn(x, axis, keepdim) is fn(x, {axis}, keepdim).
+#define KFUSE_SINGLE_AXIS_REDUCTION(fn)                      \
+  template <AxisIndex I>                                     \
+  Tensor fn(const Tensor& x, I axis, bool keepdim = false) { \
+    return fn(x, Axes{static_cast<int64_t>(axis)}, keepdim); \
+  }
+KFUSE_SINGLE_AXIS_REDUCTION(sum)
+KFUSE_SINGLE_AXIS_REDUCTION(mean)
+KFUSE_SINGLE_AXIS_REDUCTION(prod)
+KFUSE_SINGLE_AXIS_REDUCTION(max)
+KFUSE_SINGLE_AXIS_REDUCTION(min)
+KFUSE_SINGLE_AXIS_REDUCTION(argmax)
+KFUSE_SINGLE_AXIS_REDUCTION(argmin)
+KFUSE_SINGLE_AXIS_REDUCTION(logsumexp)
+#undef KFUSE_SINGLE_AXIS_REDUCTION
+template <AxisIndex I>
+Tensor var(const Tensor& x, I axis, int64_t correction = 1, bool keepdim = false) {
+  return var(x, Axes{static_cast<int64_t>(axis)}, correction, keepdim);
+}
+template <AxisIndex I>
+Tensor std(const Tensor& x, I axis, int64_t correction = 1, bool keepdim = false) {
+  return std(x, Axes{static_cast<int64_t>(axis)}, correction, keepdim);
+}
 
 // ---- views and data movement ----
 Tensor reshape(const Tensor& x, Shape shape);

@@ -120,11 +120,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   sa.push_back(k1);
   sb.push_back(k2);
   sb.push_back(B.shape().back());
-  Tensor ea = broadcast_to_shape(cast_if_needed(A, dt), sa);
-  Tensor eb = broadcast_to_shape(cast_if_needed(B, dt), sb);
   Shape out = batch;
   out.push_back(sa[sa.size() - 2]);
   out.push_back(sb.back());
+  // The operands broadcast over the batch dims, and the result, may be too large even when the
+  // operands are not.
+  for (const Shape* s : {&sa, &sb, &out})
+    if (!shape_fits(*s)) throw_bad_shape(describe_call("matmul", {a, b}), *s);
+  Tensor ea = broadcast_to_shape(cast_if_needed(A, dt), sa);
+  Tensor eb = broadcast_to_shape(cast_if_needed(B, dt), sb);
   Tensor r = record(Op::Matmul, dt, out, {ea, eb});
   if (a.ndim() == 1 || b.ndim() == 1) {
     Shape o = batch;

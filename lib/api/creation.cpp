@@ -8,14 +8,6 @@
 namespace kfuse {
 using namespace detail;
 
-namespace {
-void check_shape(const char* op, const Shape& shape) {
-  for (int64_t d : shape)
-    if (d < 0)
-      throw UserError(std::string(op) + ": shape " + shape_str(shape) + " has a negative dimension; sizes must be >= 0");
-}
-}  // namespace
-
 Shape Tensor::check_count(size_t n, Shape shape) {
   check_shape("from_vector", shape);
   if (static_cast<int64_t>(n) != shape_numel(shape))
@@ -45,19 +37,32 @@ Tensor Tensor::borrow_bytes(void* data, DType dtype, Shape shape) {
   return Tensor(make_buffer_node(std::move(st), std::move(shape)));
 }
 
-Tensor full(Shape shape, double value, DType dtype) {
-  check_shape("full", shape);
+namespace {
+// full and its spellings; errors name the one that was called.
+Tensor filled(const char* op, const Shape& shape, double value, DType dtype) {
+  check_shape(op, shape);
   return make_const(value, dtype, shape);
 }
-Tensor zeros(Shape shape, DType dtype) { return full(std::move(shape), 0.0, dtype); }
-Tensor ones(Shape shape, DType dtype) { return full(std::move(shape), 1.0, dtype); }
-Tensor scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+// The message of an arange or linspace with more than kMaxNumel elements.
+std::string too_many(double count) {
+  return ": " + num_str(count) + " elements are more than 2^53 (" + std::to_string(kMaxNumel) +
+         ", the most a tensor may have); use fewer points";
+}
+}  // namespace
+
+Tensor full(Shape shape, double value, DType dtype) { return filled("full", shape, value, dtype); }
+Tensor zeros(Shape shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
+Tensor ones(Shape shape, DType dtype) { return filled("ones", shape, 1.0, dtype); }
+Tensor scalar(double value, DType dtype) { return filled("scalar", {}, value, dtype); }
 
 Tensor arange(double start, double stop, double step, DType dtype) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
     throw UserError("arange(" + num_str(start) + ", " + num_str(stop) + ", " + num_str(step) +
                     "): bounds and step must be finite and step non-zero");
-  double n = std::ceil((stop - start) / step);
+  double n = std::ceil((stop - start) / step);  // +inf when stop - start overflows
+  if (n > static_cast<double>(kMaxNumel))
+    throw UserError("arange(" + num_str(start) + ", " + num_str(stop) + ", " + num_str(step) + ")" + too_many(n));
   int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
   Attrs at;
   at.reals = {start, step};
@@ -67,6 +72,7 @@ Tensor arange(int64_t stop) { return arange(0.0, static_cast<double>(stop), 1.0,
 
 Tensor linspace(double start, double stop, int64_t count, DType dtype) {
   if (count < 0) throw UserError("linspace: count " + std::to_string(count) + " is negative; pass count >= 0");
+  if (count > kMaxNumel) throw UserError("linspace" + too_many(static_cast<double>(count)));
   Attrs at;
   at.reals = {start, count > 1 ? (stop - start) / static_cast<double>(count - 1) : 0.0};
   return Tensor(make_node(Op::Iota, dtype, {count}, {}, at));

@@ -81,14 +81,28 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   return binary_typed(op, a, b, promote_types(a.dtype(), b.dtype()));
 }
 
-DTypeCategory scalar_category(double v) {
-  return (std::isfinite(v) && v == std::nearbyint(v)) ? DTypeCategory::Integer : DTypeCategory::Float;
+// Whether `v` (integral) is a value of the integer dtype `t`. The bounds are powers of two, exact
+// in a double; 2^63 itself rounds from INT64_MAX and is out of range.
+bool fits_integer(double v, DType t) {
+  double lim = t == DType::I32 ? 2147483648.0 : 9223372036854775808.0;
+  return v >= -lim && v < lim;
 }
 
-// Tensor-scalar op: the scalar is weak (promote_with_scalar) and becomes a constant node.
+// The dtype of `tensor op scalar`: the scalar is weak (promote_with_scalar). A double with an
+// integral value counts as an integer, unless it is outside the integer dtype it would be
+// converted to (i32 * 3e9, bool * 1e30): then it counts as a float, so the result is f32 and not
+// a silently wrapped or saturated constant.
+DType scalar_promotion(DType tensor, double v) {
+  if (!std::isfinite(v) || v != std::nearbyint(v)) return promote_with_scalar(tensor, DTypeCategory::Float);
+  DType as_int = promote_with_scalar(tensor, DTypeCategory::Integer);
+  if (is_integer(as_int) && !fits_integer(v, as_int)) return promote_with_scalar(tensor, DTypeCategory::Float);
+  return as_int;
+}
+
+// Tensor-scalar op: the scalar becomes a constant node of the promoted dtype.
 Tensor binary_scalar(Op op, const Tensor& a, double s, bool scalar_first = false) {
   require_defined(op_name(op), a);
-  DType promoted = promote_with_scalar(a.dtype(), scalar_category(s));
+  DType promoted = scalar_promotion(a.dtype(), s);
   Tensor c = make_const(s, promoted, a.shape(), a.device());
   return scalar_first ? binary_typed(op, c, a, promoted) : binary_typed(op, a, c, promoted);
 }

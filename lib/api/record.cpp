@@ -49,6 +49,8 @@ Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b) {
     }
     out[n - 1 - i] = da == 1 ? db : da;
   }
+  // Operands of at most kMaxNumel elements can still broadcast to more ([n, 1] with [1, n]).
+  if (!shape_fits(out)) throw_bad_shape(describe_call(op, {a, b}), out);
   return out;
 }
 

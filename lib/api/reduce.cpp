@@ -39,12 +39,12 @@ Tensor reduce(Op op, const char* name, const Tensor& x, const Axes& axes_in, boo
         throw UserError(describe_call(name, {x}) + ": cannot reduce over axis " + std::to_string(a) +
                         " of size 0 (the result has no identity); slice or pad to a non-empty axis first");
   }
-  if (x.dtype() == DType::Bool && (op == Op::ReduceProd))
-    throw UserError(describe_call(name, {x}) + ": prod is not defined on bool; cast to an integer dtype first");
   DType dt = x.dtype();
   Tensor in = x;
   if (op == Op::ReduceSum || op == Op::ReduceProd) {
-    if (!is_float(dt)) {  // integer and bool sums accumulate in i64 (as torch)
+    // Integer and bool sums and products accumulate in i64 (as torch): the cast means no backend
+    // ever folds bools (a prod of bools is 1 exactly when all are true).
+    if (!is_float(dt)) {
       dt = DType::I64;
       in = cast_if_needed(x, DType::I64);
     }
@@ -73,16 +73,11 @@ void require_float(const char* name, const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ReduceSum, "sum", x, axes, keepdim); }
-Tensor sum(const Tensor& x, int64_t axis, bool keepdim) { return sum(x, Axes{axis}, keepdim); }
 Tensor prod(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ReduceProd, "prod", x, axes, keepdim); }
 Tensor max(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ReduceMax, "max", x, axes, keepdim); }
-Tensor max(const Tensor& x, int64_t axis, bool keepdim) { return max(x, Axes{axis}, keepdim); }
 Tensor min(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ReduceMin, "min", x, axes, keepdim); }
-Tensor min(const Tensor& x, int64_t axis, bool keepdim) { return min(x, Axes{axis}, keepdim); }
 Tensor argmax(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ArgMax, "argmax", x, axes, keepdim); }
 Tensor argmin(const Tensor& x, Axes axes, bool keepdim) { return reduce(Op::ArgMin, "argmin", x, axes, keepdim); }
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) { return argmax(x, Axes{axis}, keepdim); }
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) { return argmin(x, Axes{axis}, keepdim); }
 
 Tensor mean(const Tensor& x, Axes axes_in, bool keepdim) {
   require_float("mean", x);
@@ -93,7 +88,6 @@ Tensor mean(const Tensor& x, Axes axes_in, bool keepdim) {
   Tensor m = n == 0 ? s * std::numeric_limits<double>::quiet_NaN() : s * (1.0 / static_cast<double>(n));
   return finish(m, x.shape(), axes, keepdim);
 }
-Tensor mean(const Tensor& x, int64_t axis, bool keepdim) { return mean(x, Axes{axis}, keepdim); }
 
 Tensor var(const Tensor& x, Axes axes_in, int64_t correction, bool keepdim) {
   require_float("var", x);
@@ -130,6 +124,5 @@ Tensor logsumexp(const Tensor& x_in, Axes axes_in, bool keepdim) {
   Tensor r = log(sum(exp(x - ms), axes, true)) + ms;
   return finish(r, x.shape(), axes, keepdim);
 }
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) { return logsumexp(x, Axes{axis}, keepdim); }
 
 }  // namespace kfuse

@@ -1,6 +1,7 @@
 // Recording of views and data movement: reshape, permute, expand, slice, squeeze/unsqueeze,
 // flatten, concat and pad. All of them fold into index arithmetic inside fused kernels.
 #include <algorithm>
+#include <limits>
 
 #include "record.hpp"
 
@@ -19,8 +20,8 @@ Tensor reshape(const Tensor& x, Shape shape) {
     } else if (shape[i] < 0) {
       throw UserError("reshape(" + describe(x) + ") to " + shape_str(shape) + ": dimension " + std::to_string(i) +
                       " is negative; sizes must be >= 0, or -1 for one inferred dimension");
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      known = std::numeric_limits<int64_t>::max();  // the shape is too large: refused below
     }
   }
   if (infer >= 0) {
@@ -29,6 +30,8 @@ Tensor reshape(const Tensor& x, Shape shape) {
                       std::to_string(x.numel()) + " elements are not a multiple of " + std::to_string(known));
     shape[infer] = x.numel() / known;
   }
+  // Before shape_numel, which must not overflow: [2^32, 2^32] would count 0 elements.
+  if (!shape_fits(shape)) throw_bad_shape(describe_call("reshape", {x}), shape);
   if (shape_numel(shape) != x.numel())
     throw UserError("reshape(" + describe(x) + ") to " + shape_str(shape) + ": size mismatch: " +
                     std::to_string(x.numel()) + " elements cannot be viewed as " + std::to_string(shape_numel(shape)) +
@@ -92,6 +95,8 @@ Tensor expand(const Tensor& x, Shape shape) {
                       " has size " + std::to_string(have) + ", which is not 1 and differs from " +
                       std::to_string(shape[i]) + "; only size-1 dimensions can be expanded");
   }
+  // A view of few elements can still describe too many for the kernels' index arithmetic.
+  if (!shape_fits(shape)) throw_bad_shape(describe_call("expand", {x}), shape);
   if (shape == x.shape()) return x;
   Tensor in = x;
   if (lead) {
@@ -126,7 +131,7 @@ Tensor slice(const Tensor& x, const std::vector<Range>& ranges) {
       throw UserError("slice(" + describe(x) + "): start " + std::to_string(r.start) + " on axis " +
                       std::to_string(i) + " is out of bounds for size " + std::to_string(n) + "; use a start in [" +
                       std::to_string(-n) + ", " + std::to_string(n) + "]");
-    int64_t count = stop > start ? (stop - start + r.step - 1) / r.step : 0;
+    int64_t count = stop > start ? (stop - start - 1) / r.step + 1 : 0;  // no overflow for a huge step
     out[i] = count;
     at.ints.push_back(start);
     at.ints.push_back(r.step);
@@ -194,9 +199,11 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
         throw UserError(describe_call("concat", xs) + ": sizes differ on axis " + std::to_string(i) + " (" +
                         std::to_string(f.shape()[i]) + " vs " + std::to_string(t.shape()[i]) +
                         "); all axes but the concatenation axis must match");
-    out[a] += t.shape()[a];
+    if (__builtin_add_overflow(out[a], t.shape()[a], &out[a]))
+      out[a] = std::numeric_limits<int64_t>::max();  // refused below
     dt = promote_types(dt, t.dtype());
   }
+  if (!shape_fits(out)) throw_bad_shape(describe_call("concat", xs), out);
   std::vector<Tensor> parts;
   for (const auto& t : xs)
     if (t.shape()[a] > 0) parts.push_back(cast_if_needed(t, dt));
@@ -221,12 +228,14 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads
       throw UserError("pad(" + describe(x) + "): negative padding (" + std::to_string(p.first) + ", " +
                       std::to_string(p.second) + ") on axis " + std::to_string(i) +
                       "; pads must be >= 0 (use slice to remove elements)");
-    out[i] += p.first + p.second;
+    if (__builtin_add_overflow(out[i], p.first, &out[i]) || __builtin_add_overflow(out[i], p.second, &out[i]))
+      out[i] = std::numeric_limits<int64_t>::max();  // refused below
     at.ints.push_back(p.first);
     at.ints.push_back(p.second);
     none &= p.first == 0 && p.second == 0;
   }
   if (none) return x;
+  if (!shape_fits(out)) throw_bad_shape(describe_call("pad", {x}), out);
   at.reals.push_back(value);
   return record(Op::Pad, x.dtype(), out, {x}, at);
 }

@@ -4,6 +4,28 @@
 
 namespace kfuse {
 
+bool shape_fits(std::span<const int64_t> s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return false;
+    if (d > 0 && (__builtin_mul_overflow(n, d, &n) || n > kMaxNumel)) return false;
+  }
+  return true;
+}
+
+void throw_bad_shape(const std::string& what, std::span<const int64_t> s) {
+  std::string shape = shape_str(Shape(s.begin(), s.end()));
+  for (int64_t d : s)
+    if (d < 0) throw UserError(what + ": shape " + shape + " has a negative dimension; sizes must be >= 0");
+  bool empty = false;
+  for (int64_t d : s) empty |= d == 0;
+  // A size-0 shape has no elements, but its strides are products of the other sizes.
+  throw UserError(what + ": shape " + shape +
+                  (empty ? ": the product of its non-zero sizes exceeds 2^53 (" : " has more than 2^53 elements (") +
+                  std::to_string(kMaxNumel) +
+                  ", the most a tensor may have, expanded views included); use smaller sizes");
+}
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

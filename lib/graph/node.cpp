@@ -322,6 +322,10 @@ namespace {
 // one shard lock, so two threads recording the same node get the same object.
 template <typename Fill>
 NodeRef intern(const NodeKey& k, Fill&& fill) {
+  // Every node passes here, so no op can make a shape the kernels cannot index (a negative
+  // size, or more than kMaxNumel elements). The API checks the shapes it infers first, naming the
+  // call; this names the node's op for whatever those checks do not reach.
+  if (!shape_fits(k.shape)) throw_bad_shape(op_name(k.op), k.shape);
   uint64_t h = node_hash(k);
   NodeInterning& t = table();
   NodeInterning::Shard& sh = t.shard(h);

@@ -99,7 +99,6 @@ TEST(UserErrors, Dtypes) {
                         "first");
   EXPECT_USER_ERROR(kfuse::floor(b), "floor([3] bool): arithmetic is not defined on bool tensors; cast to an integer "
                                      "or float dtype first");
-  EXPECT_USER_ERROR(prod(b), "prod([3] bool): prod is not defined on bool; cast to an integer dtype first");
   EXPECT_USER_ERROR(mean(of({3}, DType::I32)),
                     "mean([3] i32): mean needs a floating-point input; cast it first, e.g. x.cast(DType::F32)");
   EXPECT_USER_ERROR(var(of({3}, DType::I64)),
@@ -180,7 +179,9 @@ TEST(UserErrors, ResultsAndData) {
 TEST(UserErrors, CreationAndMisc) {
   EXPECT_USER_ERROR(Tensor::from_vector<float>({1, 2, 3}, {2, 2}),
                     "from_vector: 3 values cannot fill shape [2, 2] (4 elements); pass exactly that many values");
-  EXPECT_USER_ERROR(zeros({2, -1}), "full: shape [2, -1] has a negative dimension; sizes must be >= 0");
+  EXPECT_USER_ERROR(zeros({2, -1}), "zeros: shape [2, -1] has a negative dimension; sizes must be >= 0");
+  EXPECT_USER_ERROR(ones({-3}, DType::I32), "ones: shape [-3] has a negative dimension; sizes must be >= 0");
+  EXPECT_USER_ERROR(full({-3}, 2), "full: shape [-3] has a negative dimension; sizes must be >= 0");
   EXPECT_USER_ERROR(rand({-3}, 0), "rand: shape [-3] has a negative dimension; sizes must be >= 0");
   EXPECT_USER_ERROR(arange(0, 5, 0), "arange(0, 5, 0): bounds and step must be finite and step non-zero");
   EXPECT_USER_ERROR(arange(0, kInf, 1), "arange(0, inf, 1): bounds and step must be finite and step non-zero");
@@ -201,6 +202,54 @@ TEST(UserErrors, CreationAndMisc) {
                     "layer_norm([2, 3] f32): weight/bias has shape [2], expected the normalized shape [3]");
   EXPECT_USER_ERROR(rms_norm(f32({2, 3}), f32({2})), "rms_norm([2, 3] f32): weight has shape [2], expected [3]");
   EXPECT_USER_ERROR(rms_norm(f32({})), "rms_norm([] f32): needs at least one dimension");
+}
+
+// Shapes beyond kMaxNumel (2^53) elements are refused where they are made, naming the call: their
+// element counts used to wrap (sum(zeros({2^32, 2^32})) evaluated to 0) or reach the kernels'
+// index arithmetic. Every shape here is virtual: nothing is allocated.
+TEST(UserErrors, ShapesBeyondTheElementLimit) {
+  const std::string limit = " has more than 2^53 elements (9007199254740992, the most a tensor may have, expanded "
+                            "views included); use smaller sizes";
+  const int64_t g32 = int64_t{1} << 32, g30 = int64_t{1} << 30;
+  EXPECT_USER_ERROR(sum(zeros({g32, g32})), "zeros: shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(zeros({3, int64_t{1} << 62}) + 1.0, "zeros: shape [3, 4611686018427387904]" + limit);
+  EXPECT_USER_ERROR(full({1 << 21, 1 << 21, 1 << 21}, 1) * 2.0, "full: shape [2097152, 2097152, 2097152]" + limit);
+  EXPECT_USER_ERROR(ones({g32, 0, g32}), "ones: shape [4294967296, 0, 4294967296]: the product of its non-zero sizes "
+                                         "exceeds 2^53 (9007199254740992, the most a tensor may have, expanded views "
+                                         "included); use smaller sizes");
+  EXPECT_USER_ERROR(rand({g32, g32}, 1), "rand: shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(Tensor::from_vector(std::vector<float>{}, {g32, g32}),
+                    "from_vector: shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(Tensor::borrow(static_cast<float*>(nullptr), {g32, g32}),
+                    "borrow: shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(arange(0, 1e30, 1), "arange(0, 1e+30, 1): 1e+30 elements are more than 2^53 (9007199254740992, "
+                                        "the most a tensor may have); use fewer points");
+  EXPECT_USER_ERROR(arange(-1e308, 1e308, 1), "arange(-1e+308, 1e+308, 1): inf elements are more than 2^53 "
+                                              "(9007199254740992, the most a tensor may have); use fewer points");
+  EXPECT_USER_ERROR(linspace(0, 1, int64_t{1} << 60), "linspace: 1.15292e+18 elements are more than 2^53 "
+                                                      "(9007199254740992, the most a tensor may have); use fewer points");
+  // views and broadcasts of small tensors can describe too many elements
+  EXPECT_USER_ERROR(f32({1, 1}).expand({g30, g30}), "expand([1, 1] f32): shape [1073741824, 1073741824]" + limit);
+  EXPECT_USER_ERROR(f32({g30, 1}) * f32({1, g30}),
+                    "mul([1073741824, 1] f32, [1, 1073741824] f32): shape [1073741824, 1073741824]" + limit);
+  EXPECT_USER_ERROR(where(of({g30, 1}, DType::Bool), f32({1, g30}), f32({1})),
+                    "where([1073741824, 1] bool, [1, 1073741824] f32): shape [1073741824, 1073741824]" + limit);
+  EXPECT_USER_ERROR(f32({0}).reshape({g32, g32}), "reshape([0] f32): shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(f32({4}).reshape({int64_t{1} << 62, 4}), "reshape([4] f32): shape [4611686018427387904, 4]" + limit);
+  EXPECT_USER_ERROR(pad(f32({4}), {{int64_t{1} << 53, 0}}), "pad([4] f32): shape [9007199254740996]" + limit);
+  EXPECT_USER_ERROR(pad(f32({4}), {{1, INT64_MAX}}), "pad([4] f32): shape [9223372036854775807]" + limit);
+  EXPECT_USER_ERROR(concat({f32({int64_t{1} << 52}), f32({int64_t{1} << 52}), f32({1})}, 0),
+                    "concat([4503599627370496] f32, [4503599627370496] f32, [1] f32): shape [9007199254740993]" + limit);
+  EXPECT_USER_ERROR(matmul(f32({g30, 1}), f32({1, g30})),
+                    "matmul([1073741824, 1] f32, [1, 1073741824] f32): shape [1073741824, 1073741824]" + limit);
+  // any other node (a pass, a plugin) is checked where it is interned, naming its op
+  EXPECT_USER_ERROR(Tensor(make_node(Op::Const, DType::F32, {g32, g32}, {}, Attrs{{}, {0.0}})),
+                    "const: shape [4294967296, 4294967296]" + limit);
+  EXPECT_USER_ERROR(Tensor(make_node(Op::Const, DType::F32, {2, -1}, {}, Attrs{{}, {0.0}})),
+                    "const: shape [2, -1] has a negative dimension; sizes must be >= 0");
+  // the limit itself is allowed
+  EXPECT_EQ(f32({1}).expand({int64_t{1} << 26, int64_t{1} << 27}).numel(), kMaxNumel);
+  EXPECT_EQ(f32({0, kMaxNumel}).numel(), 0);
 }
 
 TEST(UserErrors, AreUserErrorsAndKfuseErrors) {

@@ -119,6 +119,35 @@ TEST(Promotion, ScalarsAreWeak) {
   expect_tensor(make_tensor({1}, {1}, F64) + 0.1, {1}, F64, {1.1});
 }
 
+TEST(Promotion, IntegralScalarsOutsideTheIntegerDtypeAreFloats) {
+  // An integral double that the integer dtype it would be converted to cannot hold counts as a
+  // float: the result is f32, never a wrapped or saturated constant (i32 * 3e9 wrapped, i32 *
+  // 1e30 gave 0, bool * 1e30 gave INT64_MIN).
+  Tensor k = make_tensor({1, -2}, {2}, I32);
+  expect_tensor(k * 1e30, {2}, F32, {1e30, -2e30}, 1e-6);
+  expect_tensor(k * 3e9, {2}, F32, {3e9, -6e9}, 1e-6);
+  expect_tensor(3e9 + k, {2}, F32, {3e9 + 1, 3e9 - 2}, 1e-6);
+  expect_tensor(maximum(k, 3e9), {2}, F32, {3e9, 3e9}, 1e-6);
+  expect_tensor(minimum(k, -3e9), {2}, F32, {-3e9, -3e9}, 1e-6);
+  expect_tensor(clamp(k, 0.0, 3e9), {2}, F32, {1, 0});
+  expect_tensor(k < 3e9, {2}, B, {1, 1});        // was: compared with the wrapped -1294967296
+  expect_tensor(k == -4294967295.0, {2}, B, {0, 0});  // wraps to 1 in i32
+  Tensor b = make_tensor({1, 0}, {2}, B);
+  expect_tensor(b * 1e30, {2}, F32, {1e30, 0}, 1e-6);
+  expect_tensor(b + 9223372036854775808.0, {2}, F32, {9223372036854775808.0, 9223372036854775808.0}, 1e-6);
+  // the bounds: the extremes of the integer dtype stay integers
+  EXPECT_EQ((k + 2147483647.0).dtype(), I32);
+  EXPECT_EQ((k + -2147483648.0).dtype(), I32);
+  EXPECT_EQ((k + 2147483648.0).dtype(), F32);
+  EXPECT_EQ((k + -2147483649.0).dtype(), F32);
+  Tensor l = make_tensor({1}, {1}, I64);
+  EXPECT_EQ((l * 3e9).dtype(), I64);
+  EXPECT_EQ((l * -9223372036854775808.0).dtype(), I64);
+  EXPECT_EQ((l * 9223372036854775808.0).dtype(), F32);  // 2^63: one past INT64_MAX
+  EXPECT_EQ((b + -9223372036854775808.0).dtype(), I64);
+  EXPECT_EQ((ones({2}, F64) * 1e30).dtype(), F64);
+}
+
 // Random shape pairs: compatible ones broadcast as NumPy does (checked on values), incompatible
 // ones throw naming the first mismatching dimension from the right.
 TEST(Broadcasting, RandomShapesFollowNumPy) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend.hpp"
 #include "test_util.hpp"
 
 using namespace kfuse;
@@ -148,6 +149,42 @@ TEST(Reduce, SingleAxisOverloadsAndDefaults) {
   expect_tensor(argmax(make_tensor(v, {12, 1}), {1}), {12}, DType::I64, std::vector<double>(12, 0.0));
 }
 
+// A braced `{}` is an empty axis list (all axes), never axis 0: it used to bind to the
+// single-axis overloads (an int64_t initialised from {}), so sum(x, {}, true) on [4, 6] gave
+// [1, 6]. One check per reduction, then the other spellings still pick what they name.
+TEST(Reduce, BracedEmptyAxesMeanAllAxes) {
+  auto v = stored_values(random_values(24, 77), DType::F32);
+  Tensor x = make_tensor(v, {4, 6});
+  const Shape one{1, 1}, none{};
+  EXPECT_EQ(sum(x, {}, true).shape(), one);
+  EXPECT_EQ(sum(x, {}).shape(), none);
+  EXPECT_EQ(mean(x, {}, true).shape(), one);
+  EXPECT_EQ(prod(x, {}, true).shape(), one);
+  EXPECT_EQ(max(x, {}, true).shape(), one);
+  EXPECT_EQ(min(x, {}, true).shape(), one);
+  EXPECT_EQ(argmax(x, {}, true).shape(), one);
+  EXPECT_EQ(argmin(x, {}).shape(), none);
+  EXPECT_EQ(logsumexp(x, {}, true).shape(), one);
+  EXPECT_EQ(var(x, {}, 1, true).shape(), one);
+  EXPECT_EQ(kfuse::std(x, {}, 0, true).shape(), one);
+  // the value too: all 24 elements
+  Grouped all = group_by(v, {4, 6}, {});
+  expect_tensor(sum(x, {}, true), one, DType::F32, {sum_of(all.groups[0])}, 0, 4 * kF32Eps * 24 * 2);
+  expect_tensor(argmax(x, {}, true), one, DType::I64, {arg_extreme_of(all.groups[0], true)});
+  // single axes of any integer type (prod, var and std have them too), lists, and Axes{}
+  EXPECT_EQ(sum(x, 1).shape(), Shape{4});
+  EXPECT_EQ(sum(x, -1, true).shape(), (Shape{4, 1}));
+  EXPECT_EQ(max(x, int64_t{0}).shape(), Shape{6});
+  EXPECT_EQ(argmin(x, size_t{1}).shape(), Shape{4});
+  EXPECT_EQ(prod(x, 0, true).shape(), (Shape{1, 6}));
+  EXPECT_EQ(var(x, 1).shape(), Shape{4});
+  EXPECT_EQ(kfuse::std(x, -2, 1, true).shape(), (Shape{1, 6}));
+  EXPECT_EQ(sum(x, {0, 1}).shape(), none);
+  EXPECT_EQ(sum(x, {1}, true).shape(), (Shape{4, 1}));
+  EXPECT_EQ(mean(x, Axes{}, true).shape(), one);
+  EXPECT_EQ(sum(x, std::vector<int64_t>{}).shape(), none);
+}
+
 TEST(Reduce, ArgExtremesTakeTheFirstAndCountRowMajorOverTheReducedAxes) {
   Tensor t = make_tensor({3, 1, 3, 1, 0, 0}, {6});
   expect_tensor(argmax(t), {}, DType::I64, {0});
@@ -261,6 +298,28 @@ TEST(Reduce, IntegerAndBoolInputs) {
   expect_tensor(max(b, 1), {2}, DType::Bool, {1, 0});
   expect_tensor(min(b, 0), {3}, DType::Bool, {0, 0, 0});
   expect_tensor(argmax(b, {1}), {2}, DType::I64, {0, 0});
+}
+
+// prod of bools is "all" as an i64 (as sum of bools counts), on every CPU backend: it was refused
+// ("prod is not defined on bool") although sums and products of bools return i64.
+TEST(Reduce, ProdOfBoolIsI64OnEveryBackend) {
+  const Options saved = options();
+  for (const char* name : {"reference", "llvm", "xbyak"}) {
+    if (!detail::find_backend(name)) continue;  // not built in
+    SCOPED_TRACE(name);
+    Options o = saved;
+    o.backends = {name};
+    set_options(o);
+    reset_counters();
+    Tensor b = make_tensor({1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1}, {3, 4}, DType::Bool);
+    expect_tensor(prod(b, 1), {3}, DType::I64, {0, 1, 0});
+    expect_tensor(prod(b, {0}, true), {1, 4}, DType::I64, {1, 0, 0, 1});
+    expect_tensor(prod(b), {}, DType::I64, {0});
+    expect_tensor(prod(b, {}, true), {1, 1}, DType::I64, {0});
+    // the backend computed them (xbyak may hand some kernels on, as in the differential tests)
+    if (std::string(name) != "xbyak") EXPECT_EQ(counters().fallbacks, 0u);
+  }
+  set_options(saved);
 }
 
 TEST(Reduce, VarianceCorrectionAtOrBeyondTheCount) {

@@ -104,6 +104,9 @@ TEST(Views, SliceWithStartStopStepAndNegativeBounds) {
   }
   // fewer ranges than axes keep the trailing axes whole
   expect_tensor(slice(x, {Range{5}}), {2, 10}, DType::F32, {v.begin() + 50, v.end()});
+  // a step beyond the size takes the start only (the count's rounding once overflowed to 0)
+  expect_tensor(slice(x, {Range{2, std::nullopt, INT64_MAX}, Range{1, 9, INT64_MAX - 1}}), {1, 1}, DType::F32,
+                {v[2 * 10 + 1]});
   // a slice of a slice, and of a transposed view
   // rows 1, 3, 5 then every other one of those from the second: row 3 only
   expect_tensor(x.slice({Range{1, std::nullopt, 2}}).slice({Range{1, std::nullopt, 2}, Range{8}}), {1, 2}, DType::F32,
