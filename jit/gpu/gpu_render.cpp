@@ -597,14 +597,73 @@ class KernelWriter {
       loop << J << accs_.fold(j, x, A.value->dtype, "kf_r") << "\n";
     }
     stores(em, ph, J, loop);
+    const std::string tag = std::to_string(p);
+    const int levels = cascade_levels(((chunked ? p_.chunk : R) + T_ - 1) / T_);
+    cascade_declare(ph.accs, levels, tag, I);
+    loop << cascade_step(ph.accs, levels, tag, J);
     // Unrolled f64 exp/log bodies make ptxas spill; keep such loops rolled.
     if (c_.heavy) body_ << I << "KF_NO_UNROLL\n";
     body_ << I << "for (kf_i64 kf_r = " << first << "; kf_r < " << end << "; kf_r += " << T_ << ") {\n";
     decompose_reduce(J);
     body_ << loop.str() << I << "}\n";
+    cascade_end(ph.accs, levels, tag, I);
     team_reduce(ph.accs, I);
     if (!chunked)
       for (int j : ph.accs) body_ << I << accs_.result(j) << "\n";
+  }
+
+  // Cascaded sums. Why: a lane folds its strided elements one after the other, so a float sum's
+  // rounding error would grow like (elements per lane) * u (u = 2^-24 for f32): a row of 2^20
+  // over 256 lanes is 4096 additions per lane, a column chunk up to 4096 on one thread.
+  // How: a lane's float Sum partial closes every kCascadeFan (F) of its elements into a level-1
+  // partial, which closes every F^2 into level 2, and so on (private variables; as many levels as
+  // the lane's element count needs); after the loop the lane's value is acc + c1 + c2 + ....
+  // At most F - 1 roundings per level, then log2(team) in the tree, the two-stage combine
+  // cascaded alike: |sum - exact| <= (8 * ceil(log8 n) + 8) * u * sum|x|. The levels close on the
+  // lane's own element count: the order depends on the lane and the domain only, not on the grid.
+  static constexpr int64_t kCascadeFan = 8;
+
+  std::vector<int> cascade_accs(const std::vector<int>& js) const {
+    std::vector<int> out;
+    for (int j : js)
+      if (k().accs[j].kind == AccKind::Sum && is_float(accs_.vtype(j))) out.push_back(j);
+    return out;
+  }
+  static int cascade_levels(int64_t per_lane) {
+    int l = 0;
+    for (int64_t s = kCascadeFan; s < per_lane; s *= kCascadeFan) ++l;
+    return l;
+  }
+  std::string cvar(int l, int j, const std::string& tag) const {
+    return "kf_c" + std::to_string(l) + "_" + std::to_string(j) + "_" + tag;
+  }
+  void cascade_declare(const std::vector<int>& js, int levels, const std::string& tag, const std::string& I) {
+    if (levels == 0 || cascade_accs(js).empty()) return;
+    body_ << I << "kf_i64 kf_cn" << tag << " = 0;\n";
+    for (int j : cascade_accs(js))
+      for (int l = 1; l <= levels; ++l) body_ << I << ctype(accs_.vtype(j)) << " " << cvar(l, j, tag) << " = " << accs_.init(j) << ";\n";
+  }
+  // After one element of the lane: close the levels that end here.
+  std::string cascade_step(const std::vector<int>& js, int levels, const std::string& tag, const std::string& I) {
+    const std::vector<int> cs = cascade_accs(js);
+    if (levels == 0 || cs.empty()) return "";
+    std::string s, close;
+    int64_t block = 1;
+    for (int l = 1; l <= levels; ++l) {
+      block *= kCascadeFan;
+      s += (l == 1 ? "if ((++kf_cn" + tag + " & " : " if ((kf_cn" + tag + " & ") + std::to_string(block - 1) + ") == 0) {";
+      for (int j : cs) {
+        const std::string lower = l == 1 ? accs_.a(j) : cvar(l - 1, j, tag);
+        s += " " + accs_.combine(j, cvar(l, j, tag), "", lower, "") + " " + lower + " = " + accs_.init(j) + ";";
+      }
+      close += "}";
+    }
+    return I + s + " " + close + "\n";
+  }
+  void cascade_end(const std::vector<int>& js, int levels, const std::string& tag, const std::string& I) {
+    if (levels == 0) return;
+    for (int j : cascade_accs(js))
+      for (int l = 1; l <= levels; ++l) body_ << I << accs_.combine(j, accs_.a(j), "", cvar(l, j, tag), "") << "\n";
   }
 
   void team_reduce(const std::vector<int>& js, const std::string& I) {
@@ -712,6 +771,8 @@ class KernelWriter {
     auto ptrs = scratch_ptrs("(kf_units * " + std::to_string(p_.split) + ")");
     body_ << I << "// combine the " << p_.split << " partials of this outer point in fixed order\n";
     for (int j : js) body_ << I << accs_.declare(j) << "\n";
+    const int levels = cascade_levels((p_.split + T_ - 1) / T_);
+    cascade_declare(js, levels, "c", I);
     body_ << I << "for (kf_i64 kf_s = kf_lane; kf_s < " << p_.split << "; kf_s += " << T_ << ") {\n";
     body_ << I << "  const kf_i64 kf_q = kf_u * " << p_.split << " + kf_s;\n";
     for (size_t n = 0; n < js.size(); ++n) {
@@ -725,7 +786,9 @@ class KernelWriter {
       }
       body_ << " " << accs_.combine(j, accs_.a(j), accs_.ai(j), "kf_b", bi) << " }\n";
     }
+    body_ << cascade_step(js, levels, "c", I + "  ");
     body_ << I << "}\n";
+    cascade_end(js, levels, "c", I);
     team_reduce(js, I);
     for (int j : js) body_ << I << accs_.result(j) << "\n";
   }

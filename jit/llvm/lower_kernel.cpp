@@ -401,6 +401,13 @@ class Lowerer {
         }
         continue;
       }
+      if (cascades(ph) && k_.reduce_numel() > kCascadeLeaf) {
+        Carried fin = cascade(ph, ex, cascade_levels(k_.reduce_numel()), b_.getInt64(0), b_.getInt64(k_.reduce_numel()));
+        ex.reset();
+        ex.reduce.clear();
+        finish_accs(ph, ex, fin);
+        continue;
+      }
       std::vector<Value*> ridx(k_.reduce.size());
       std::function<Carried(size_t, const Carried&)> nest = [&](size_t d, const Carried& cur) -> Carried {
         if (d == k_.reduce.size()) return reduce_point(ph, ex, ridx, cur);
@@ -414,6 +421,59 @@ class Lowerer {
       ex.reduce.clear();
       finish_accs(ph, ex, fin);
     }
+  }
+
+  // ---- cascaded sums ----
+  // Why: a reduce loop folds its points one after the other (the vectoriser spreads them over
+  // its lanes, 32 on AVX2, each lane still adding n/32 in a row), so the rounding error of a
+  // float sum grows like n/L * u (u = 2^-24): 2^20 copies of 0.1f were off by 4.5e-6.
+  // How: a phase with a float Sum (and no Arg accumulator) walks its flat reduce domain as
+  // leaf blocks of kCascadeLeaf points, each its own (vectorised) loop from the identity; a level
+  // folds kCascadeFan blocks of the level below, in order, with plain operations; as many levels
+  // as cover the domain. An element goes through leaf/L roundings in its lane, log2(L) in the
+  // vector's horizontal fold and at most kCascadeFan - 1 per level, so
+  //   |sum - exact| <= (8 * ceil(log8 n) + 8) * u * sum|x|
+  // (the leaf loop vectorised, L >= 16 lanes). Blocks are fixed positions of the reduce domain
+  // and each point runs in one thread: the order stays a function of the code alone.
+  static constexpr int64_t kCascadeLeaf = 256;
+  static constexpr int64_t kCascadeFan = 8;
+
+  bool cascades(const ir::Phase& ph) const {
+    bool sum = false;
+    for (int a : ph.accs) {
+      if (is_arg(k_.accs[a].kind)) return false;
+      sum |= k_.accs[a].kind == ir::AccKind::Sum && is_float(k_.accs[a].dtype);
+    }
+    return sum;
+  }
+
+  static int cascade_levels(int64_t n) {
+    int l = 0;
+    for (int64_t s = kCascadeLeaf; s < n; s *= kCascadeFan) ++l;
+    return l;
+  }
+
+  // Phase ph's states over the flat reduce points [start, start + count) (1 <= count <=
+  // kCascadeLeaf * kCascadeFan^level), folded from the identity.
+  Carried cascade(const ir::Phase& ph, ExprEmitter& ex, int level, Value* start, Value* count) {
+    if (level == 0) {
+      std::vector<Value*> ext;
+      for (int64_t r : k_.reduce) ext.push_back(b_.getInt64(r));
+      return flat_range(start, b_.CreateAdd(start, count, "", true, true), ext, true, initial_states(ph),
+                        [&](const std::vector<Value*>& ridx, const Carried& cur) { return reduce_point(ph, ex, ridx, cur); });
+    }
+    int64_t S = kCascadeLeaf;
+    for (int l = 1; l < level; ++l) S *= kCascadeFan;
+    Value* nsub = b_.CreateUDiv(b_.CreateAdd(count, b_.getInt64(S - 1), "", true, true), b_.getInt64(S));
+    return counted_loop(nsub, true, initial_states(ph), [&](Value* j, const Carried& cur) {
+      Value* off = b_.CreateMul(j, b_.getInt64(S), "", true, true);
+      Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
+                                      {b_.getInt64(S), b_.CreateSub(count, off, "", true, true)});
+      Carried part = cascade(ph, ex, level - 1, b_.CreateAdd(start, off, "", true, true), len);
+      Carried next;
+      for (size_t i = 0; i < ph.accs.size(); ++i) next.push_back(fold(ph.accs[i], cur[i], part[i], false));
+      return next;
+    });
   }
 
   // ---- column tiles (plan_.column_tile > 0, see column_tiles.cpp) ----
@@ -430,12 +490,57 @@ class Lowerer {
 
   void alloc_tile_slots() {
     slots_.assign(k_.accs.size(), {});
-    for (size_t a = 0; a < k_.accs.size(); ++a)
-      for (llvm::Type* t : state_types(static_cast<int>(a))) {
-        llvm::AllocaInst* p = b_.CreateAlloca(slot_type(t), b_.getInt64(plan_.column_tile));
-        p->setAlignment(llvm::Align(64));
-        slots_[a].push_back(p);
-      }
+    levels_.assign(k_.accs.size(), {});
+    auto array = [&](llvm::Type* t) {
+      llvm::AllocaInst* p = b_.CreateAlloca(slot_type(t), b_.getInt64(plan_.column_tile));
+      p->setAlignment(llvm::Align(64));
+      return p;
+    };
+    for (size_t a = 0; a < k_.accs.size(); ++a) {
+      for (llvm::Type* t : state_types(static_cast<int>(a))) slots_[a].push_back(array(t));
+      if (k_.accs[a].kind == ir::AccKind::Sum && is_float(k_.accs[a].dtype))
+        for (int l = 0; l < tile_levels(); ++l) levels_[a].push_back(array(acc_type(static_cast<int>(a))));
+    }
+  }
+
+  // Cascaded sums in column tiles (see cascade): a lane's partial closes every kTileLeaf of its
+  // points (4 visits) into level 1 of its column, level l every kTileLeaf * kCascadeFan^(l-1)
+  // into level l + 1 (arrays like the state's), so |err| stays within the bound of cascade.
+  static constexpr int64_t kTileLeaf = 16;
+  int tile_levels() const {
+    int l = 0;
+    for (int64_t s = kTileLeaf; s < k_.reduce_numel(); s *= kCascadeFan) ++l;
+    return l;
+  }
+  std::vector<int> tile_cascade_accs(const ir::Phase& ph) const {
+    std::vector<int> out;
+    if (!cascades(ph) || tile_levels() == 0) return out;
+    for (int a : ph.accs)
+      if (!levels_[a].empty()) out.push_back(a);
+    return out;
+  }
+  Value* level_ptr(int a, int l, Value* lane) {
+    return b_.CreateInBoundsGEP(acc_type(a), levels_[a][l - 1], lane);
+  }
+  // The points up to flat reduce position `after` were folded, the last `count` of them by the
+  // visit just made: close every level whose block ended within them.
+  void tile_close(const std::vector<int>& cs, Value* w, Value* after, int64_t count, int l = 1) {
+    int64_t S = kTileLeaf;
+    for (int i = 1; i < l; ++i) S *= kCascadeFan;
+    Value* crossed = b_.CreateICmpULT(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(count));
+    if_else(crossed, [&] {
+      counted_loop(w, true, {}, [&](Value* j, const Carried&) {
+        for (int a : cs) {
+          Value* lower = l == 1 ? load_state(a, j).v[0] : b_.CreateLoad(acc_type(a), level_ptr(a, l - 1, j));
+          Value* up = b_.CreateLoad(acc_type(a), level_ptr(a, l, j));
+          b_.CreateStore(fold(a, up, lower, false), level_ptr(a, l, j));
+          if (l == 1) store_state(a, j, init_state(a));
+          else b_.CreateStore(identity(a), level_ptr(a, l - 1, j));
+        }
+        return Carried{};
+      });
+      if (l < tile_levels()) tile_close(cs, w, after, count, l + 1);
+    }, [] {});
   }
 
   AccState load_state(int a, Value* lane) {
@@ -500,11 +605,23 @@ class Lowerer {
         lanes([&](Value*) { run_stores(ph, ex); });
         continue;
       }
+      const std::vector<int> cs = tile_cascade_accs(ph);
       lanes([&](Value* j) {
         for (int a : ph.accs) store_state(a, j, init_state(a));
+        for (int a : cs)
+          for (int l = 1; l <= tile_levels(); ++l) b_.CreateStore(identity(a), level_ptr(a, l, j));
       });
       const size_t nr = k_.reduce.size();
       std::vector<Value*> ridx(nr);
+      auto close_after = [&](int64_t count) {  // after the visit of `count` points at ridx
+        if (cs.empty()) return;
+        Value* flat = b_.getInt64(0);
+        for (size_t d = 0; d < nr; ++d) {
+          Value* i = d + 1 == nr ? b_.CreateAdd(ridx[d], b_.getInt64(count), "", true, true) : ridx[d];
+          flat = b_.CreateAdd(b_.CreateMul(flat, b_.getInt64(k_.reduce[d]), "", true, true), i, "", true, true);
+        }
+        tile_close(cs, w, flat, count);
+      };
       // `count` consecutive points of the innermost reduce dim from ridx[nr - 1] on, in order,
       // with one load and one store of the lane's state
       auto fold_points = [&](int64_t count) {
@@ -535,11 +652,13 @@ class Lowerer {
             counted_loop(b_.getInt64(ext / u), true, {}, [&](Value* iv, const Carried&) {
               ridx[d] = b_.CreateMul(iv, b_.getInt64(u), "", true, true);
               fold_points(u);
+              close_after(u);
               return Carried{};
             });
           if (ext % u) {
             ridx[d] = b_.getInt64(ext - ext % u);
             fold_points(ext % u);
+            close_after(ext % u);
           }
           return;
         }
@@ -550,6 +669,14 @@ class Lowerer {
         });
       };
       nest(0);
+      if (!cs.empty())  // each lane's partial takes its levels, lowest first
+        lanes([&](Value* j) {
+          for (int a : cs) {
+            Value* v = load_state(a, j).v[0];
+            for (int l = 1; l <= tile_levels(); ++l) v = fold(a, v, b_.CreateLoad(acc_type(a), level_ptr(a, l, j)), false);
+            store_state(a, j, {{v}});
+          }
+        });
       for (int a : ph.accs) done[a] = true;
     }
     ex.reduce.clear();
@@ -616,9 +743,10 @@ class Lowerer {
       Value* rb = b_.CreateMul(blk, b_.getInt64(plan_.block), "", true, true);
       Value* re = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
                                      {b_.CreateAdd(rb, b_.getInt64(plan_.block)), b_.getInt64(k_.reduce_numel())});
-      Carried fin = flat_range(rb, re, ext, true, initial_states(ph), [&](const std::vector<Value*>& ridx, const Carried& cur) {
-        return reduce_point(ph, ex, ridx, cur);
-      });
+      Carried fin = cascades(ph) ? cascade(ph, ex, cascade_levels(plan_.block), rb, b_.CreateSub(re, rb, "", true, true))
+                                 : flat_range(rb, re, ext, true, initial_states(ph), [&](const std::vector<Value*>& ridx, const Carried& cur) {
+                                     return reduce_point(ph, ex, ridx, cur);
+                                   });
       for (size_t j = 0; j < ph.accs.size(); ++j) {
         Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
         b_.CreateStore(fin[j], b_.CreateInBoundsGEP(b_.getInt64Ty(), a[2], slot));
@@ -634,16 +762,28 @@ class Lowerer {
     std::vector<Value*> a;
     begin_function(kFinName, {b_.getPtrTy(), b_.getInt64Ty()}, ex, a);
     const ir::Phase& ph = k_.phases[0];
-    Carried fin = counted_loop(a[1], false, initial_states(ph), [&](Value* blk, const Carried& cur) {
+    // Float sums of the block partials in double (rounded once at the end): their error does
+    // not grow with the block count (see cascade).
+    auto wide = [&](size_t j) {
+      llvm::Type* t = acc_type(ph.accs[j]);
+      return k_.accs[ph.accs[j]].kind == ir::AccKind::Sum && t->isFloatingPointTy() && !t->isDoubleTy();
+    };
+    Carried init = initial_states(ph);
+    for (size_t j = 0; j < ph.accs.size(); ++j)
+      if (wide(j)) init[j] = llvm::ConstantFP::get(b_.getDoubleTy(), 0.0);
+    Carried fin = counted_loop(a[1], false, init, [&](Value* blk, const Carried& cur) {
       Carried next;
       for (size_t j = 0; j < ph.accs.size(); ++j) {
         Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
         Value* x = b_.CreateLoad(acc_type(ph.accs[j]), b_.CreateInBoundsGEP(b_.getInt64Ty(), a[0], slot));
         // plain (not reassociated) combine: the block order is the order
-        next.push_back(fold(ph.accs[j], cur[j], x, false));
+        if (wide(j)) next.push_back(b_.CreateFAdd(cur[j], b_.CreateFPExt(x, b_.getDoubleTy())));
+        else next.push_back(fold(ph.accs[j], cur[j], x, false));
       }
       return next;
     });
+    for (size_t j = 0; j < ph.accs.size(); ++j)
+      if (wide(j)) fin[j] = b_.CreateFPTrunc(fin[j], acc_type(ph.accs[j]));
     finish_accs(ph, ex, fin);
     outer_point(ex, 1);
     b_.CreateRetVoid();
@@ -656,6 +796,7 @@ class Lowerer {
   Builder b_;
   const MathLib& math_;
   std::vector<std::vector<Value*>> slots_;  // column tiles: per accumulator, its state arrays
+  std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
 };
 
 }  // namespace

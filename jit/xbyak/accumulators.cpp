@@ -179,6 +179,103 @@ void Gen<Vmm>::combine_acc_sets(const std::vector<int>& accs) {
   use_acc_set(0);
 }
 
+// ---- cascaded sums ----
+// Why: a loop unrolled U times adds vector j of each iteration into set j, so each of the
+// L = U*W lanes would add n/L elements one after the other and the rounding error would grow
+// like n/L * u (u = 2^-24): 2^20 copies of 0.1f summed to 104859.29 (exact 104857.6, 1.6e-5).
+// How: the lanes' partials are closed every kCascadeFan (F) of their own elements: at every
+// multiple of L*F of the loop index (a leaf block along the reduced axis) each set's Sum
+// register is added into its level-1 slot (a stack vector) and restarts from 0; at every
+// multiple of L*F^2 the level-1 slots are added into level 2 and cleared, and so on (level l
+// closes at multiples of L*F^l, tested on r14; L is a power of two, see unroll_for). After the
+// loop: acc + s1 + ... + sD, then the sets and lanes in their fixed trees. An element goes
+// through at most F-1 roundings per level, D <= log_F(n/L) levels, log2(L) in the trees, so
+//   |sum - exact| <= (F * ceil(log_F n) + 8) * u * sum|x|     (F = 8: 3.8e-6 * sum|x| at n = 2^20)
+// where a plain loop's bound is (n/L + 8) * u * sum|x|. The boundaries are positions of the
+// reduced index (rows count from 0; global blocks start at multiples of kGlobalBlock, a power
+// of two), so the order is still fixed by the code and n: bitwise independent of threads and
+// chunking. Cost: a test and branch per unrolled iteration, 3 instructions per set every F.
+// Only Sum accumulators (Max/Min are exact; Prod keeps its plain order), and the online softmax
+// loop's sums of exps (online.cpp: a block of kOnlineU vectors is two elements per lane of each
+// sum register; its rescales multiply the levels too).
+
+// `regs`: the registers to cascade (each holding 0 now); `base`: elements per unrolled iteration
+// (a power of two); level l closes at multiples of base * kCascadeFan^l; `extent`: the most
+// elements the loop covers from a position that is a multiple of every level's block.
+template <class Vmm>
+void Gen<Vmm>::cascade_begin(const std::vector<int>& regs, int64_t base, int64_t extent) {
+  casc_regs_.clear();
+  casc_levels_ = 0;
+  if (regs.empty() || (base & (base - 1)) != 0) return;
+  casc_regs_ = regs;
+  casc_base_ = base;
+  for (int64_t b = base * kCascadeFan; b <= extent; b *= kCascadeFan) ++casc_levels_;
+  casc_slot0_ = nvslots_;
+  const int nr = static_cast<int>(regs.size());
+  for (int s = 0; s < casc_levels_ * nr; ++s) {
+    new_vslot();
+    vmovups(ptr[rsp + vslot_off(casc_slot0_ + s)], Vmm(regs[s % nr]));
+  }
+}
+
+// The Sum registers of every set of `accs` (pinned by pin_accs: 0 now).
+template <class Vmm>
+std::vector<int> Gen<Vmm>::sum_regs(const std::vector<int>& accs) const {
+  std::vector<int> regs;
+  for (const auto& set : acc_sets_)
+    for (int a : accs)
+      if (k_.accs[a].kind == ir::AccKind::Sum) regs.push_back(set.first.at(a));
+  return regs;
+}
+
+template <class Vmm>
+Address Gen<Vmm>::cascade_slot(int level, int i) {
+  return ptr[rsp + vslot_off(casc_slot0_ + (level - 1) * static_cast<int>(casc_regs_.size()) + i)];
+}
+
+// After an unrolled iteration (r14 = the next element): close the levels whose block ends here.
+template <class Vmm>
+void Gen<Vmm>::cascade_fold() {
+  if (casc_levels_ == 0) return;
+  Label skip;
+  int64_t block = casc_base_;
+  for (int l = 1; l <= casc_levels_; ++l) {
+    block *= kCascadeFan;
+    test(r14, static_cast<uint32_t>(block - 1));
+    jnz(skip, T_NEAR);
+    for (size_t i = 0; i < casc_regs_.size(); ++i) {
+      const Vmm r(casc_regs_[i]);  // 0 from level 2 on: the scratch
+      const int ii = static_cast<int>(i);
+      if (l > 1) vmovups(r, cascade_slot(l - 1, ii));
+      vaddps(r, r, cascade_slot(l, ii));
+      vmovups(cascade_slot(l, ii), r);
+      inj_.vxor(r, r, r);
+      if (l > 1) vmovups(cascade_slot(l - 1, ii), r);
+    }
+  }
+  L(skip);
+}
+
+// Every level times `f` (online softmax's rescale); `tmp` is free.
+template <class Vmm>
+void Gen<Vmm>::cascade_scale(const Vmm& f, const Vmm& tmp) {
+  for (int l = 1; l <= casc_levels_; ++l)
+    for (size_t i = 0; i < casc_regs_.size(); ++i) {
+      vmulps(tmp, f, cascade_slot(l, static_cast<int>(i)));
+      vmovups(cascade_slot(l, static_cast<int>(i)), tmp);
+    }
+}
+
+// After the loop: each register takes its levels, lowest first.
+template <class Vmm>
+void Gen<Vmm>::cascade_end() {
+  for (int l = 1; l <= casc_levels_; ++l)
+    for (size_t i = 0; i < casc_regs_.size(); ++i)
+      vaddps(Vmm(casc_regs_[i]), Vmm(casc_regs_[i]), cascade_slot(l, static_cast<int>(i)));
+  casc_levels_ = 0;
+  casc_regs_.clear();
+}
+
 // Defined here, called from the other files.
 #define KFUSE_XB_ACC_MEMBERS(V)                                                        \
   template float Gen<V>::identity(ir::AccKind);                                        \
@@ -189,7 +286,13 @@ void Gen<Vmm>::combine_acc_sets(const std::vector<int>& accs) {
   template void Gen<V>::use_acc_set(int);                                              \
   template void Gen<V>::release_accs();                                                \
   template int Gen<V>::acc_regs(const std::vector<int>&) const;                        \
-  template void Gen<V>::combine_acc_sets(const std::vector<int>&);
+  template void Gen<V>::combine_acc_sets(const std::vector<int>&);                      \
+  template void Gen<V>::cascade_begin(const std::vector<int>&, int64_t, int64_t);      \
+  template std::vector<int> Gen<V>::sum_regs(const std::vector<int>&) const;           \
+  template Address Gen<V>::cascade_slot(int, int);                                     \
+  template void Gen<V>::cascade_fold();                                                \
+  template void Gen<V>::cascade_scale(const V&, const V&);                             \
+  template void Gen<V>::cascade_end();
 KFUSE_XB_ACC_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_ACC_MEMBERS(Xbyak::Ymm)
 #undef KFUSE_XB_ACC_MEMBERS

@@ -55,7 +55,8 @@ namespace {
 using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 20;  // 3: streaming stores, unrolled reductions; 4: online softmax, pipelined rows; 5: scratch row; 6: 4K-alias check, AVX2 nonpositive exp; 7: AVX2 lane block loads; 8: scratch row in Frame; 9: 4K-alias check only where Frame::stream asks, rows prefetched from the first loop into L2; 10: prefetch back to the last loop, prefetcht0; 11: exp n by FMA, constants in registers; 12: softmax rows from 8192 online; 13: constants in registers in row loops; 14: accumulators and hoisted values in registers; 15: row-invariant streams share their pointer between pipelined rows; 16: row cursors and the prefetch distance in Frame (ABI); 17: online loop in 2 or 4 parts; 18: row cursors behind a pointer (Frame ABI); 19: one load less per cursor switch; 20: contraction kernels (GEMM: the binary is the epilogue's code, load() re-creates the GEMM from the IR)
+// kVersion changes whenever emitted code or the binary layout changes (its history is in git log).
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 21;
 constexpr size_t kHeader = 16;
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
@@ -68,7 +69,6 @@ float* scratch_row(int64_t bytes) {
   return reinterpret_cast<float*>((p + 63) / 64 * 64);
 }
 
-constexpr int64_t kGlobalBlock = 1 << 16;  // elements per global-reduction block (fixed)
 constexpr int64_t kPointwiseGrain = 1 << 14;
 // Outputs at least this big are written with streaming (non-temporal) stores: they cannot stay in
 // the caches of these cores for a consumer anyway (L2 is 1-2 MiB per core), and skipping the

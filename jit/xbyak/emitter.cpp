@@ -366,7 +366,10 @@ int Gen<Vmm>::unroll_for(const std::vector<int>& accs) const {
   const int per = acc_regs(accs);
   if (per == 0) return 1;
   const int budget = Z ? 12 : 6;
-  return std::max(1, std::min(4, budget / per));
+  const int u = std::max(1, std::min(4, budget / per));
+  for (int a : accs)  // cascaded sums close blocks at multiples of U*W: a power of two
+    if (u == 3 && k_.accs[a].kind == ir::AccKind::Sum) return 2;
+  return u;
 }
 
 // Loop-invariant frontier (non-leaf invariant nodes used by variant nodes or roots): evaluated
@@ -512,6 +515,8 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // whole line: AVX-512 streams any body (measured on the AVX-512 Xeon).
   const bool may_stream = streaming_ok(items, accs) && (Z || cheap);
   pin_accs(accs, U);
+  const bool dynamic = !static_range || p_.mode == Mode::Global;
+  cascade_begin(sum_regs(accs), int64_t{U} * W, dynamic ? kGlobalBlock : p_.reduce_n / (U * W) * (U * W));
   // One vector (copy j of an unrolled iteration at r14 + j*W); spill slots are reused
   // across copies (nothing in them outlives one copy).
   auto body = [&](bool masked, int j) {
@@ -571,6 +576,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
       jg(single, T_NEAR);
       for (int j = 0; j < U; ++j) body(false, j);
       add(r14, U * W);
+      cascade_fold();
       jmp(top, T_NEAR);
     }
     L(single);
@@ -579,6 +585,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     jg(tail, T_NEAR);
     body(false, 0);
     add(r14, W);
+    if (U == 1) cascade_fold();  // (after U > 1 iterations this loop never reaches a block end)
     jmp(single, T_NEAR);
     L(tail);
     mov(rax, r15);
@@ -589,6 +596,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     L(done);
   }
   ireg_.clear();
+  cascade_end();
   combine_acc_sets(accs);
   for (int a : accs) finish_acc(a);
   release_accs();
@@ -663,6 +671,7 @@ void Gen<Vmm>::static_loop(const Body& body, int U) {
     L(top);
     for (int j = 0; j < U; ++j) body(false, j);
     add(r14, U * W);
+    cascade_fold();
     cmp(r14, static_cast<int>(iters * U * W));
     jl(top, T_NEAR);
   }

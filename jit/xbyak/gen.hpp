@@ -139,6 +139,11 @@ class Gen : public Xbyak::CodeGenerator {
   // do not wait on each other's latency, combined in a fixed order after the loop.
   std::map<int, int> acc_reg_, acc_nan_;
   std::vector<std::pair<std::map<int, int>, std::map<int, int>>> acc_sets_;
+  // Cascaded sums (accumulators.cpp): the registers of the loop being emitted that cascade, its
+  // levels (level l >= 1 closes every casc_base_ * kCascadeFan^l elements), their first slot.
+  std::vector<int> casc_regs_;
+  int casc_levels_ = 0, casc_slot0_ = 0;
+  int64_t casc_base_ = 0;
   int disp_ = 0;     // byte displacement of the vector being emitted within an unrolled iteration
   bool stream_ = false;  // emit full-vector stores as non-temporal (streaming) stores
   bool uses_stream_ = false;  // some path streams: the epilogue fences
@@ -188,6 +193,12 @@ class Gen : public Xbyak::CodeGenerator {
   void mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr*, bool>& memo);
   void use_acc_set(int s);
   void combine_acc_sets(const std::vector<int>& accs);
+  void cascade_begin(const std::vector<int>& regs, int64_t base, int64_t extent);
+  std::vector<int> sum_regs(const std::vector<int>& accs) const;
+  Address cascade_slot(int level, int i);
+  void cascade_fold();
+  void cascade_scale(const Vmm& f, const Vmm& tmp);
+  void cascade_end();
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
   void invariants_in_regs(const std::function<void()>& body, int busy_below = 0);
   int unroll_for(const std::vector<int>& accs) const;

@@ -96,13 +96,18 @@ void Gen<Vmm>::online_phase(const std::vector<PhaseItem>* prev_stores) {
   std::vector<int> disps(kOnlineU);
   for (int j = 0; j < kOnlineU; ++j)
     disps[j] = static_cast<int>(H * 4 * (j / (kOnlineU / parts)) + (j % (kOnlineU / parts)) * VB);
+  // Cascaded sums (accumulators.cpp): a block adds 2 elements per lane to each sum register, so
+  // a leaf of kCascadeFan elements is 4 blocks: base = r14's step per block / 2.
+  const int64_t step = kOnlineU / parts * W;
+  cascade_begin({on_s_[0], on_s_[1]}, step / 2, H);
   auto loop = [&] {
     xor_(r14d, r14d);
     if (iters > 0) {
       Label top;
       L(top);
       online_block(dag, disps, false, prev_stores ? &prev : nullptr);
-      add(r14, kOnlineU / parts * W);
+      add(r14, static_cast<int>(step));
+      cascade_fold();
       cmp(r14, static_cast<int>(H));
       jl(top, T_NEAR);
       add(r14, static_cast<int>(H * (parts - 1)));
@@ -163,6 +168,7 @@ void Gen<Vmm>::online_block(const Dag& dag, const std::vector<int>& disps, bool 
   const Vmm ts[2] = {t2, t3};
   inj_.exp(t1, ts, true);
   for (int r : on_s_) vmulps(Vmm(r), Vmm(r), t1);
+  cascade_scale(t1, t2);
   vmovaps(Mc, t0);
   L(same);
   for (int j = 0; j < nv; ++j) {  // S += exp(x - Mc); x - Mc <= 0 or NaN
@@ -180,6 +186,7 @@ void Gen<Vmm>::online_finish() {
   const ir::OnlineExpSum& on = p_.online;
   const int m4 = 4 * on.max_acc, s4 = 4 * on.sum_acc;
   const Vmm S(on_s_[0]), Mc(on_mc_), t2(2), t3(3), t4(4), t5(5);
+  cascade_end();
   vaddps(S, S, Vmm(on_s_[1]));
   mov(rax, qword[rdi + frame_off::accs]);
   hreduce(ir::AccKind::Max, Vmm(on_m_));

@@ -105,6 +105,10 @@ inline int scratch_count(const ir::Expr* e) {
 }
 
 inline constexpr int64_t kLaneMaxReduce = 16;
+/// Elements per global-reduction block (fixed: the blocks' partials are combined in block order).
+inline constexpr int64_t kGlobalBlock = 1 << 16;
+/// Cascaded sums (accumulators.cpp): partials per level.
+inline constexpr int64_t kCascadeFan = 8;
 inline constexpr int64_t kOnlineMinReduce = 6144;  ///< shortest row for Plan::online (analyze.cpp)
 /// Longest row for Plan::reuse: its row and the scratch row (128 KiB each) stay in L2.
 inline constexpr int64_t kReuseMaxReduce = 32768;

@@ -20,7 +20,9 @@ namespace kfuse::detail::cache {
 inline constexpr int kFormatVersion = 1;
 /// Bump whenever a backend's generated code may change for the same kernel IR and target
 /// (code generator fixes, math-function changes): old entries then simply stop matching.
-inline constexpr int kCodegenVersion = 19;  // 2: llvm column tiles; xbyak streaming stores, prefetch, unrolled reductions; 3: xbyak rational tanh, refitted exp; 4: xbyak online softmax; 5: xbyak softmax scratch row; 6: xbyak 4K-alias streaming check, AVX2 nonpositive exp; 7: xbyak AVX2 lane block loads; 8: xbyak scratch row in Frame, softmax rows up to 32768 reuse exps instead of the online loop; 9: xbyak 4K-alias check only on CPUs that stall (AMD), first-loop prefetch; 10: xbyak prefetch as in 8; 11: xbyak exp rounds n with one FMA, tanh/erf horners alternated, math-heavy pointwise loops keep constants in registers, softmax divides by its sum as a product with 1/s; 12: xbyak softmax rows from 8192 take the online loop; 13: xbyak row loops keep constants in registers; 14: xbyak loops keep accumulator broadcasts and hoisted values in registers; 15: xbyak pipelines layer_norm (row-invariant streams share a pointer); 16: xbyak row cursors (Frame::ways, pf_rows); 17: xbyak online loop in 2 or 4 parts; 18: xbyak row cursors behind a pointer in Frame; 19: xbyak cursor switch one load shorter
+// Changes whenever any backend's generated code changes, so disk-cache entries of older code are
+// never loaded (the history of what changed is in git log).
+inline constexpr int kCodegenVersion = 21;
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
 struct KeyFields {
