@@ -19,9 +19,8 @@ namespace kfuse::detail::cache {
 /// the entry file format.
 inline constexpr int kFormatVersion = 1;
 /// Bump whenever a backend's generated code may change for the same kernel IR and target
-/// (code generator fixes, math-function changes): old entries then simply stop matching.
-// Changes whenever any backend's generated code changes, so disk-cache entries of older code are
-// never loaded (the history of what changed is in git log).
+/// (code generator fixes, math-function changes): old entries then simply stop matching. What
+/// changed at each bump is in git log.
 inline constexpr int kCodegenVersion = 21;
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
