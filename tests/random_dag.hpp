@@ -51,8 +51,9 @@ inline Dag random_dag(uint64_t seed) {
         break;
       }
       case 3:
-        // a transpose, or a matmul of it (a contraction kernel with its operand transposed)
-        if (a.ndim() == 2) r = pick(2) ? transpose(a) : matmul(a, transpose(a));
+        // a transpose, or (one time in four: each new matmul kernel is an LLVM compile) a matmul
+        // of it, a contraction kernel with its operand transposed
+        if (a.ndim() == 2) r = pick(4) ? transpose(a) : matmul(a, transpose(a));
         break;
       case 4:
         if (a.ndim() >= 1) r = sum(a, static_cast<int64_t>(pick(a.ndim())), true);
