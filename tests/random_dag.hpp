@@ -1,5 +1,5 @@
 // Seeded random DAGs for property tests: element-wise ops, broadcasts, views, reductions over
-// random axes, softmax, shapes with 1 and odd sizes, several outputs.
+// random axes, softmax, matmul, shapes with 1 and odd sizes, several outputs.
 #pragma once
 #include <functional>
 #include <random>
@@ -51,7 +51,9 @@ inline Dag random_dag(uint64_t seed) {
         break;
       }
       case 3:
-        if (a.ndim() == 2) r = transpose(a);
+        // a transpose, or (one time in four: each new matmul kernel is an LLVM compile) a matmul
+        // of it, a contraction kernel with its operand transposed
+        if (a.ndim() == 2) r = pick(4) ? transpose(a) : matmul(a, transpose(a));
         break;
       case 4:
         if (a.ndim() >= 1) r = sum(a, static_cast<int64_t>(pick(a.ndim())), true);

@@ -33,14 +33,24 @@ enum class Op : uint8_t {
   Slice,    ///< attrs.ints = (start, step) per axis; the node's shape gives the count
   Pad,      ///< attrs.ints = (before, after) per axis; attrs.reals = {value}
   Concat,   ///< attrs.ints = {axis}
-  // opaque
-  Matmul,  ///< batched matmul with broadcasting over batch dims
+  // contractions
+  Matmul,  ///< batched matmul with broadcasting over batch dims (inputs already broadcast to [batch.., M, K], [batch.., K, N])
   Count_
 };
 
 /// The fusion lattice (TVM's OpPatternKind): joining two kinds takes the max; a group's kind is
 /// the worst op in it. Sources are never fused (they are kernel inputs), Opaque ops run alone.
-enum class OpKind : uint8_t { ElemWise = 0, Broadcast = 1, Injective = 2, Reduce = 3, Source = 7, Opaque = 8 };
+/// A Contraction (matmul; TVM's OutEWiseFusable) takes cheap operand views/casts and an
+/// element-wise epilogue into its kernel, never a reduction or another contraction.
+enum class OpKind : uint8_t {
+  ElemWise = 0,
+  Broadcast = 1,
+  Injective = 2,
+  Reduce = 3,
+  Contraction = 4,
+  Source = 7,
+  Opaque = 8
+};
 
 const char* op_name(Op op);
 OpKind op_kind(Op op);

@@ -16,7 +16,11 @@
 // order with plain (not reassociated) operations, and lanes never interact. So tile boundaries
 // (chunks of columns per thread, the column-count tail) cannot change any bit.
 //
-// Eligible: kind "column", a non-empty reduce domain, and every load and store index moves by a
+// A contraction (matmul) whose B rows are contiguous along N is the same shape of loop: the lane
+// is n, A[m, k] is lane-invariant and B[k, n] lane-contiguous, so a tile computes a block of one
+// output row as K axpy steps of vector width (the point path would walk B's column with stride N).
+//
+// Eligible: kind "column" or "contraction", a non-empty reduce domain, and every load and store index moves by a
 // compile-time 0 or 1 elements per step of the innermost outer dim (lane-contiguous or
 // lane-invariant accesses). Anything else (a transposed input whose rows are the contiguous axis,
 // reshapes that divide the column index, gathers) keeps the point-by-point path, where the reduce
@@ -109,7 +113,7 @@ class LaneAnalysis {
 }  // namespace
 
 int64_t plan_column_tile(const ir::Kernel& k) {
-  if (k.kind != "column" || k.outer.empty() || k.reduce.empty() || k.reduce_numel() <= 0) return 0;
+  if ((k.kind != "column" && k.kind != "contraction") || k.outer.empty() || k.reduce.empty() || k.reduce_numel() <= 0) return 0;
   LaneAnalysis lanes(static_cast<int>(k.outer.size()) - 1);
   bool ok = true;
   std::set<const ir::Expr*> seen;

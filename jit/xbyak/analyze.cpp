@@ -234,6 +234,8 @@ int stream_pointers(const Plan& plan, bool pipeline, std::vector<int>* prev_ptr)
 std::string analyze(const ir::Kernel& k, Plan& plan) {
   try {
     plan = Plan{};
+    // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
+    if (k.kind == "contraction") decline("contraction: GEMM path not built");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
     for (const auto& b : k.buffers)

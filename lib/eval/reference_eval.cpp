@@ -294,7 +294,8 @@ std::vector<double> evaluate_node(const Node& n, const std::vector<const std::ve
     case OpKind::Reduce: return reduce_ref(n, *ins[0]);
     case OpKind::Broadcast:
     case OpKind::Injective: return view_ref(n, ins);
-    case OpKind::Opaque: return matmul_ref(n, *ins[0], *ins[1]);
+    case OpKind::Contraction: return matmul_ref(n, *ins[0], *ins[1]);
+    case OpKind::Opaque: break;
   }
   throw InternalError("evaluate_node: unknown op");
 }

@@ -14,6 +14,14 @@
 // Phases: accumulator depth = 1 + deepest accumulator its value reads; phase d folds the
 // accumulators of depth d; full-shape stores go in the first phase after everything they read;
 // per-row stores go in a final once-phase.
+//
+// A group holding a matmul lowers to a CONTRACTION kernel (the contract shared with the GEMM
+// backends, see README "Matmul"): outer = the matmul's output dims [batch.., M, N], reduce = [K],
+// one Sum accumulator of Mul(A at (batch, m, k), B at (batch, k, n)) in the matmul's dtype folded
+// in phase 0, and every store (the epilogue, evaluated at (batch, m, n)) in a once-phase 1.
+// Operand views fold into the two loads' indices like any view; a reshape of a buffer input
+// reads the buffer at the linear index directly (a buffer is contiguous), which keeps the index
+// affine in the loop vars.
 #include "lower_group.hpp"
 
 #include <algorithm>
@@ -75,8 +83,11 @@ class Lowerer {
     ir::Kernel& k = out.kernel;
     k.name = kernel_stem(g_);
     sig_ = reduce_signature(g_);
+    for (const Node* n : g_.nodes)
+      if (n->op == Op::Matmul) contraction_ = n;
     bool has_red = !sig_.axes.empty() || std::any_of(g_.nodes.begin(), g_.nodes.end(),
                                                      [](const Node* n) { return is_reduction(n->op); });
+    if (contraction_ && has_red) throw InternalError("lower_group: a contraction group holds a reduction");
     // Inputs become buffers in order.
     for (const Node* in : g_.inputs) {
       buffer_id_[in] = static_cast<int>(k.buffers.size());
@@ -94,6 +105,10 @@ class Lowerer {
       return ir::param(id);
     };
 
+    if (contraction_) {
+      lower_contraction(out, first_out, outer_param);
+      return out;
+    }
     if (has_red) {
       // Outer = kept axes, reduce = reduced axes of S.
       std::vector<bool> red(sig_.full.size(), false);
@@ -195,6 +210,74 @@ class Lowerer {
   }
 
  private:
+  template <class OuterParam>
+  void lower_contraction(LoweredKernel& out, int first_out, OuterParam&& outer_param) {
+    ir::Kernel& k = out.kernel;
+    const Node* c = contraction_;
+    const Shape& s = c->shape;
+    const size_t nd = s.size();
+    const int64_t K = c->inputs[0]->shape.back();
+    for (size_t a = 0; a < nd; ++a) {
+      ExprRef p = outer_param(s[a], "outer" + std::to_string(a));
+      k.outer.push_back(p);
+      full_idx_.push_back(ir::var(ir::Space::Outer, static_cast<int>(a)));
+      full_dims_.push_back(p);
+    }
+    k.reduce = {K};
+    k.kind = "contraction";
+    out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: the contraction length K)");
+    // The accumulator, emitted when the epilogue first reaches c (emit_uncached).
+    ir::Phase fold{true, {}, {}}, once;
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      const Node* o = g_.outputs[i];
+      // Outputs differ from c's shape only by size-1 dims (partition rule 8): same linear index.
+      std::vector<ExprRef> idx, dims;
+      size_t a = 0;
+      for (int64_t d : o->shape) {
+        if (d == 1) {
+          idx.push_back(ir::iconst(0));
+          dims.push_back(ir::iconst(1));
+          continue;
+        }
+        while (a < nd && s[a] == 1) ++a;
+        if (a >= nd) throw InternalError("lower_group: output shape does not fit the contraction");
+        idx.push_back(full_idx_[a]);
+        dims.push_back(full_dims_[a]);
+        ++a;
+      }
+      ExprRef value = emit(o, idx, dims, nullptr);
+      once.stores.push_back({first_out + static_cast<int>(i), linearize(full_idx_, full_dims_), value});
+    }
+    if (accs_.size() != 1) throw InternalError("lower_group: a contraction kernel needs its one accumulator");
+    k.accs = accs_;
+    fold.accs = {0};
+    k.phases = {fold, once};
+    ir::verify_kernel(k);
+  }
+
+  // The contraction's accumulator: Sum over k of A[batch, m, k] * B[batch, k, n].
+  ExprRef emit_contraction(const Node* c, const std::vector<ExprRef>& idx) {
+    for (size_t a = 0; a < idx.size(); ++a)
+      if (idx[a].get() != full_idx_[a].get() && !(ir::is_const(idx[a], 0) && c->shape[a] == 1))
+        throw InternalError("lower_group: a matmul result consumed at a non-canonical index");
+    if (!accs_.empty()) return ir::acc(0, c->dtype);
+    const size_t nd = c->shape.size();
+    const int64_t K = c->inputs[0]->shape.back();
+    ExprRef r = ir::var(ir::Space::Reduce, 0);
+    std::vector<ExprRef> ai(full_idx_.begin(), full_idx_.end() - 1), ad(full_dims_.begin(), full_dims_.end() - 1);
+    ai.push_back(r);
+    ad.push_back(ir::iconst(K));
+    std::vector<ExprRef> bi(full_idx_.begin(), full_idx_.end() - 2), bd(full_dims_.begin(), full_dims_.end() - 2);
+    bi.push_back(r);
+    bd.push_back(ir::iconst(K));
+    bi.push_back(full_idx_[nd - 1]);
+    bd.push_back(full_dims_[nd - 1]);
+    ExprRef pa = emit(c->inputs[0].get(), ai, ad, nullptr);
+    ExprRef pb = emit(c->inputs[1].get(), bi, bd, nullptr);
+    accs_.push_back({ir::AccKind::Sum, c->dtype, ir::op(Op::Mul, c->dtype, {pa, pb})});
+    return ir::acc(0, c->dtype);
+  }
+
   int acc_depth(int a, std::vector<int>& depth, const std::function<int(const ExprRef&)>& need) {
     if (depth[a] < 0) depth[a] = need(accs_[a].value);
     return depth[a];
@@ -247,6 +330,7 @@ class Lowerer {
       return n->dtype == DType::F64 ? v : ir::op(Op::Cast, n->dtype, {v});
     }
     if (!members_.count(n)) throw InternalError(std::string("lower_group: value outside the group: ") + op_name(n->op));
+    if (n == contraction_) return emit_contraction(n, idx);
     if (is_elementwise(n->op)) {
       std::vector<ExprRef> args;
       for (const auto& in : n->inputs) args.push_back(emit(in.get(), idx, dims, guard));
@@ -348,6 +432,12 @@ class Lowerer {
     }
     // General: linearise in the output's order, unravel over the input's concrete shape.
     ExprRef lin = linearize(idx, dims);
+    // A contraction reads a reshaped buffer at the linear index (contiguous): no idiv/imod, so
+    // the operand index stays affine (other kernels keep the unravelled form their prints pin).
+    if (contraction_) {
+      auto bid = buffer_id_.find(x);
+      if (bid != buffer_id_.end()) return ir::load(bid->second, x->dtype, lin, guard);
+    }
     if (x->shape.size() == 1) {
       ExprRef total = ir::iconst(1);
       for (const auto& d : dims) total = ir::imul(total, d);
@@ -363,6 +453,7 @@ class Lowerer {
   }
 
   const FusionGroup& g_;
+  const Node* contraction_ = nullptr;  ///< the group's matmul, if any
   std::unordered_set<const Node*> members_;
   std::unordered_map<const Node*, int> buffer_id_;
   ReduceSig sig_;
@@ -383,7 +474,7 @@ std::string kernel_stem(const FusionGroup& g) {
     // The most telling ops: reductions and transcendental math first, at most three.
     std::vector<std::string> names;
     for (const Node* n : g.nodes)
-      if (is_reduction(n->op) && names.size() < 3 &&
+      if ((is_reduction(n->op) || n->op == Op::Matmul) && names.size() < 3 &&
           std::find(names.begin(), names.end(), op_name(n->op)) == names.end())
         names.push_back(op_name(n->op));
     for (const Node* n : g.nodes)

@@ -5,8 +5,8 @@
 // TVM's FuseOps and Inductor's vertical fusion). A merge is committed only when the union is
 // LEGAL; otherwise the edge becomes a kernel boundary and the failed rule is recorded as its
 // reason (explain() prints it). The rules, checked on the union U:
-//   1. kinds: Source (rand) and Opaque (matmul) ops never fuse; constants and ranges are inlined
-//      into their consumers (never a boundary).
+//   1. kinds: Source (rand) and Opaque ops never fuse; constants and ranges are inlined into
+//      their consumers (never a boundary).
 //   2. convexity: no path leaves U and re-enters it (otherwise U could not run as one kernel:
 //      the outside node would need U's output before U finished). This is the diamond problem.
 //   3. one reduction domain: all reductions in U iterate the same full shape S over the same
@@ -22,6 +22,16 @@
 //      softmax recomputes exp(x - max) in the sum phase and the store phase). The per-element
 //      cost of such recomputation must stay within PartitionLimits::recompute_budget, otherwise
 //      the expensive producer is materialised instead.
+//   8. contractions (matmul, lowered as a "contraction" kernel): at most one per group, never
+//      with a reduction. Members that feed it (its OPERAND side) are recomputed for every use,
+//      an element of A once per output column (N times), of B once per row (M times), so only
+//      cheap producers join: views that fold into the load index (permute, expand, slice,
+//      size-1 reshapes, and any reshape of a value read from memory, which is contiguous),
+//      casts, negation, and scaling by a constant; anything else is materialised first. Operand
+//      members feed only the contraction (they are not outputs). Values derived from its
+//      result (the EPILOGUE) flow only through element-wise ops and size-1 reshapes at its
+//      output shape, so each is needed at the contraction's own (batch, m, n) point; other
+//      members (a bias and its broadcast) are evaluated at that point too.
 // Before the lattice, a PATTERN PHASE (lib/plugin/pattern_phase.cpp) seeds groups: built-in and
 // plugin patterns match at nodes, and their matches are committed highest benefit first. A match
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
@@ -279,6 +289,18 @@ class Partitioner {
                op_name(n->op) + " over " + shape_str(n->inputs[0]->shape) + " axes " + shape_str(n->attrs.ints);
       }
     }
+    const Node* contraction = nullptr;
+    for (const Node* n : u) {
+      if (op_kind(n->op) != OpKind::Contraction) continue;
+      if (contraction) return "one contraction per kernel: a second matmul cannot fuse into a matmul's kernel";
+      if (first_red)
+        return "a reduction (" + std::string(op_name(first_red->op)) + ") and a contraction (matmul) cannot share a kernel";
+      contraction = n;
+    }
+    if (contraction) {
+      std::string why = check_contraction(u, contraction, ep);
+      if (!why.empty()) return why;
+    }
     Shape full, kept;
     if (first_red) {
       full = first_red->inputs[0]->shape;
@@ -311,6 +333,12 @@ class Partitioner {
       bool needed = is_root(n);
       for (const Node* c : consumers(n)) needed |= !in(c);
       if (!needed) continue;
+      if (contraction) {
+        if (!same_squeezed(n->shape, contraction->shape))
+          return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+                 " does not fit the contraction's output shape " + shape_str(contraction->shape);
+        continue;
+      }
       if (first_red) {
         if (n->shape != full && !same_squeezed(n->shape, kept))
           return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
@@ -352,6 +380,62 @@ class Partitioner {
                std::to_string(static_cast<int>(limits_.recompute_budget)) + " per element)";
     }
     return {};
+  }
+
+  // Rule 8 on the union `u` (marked with epoch `ep`) holding the contraction `c`.
+  std::string check_contraction(const std::vector<const Node*>& u, const Node* c, uint32_t ep) {
+    auto in = [&](const Node* n) { return in_mark_[pos(n)] == ep; };
+    // Operand side: members from which c is reachable inside U (u is in topological order, so
+    // walking it backwards sees every consumer before its producers).
+    std::unordered_set<const Node*> operand{c};
+    for (size_t i = u.size(); i-- > 0;) {
+      const Node* n = u[i];
+      if (n == c) continue;
+      bool feeds = false;
+      for (const Node* x : consumers(n)) feeds |= in(x) && operand.count(x);
+      if (!feeds) continue;
+      if (!cheap_operand_op(*n, in))
+        return std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+               " feeds a matmul operand and would be recomputed for every output row or column (only views, casts, "
+               "negation and scaling by a constant fuse into an operand)";
+      for (const Node* x : consumers(n))
+        if (!in(x) || !operand.count(x))
+          return std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+                 " feeds a matmul operand and is also needed elsewhere (it is materialised instead)";
+      if (is_root(n)) return std::string(op_name(n->op)) + " feeds a matmul operand and is also a requested result";
+      operand.insert(n);
+    }
+    // Epilogue: values derived from c stay at c's output points.
+    std::unordered_set<const Node*> derived{c};
+    for (const Node* n : u) {
+      if (n == c || operand.count(n)) continue;
+      bool from_c = false;
+      for (const auto& i : n->inputs) from_c |= derived.count(i.get()) > 0;
+      if (!from_c) continue;
+      bool ok = (is_elementwise(n->op) || n->op == Op::Reshape) && same_squeezed(n->shape, c->shape);
+      if (!ok)
+        return std::string("a matmul result reaches ") + op_name(n->op) + " " + shape_str(n->shape) +
+               ", which would need it at other points (only element-wise ops at its output shape fuse after a matmul)";
+      derived.insert(n);
+    }
+    return {};
+  }
+
+  // Whether an operand-side producer is cheap enough to recompute per use (rule 8).
+  template <class In>
+  static bool cheap_operand_op(const Node& n, const In& in) {
+    switch (n.op) {
+      case Op::Permute: case Op::Expand: case Op::Slice: case Op::Cast: case Op::Neg: return true;
+      case Op::Reshape: return same_squeezed(n.inputs[0]->shape, n.shape) || !in(n.inputs[0].get());
+      case Op::Mul: case Op::Div: {
+        auto scalar = [](const Node* x) {
+          while (x->op == Op::Expand || x->op == Op::Reshape) x = x->inputs[0].get();
+          return x->op == Op::Const;
+        };
+        return scalar(n.inputs[1].get()) || (n.op == Op::Mul && scalar(n.inputs[0].get()));
+      }
+      default: return false;
+    }
   }
 
   Partition build() {
@@ -440,7 +524,7 @@ class Partitioner {
           auto r = reasons_.find({x, n});
           if (r != reasons_.end()) why = r->second;
           else if (op_kind(x->op) == OpKind::Opaque || op_kind(n->op) == OpKind::Opaque)
-            why = "matmul is opaque: it runs as its own kernel";
+            why = std::string(op_name(op_kind(x->op) == OpKind::Opaque ? x->op : n->op)) + " is opaque: it runs as its own kernel";
           else if (op_kind(x->op) == OpKind::Source) why = "random numbers are generated by their own kernel";
           else why = "producer already fused with another consumer";
           p.boundaries.push_back({x, n, why});

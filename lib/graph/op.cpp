@@ -34,7 +34,7 @@ constexpr OpInfo kOps[] = {
     {"slice", OpKind::Injective, 1, 0},
     {"pad", OpKind::Injective, 1, 0},
     {"concat", OpKind::Injective, -1, 0},
-    {"matmul", OpKind::Opaque, 2, 0},
+    {"matmul", OpKind::Contraction, 2, 0},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::Count_), "op table out of sync");
 
@@ -52,6 +52,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Broadcast: return "broadcast";
     case OpKind::Injective: return "injective";
     case OpKind::Reduce: return "reduce";
+    case OpKind::Contraction: return "contraction";
     case OpKind::Source: return "source";
     case OpKind::Opaque: return "opaque";
   }

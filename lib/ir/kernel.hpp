@@ -103,7 +103,7 @@ struct ParamInfo {
 
 struct Kernel {
   std::string name;  ///< readable stem, e.g. k_log_softmax_f32
-  std::string kind;  ///< pointwise | row | column | global
+  std::string kind;  ///< pointwise | row | column | global | contraction (README "Matmul")
   std::vector<BufferParam> buffers;  ///< inputs first, then outputs
   std::vector<ParamInfo> params;
   std::vector<ExprRef> outer;   ///< extents (Param or Const)

@@ -41,8 +41,8 @@ struct Walker {
       sig.leaves.push_back(n);
       return;
     }
-    // Rand and matmul run on the host from their node: keep such plans out of the cache so a
-    // cached plan never holds an old graph alive.
+    // Rand (and any opaque op) runs on the host from its node: keep such plans out of the cache
+    // so a cached plan never holds an old graph alive. Matmul is a kernel like any other.
     OpKind kind = op_kind(n->op);
     if (kind == OpKind::Source && n->op != Op::Const && n->op != Op::Iota) sig.cacheable = false;
     if (kind == OpKind::Opaque) sig.cacheable = false;

@@ -1,5 +1,5 @@
 // Property test over seeded random DAGs (element-wise ops, broadcasts, views, reductions over
-// random axes, several outputs, shapes with 1 and odd sizes): the partition is disjoint, convex
+// random axes, matmuls, several outputs, shapes with 1 and odd sizes): the partition is disjoint, convex
 // and covering, and the evaluated result equals the fp64 reference within tolerance. A failing
 // seed prints the graph, the plan and how to rerun just that seed.
 #include <kfuse/explain.hpp>

@@ -1,0 +1,330 @@
+// matmul as a fused "contraction" kernel (README "Matmul"): the kernel's IR form (the contract
+// GEMM backends recognise), what the partitioner fuses into it, plan caching, and results on
+// the reference interpreter, LLVM and the default backend chain against the fp64 reference
+// evaluator.
+//
+// Tolerance of a float result y = epilogue(sum_k a_k * b_k): each product and each of the K
+// additions rounds once, so |y - exact| <= 4 * K * eps * sum_k |a_k| |b_k| (the factor 4 covers
+// the product rounding and a reassociated order), plus 2 * eps * |y| for a short epilogue
+// (bias add, relu, scale). eps = 2^-24 (f32) or 2^-53 (f64); sum_k |a_k| |b_k| is computed by
+// the oracle as matmul(abs(a), abs(b)). Integers are exact and wrap in their dtype.
+#include <kfuse/cache.hpp>
+#include <kfuse/explain.hpp>
+#include <kfuse/options.hpp>
+#include <kfuse/stats.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "backend/backend.hpp"
+#include "fusion/lower_group.hpp"
+#include "fusion/partition.hpp"
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+double eps_of(DType dt) { return dt == DType::F64 ? 0x1p-53 : 0x1p-24; }
+
+// y against the oracle with the K-scaled bound above; `bound` = matmul(abs(a), abs(b)) in the
+// shape of y (broadcast by the caller when the epilogue broadcasts).
+::testing::AssertionResult matmul_close(const Tensor& y, const Tensor& bound, int64_t K) {
+  auto got = values(y), ref = reference_values(y), s = reference_values(bound);
+  if (got.size() != ref.size() || s.size() != ref.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " " << ref.size() << " " << s.size();
+  const double eps = eps_of(y.dtype());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!is_float(y.dtype())) {
+      if (got[i] != ref[i]) return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << ref[i];
+      continue;
+    }
+    double tol = 4 * static_cast<double>(K) * eps * s[i] + 2 * eps * std::fabs(ref[i]);
+    if (!close(got[i], ref[i], 0, tol))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", expected " << ref[i]
+                                           << " (tolerance " << tol << ", K " << K << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::F32) {
+  return make_tensor(random_values(static_cast<size_t>(count_of(s)), seed), s, dt);
+}
+
+// ---- backends: reference interpreter, LLVM, the default chain ----
+
+class Contraction : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    saved_ = options();
+    if (GetParam() != "default" && !detail::find_backend(GetParam()))
+      GTEST_SKIP() << "backend " << GetParam() << " is not built in";
+    Options o = saved_;
+    o.backends = GetParam() == "default" ? std::vector<std::string>{} : std::vector<std::string>{GetParam()};
+    set_options(o);
+    reset_counters();
+  }
+  void TearDown() override {
+    // A named backend runs every contraction itself (LLVM must not decline one).
+    if (GetParam() != "default") EXPECT_EQ(counters().fallbacks, 0u);
+    set_options(saved_);
+  }
+  Options saved_;
+};
+
+TEST_P(Contraction, RandomShapesAndEdgeSizes) {
+  std::mt19937_64 g(7);
+  std::vector<std::array<int64_t, 3>> mnk = {{1, 9, 5}, {9, 1, 5}, {9, 5, 1}, {1, 1, 1}, {0, 4, 3}, {4, 0, 3}, {4, 3, 0}};
+  for (int i = 0; i < 5; ++i) mnk.push_back({1 + int64_t(g() % 67), 1 + int64_t(g() % 67), 1 + int64_t(g() % 67)});
+  uint64_t seed = 100;
+  // every shape in f32; f64 on a few (each K is a compile: keep the test cheap)
+  const size_t f64_from = mnk.size() - 3;
+  for (DType dt : {DType::F32, DType::F64})
+    for (size_t i = dt == DType::F64 ? f64_from : 0; i < mnk.size(); ++i) {
+      auto [M, N, K] = mnk[i];
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+      Tensor a = rnd({M, K}, ++seed, dt), b = rnd({K, N}, ++seed, dt);
+      EXPECT_TRUE(matmul_close(matmul(a, b), matmul(abs(a), abs(b)), K));
+    }
+}
+
+TEST_P(Contraction, EmptyKGivesZerosThroughTheEpilogue) {
+  Tensor a = rnd({3, 0}, 1), b = rnd({0, 4}, 2), bias = rnd({4}, 3);
+  Tensor y = relu(matmul(a, b) + bias);
+  auto bv = values(bias);
+  std::vector<double> expect;
+  for (int i = 0; i < 3; ++i)
+    for (double x : bv) expect.push_back(std::max(x, 0.0));
+  EXPECT_TRUE(all_close(values(y), expect, 0, 0));
+}
+
+TEST_P(Contraction, TransposedSlicedAndReshapedOperands) {
+  Tensor at = rnd({13, 7}, 11), b = rnd({13, 5}, 12), bt = rnd({5, 13}, 13);
+  // A^T @ B and A^T @ B^T: strides only
+  EXPECT_TRUE(matmul_close(matmul(at.transpose(), b), matmul(abs(at.transpose()), abs(b)), 13));
+  EXPECT_TRUE(matmul_close(matmul(at.transpose(), bt.transpose()), matmul(abs(at.transpose()), abs(bt.transpose())), 13));
+  // every other row and column
+  Tensor big = rnd({20, 27}, 14);
+  Tensor as = big.slice({Range{1, std::nullopt, 2}, Range{0, std::nullopt, 2}});  // [10, 14]
+  Tensor bs = rnd({28, 6}, 15).slice({Range{0, std::nullopt, 2}, Range::all()});  // [14, 6]
+  EXPECT_TRUE(matmul_close(matmul(as, bs), matmul(abs(as), abs(bs)), 14));
+  // a buffer reshaped [6, 5] -> [2, 3, 5]; batch of 2
+  Tensor r = rnd({6, 5}, 16).reshape({2, 3, 5}), w = rnd({2, 5, 4}, 17);
+  EXPECT_TRUE(matmul_close(matmul(r, w), matmul(abs(r), abs(w)), 5));
+}
+
+TEST_P(Contraction, BroadcastBatchAndOneDimensionalOperands) {
+  Tensor c = rnd({3, 1, 4, 5}, 21), d = rnd({2, 5, 6}, 22);
+  EXPECT_TRUE(matmul_close(matmul(c, d), matmul(abs(c), abs(d)), 5));
+  Tensor m4 = rnd({4, 5}, 26);  // a matrix against a batch: the matrix broadcasts (stride 0)
+  EXPECT_TRUE(matmul_close(matmul(m4, d), matmul(abs(m4), abs(d)), 5));
+  Tensor m = rnd({5, 6}, 23), v = rnd({5}, 24), mt = rnd({6, 5}, 25);
+  EXPECT_TRUE(matmul_close(matmul(v, m), matmul(abs(v), abs(m)), 5));    // [5] @ [5, 6] -> [6]
+  EXPECT_TRUE(matmul_close(matmul(mt, v), matmul(abs(mt), abs(v)), 5));  // [6, 5] @ [5] -> [6]
+  EXPECT_TRUE(matmul_close(matmul(v, v), matmul(abs(v), abs(v)), 5));    // dot -> []
+  EXPECT_TRUE(matmul_close(matmul(v, d), matmul(abs(v), abs(d)), 5));    // [5] @ [2, 5, 6] -> [2, 6]
+}
+
+TEST_P(Contraction, IntegersAreExactAndWrap) {
+  for (DType dt : {DType::I32, DType::I64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = make_tensor(random_ints(23 * 17, 31, -50, 50), {23, 17}, dt);
+    Tensor b = make_tensor(random_ints(17 * 9, 32, -50, 50), {17, 9}, dt);
+    Tensor y = matmul(a, b) * 3 + 1;
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_TRUE(matmul_close(y, y, 17));
+  }
+  // i32 products and sums past 2^31 wrap (two's complement), as every i32 op does.
+  Tensor a = make_tensor(random_ints(4 * 6, 33, 40000, 60000), {4, 6}, DType::I32);
+  Tensor b = make_tensor(random_ints(6 * 3, 34, 40000, 60000), {6, 3}, DType::I32);
+  auto av = values(a), bv = values(b), got = values(matmul(a, b));
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      uint32_t s = 0;
+      for (int k = 0; k < 6; ++k) s += static_cast<uint32_t>(av[i * 6 + k]) * static_cast<uint32_t>(bv[k * 3 + j]);
+      EXPECT_EQ(got[i * 3 + j], static_cast<double>(static_cast<int32_t>(s))) << i << "," << j;
+    }
+  // mixed dtypes promote; the cast folds into the operand load
+  Tensor ia = make_tensor(random_ints(8 * 4, 35, -9, 9), {8, 4}, DType::I32), fb = rnd({4, 3}, 36);
+  EXPECT_TRUE(matmul_close(matmul(ia, fb), matmul(abs(ia), abs(fb)), 4));
+}
+
+TEST_P(Contraction, FusedEpilogues) {
+  Tensor x = rnd({19, 33}, 41), w = rnd({33, 21}, 42), bias = rnd({21}, 43);
+  Tensor s = matmul(abs(x), abs(w));
+  EXPECT_TRUE(matmul_close(relu(matmul(x, w) + bias), s, 33));
+  Tensor a = rnd({33, 19}, 44);
+  EXPECT_TRUE(matmul_close(matmul(a.transpose(), w) * 0.5, matmul(abs(a.transpose()), abs(w)) * 0.5, 33));
+  // scaled and negated operands fold into the loads
+  EXPECT_TRUE(matmul_close(matmul(-x, w * 2.0), s * 2.0, 33));
+}
+
+TEST_P(Contraction, OneAndTwoThreadsAgreeBitwise) {
+  auto run = [&](int threads) {
+    Options o = options();
+    o.num_threads = threads;
+    set_options(o);
+    Tensor x = rnd({67, 45}, 51), w = rnd({45, 61}, 52), bias = rnd({61}, 53);
+    return (relu(matmul(x, w) + bias)).to_vector<float>();
+  };
+  auto one = run(1), two = run(2);
+  ASSERT_EQ(one.size(), two.size());
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Contraction, ::testing::Values("reference", "llvm", "default"),
+                         [](const auto& info) { return info.param; });
+
+// Defined by jit/llvm/column_tiles.cpp when the LLVM backend is built in (weak: null otherwise).
+extern "C" __attribute__((weak)) void kfuse_llvm_set_test_tile(int64_t n);
+
+// LLVM runs a contraction with contiguous B rows as tiles of output columns (column_tiles.cpp):
+// narrow forced tiles (several tiles and a tail per row) give the same bits as the default.
+TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
+  if (!kfuse_llvm_set_test_tile || !detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
+  Options saved = options(), o = saved;
+  o.backends = {"llvm"};
+  o.cache_mode = "off";  // every width compiles its own code
+  std::vector<std::vector<float>> outs;
+  for (int64_t tile : {0, 4, 16}) {
+    kfuse_llvm_set_test_tile(tile);
+    set_options(o);
+    reset_counters();
+    Tensor x = rnd({2, 9, 11}, 101), w = rnd({11, 37}, 102), b = rnd({37}, 103);
+    Tensor y = relu(matmul(x, w) + b);
+    EXPECT_TRUE(matmul_close(y, matmul(abs(x), abs(w)), 11)) << "tile " << tile;
+    EXPECT_EQ(counters().fallbacks, 0u);
+    EXPECT_EQ(counters().kernels_compiled, 1u);  // compiled at this width, not taken from a cache
+    outs.push_back(y.to_vector<float>());
+  }
+  kfuse_llvm_set_test_tile(0);
+  set_options(saved);
+  for (const auto& v : outs) EXPECT_EQ(std::memcmp(v.data(), outs[0].data(), v.size() * sizeof(float)), 0);
+}
+
+// ---- the IR form (the contract with GEMM backends) ----
+
+bool mentions(const ir::ExprRef& e, ir::Space s, int dim) {
+  if (e->kind == ir::ExprKind::Var) return e->space == s && e->index == dim;
+  for (const auto& a : e->args)
+    if (mentions(a, s, dim)) return true;
+  return false;
+}
+void collect_loads(const ir::ExprRef& e, std::vector<const ir::Expr*>& out) {
+  if (e->kind == ir::ExprKind::Load) out.push_back(e.get());
+  for (const auto& a : e->args) collect_loads(a, out);
+}
+
+detail::LoweredKernel lower_only_group(const Tensor& y) {
+  auto p = detail::partition_graph({y.node().get()});
+  EXPECT_EQ(p.groups.size(), 1u);
+  return detail::lower_group(p.groups.at(0));
+}
+
+TEST(ContractionIr, BatchedTransposedMatmulHasTheContractForm) {
+  Tensor a = rnd({2, 7, 5}, 61), b = rnd({7, 3}, 62), bias = rnd({3}, 63);
+  Tensor y = relu(matmul(a.permute({0, 2, 1}), b) * 0.5 + bias);  // [2, 5, 3], K = 7
+  auto lk = lower_only_group(y);
+  const ir::Kernel& k = lk.kernel;
+  SCOPED_TRACE(ir::print_kernel(k));
+  EXPECT_EQ(k.kind, "contraction");
+  ASSERT_EQ(k.outer.size(), 3u);
+  EXPECT_EQ(k.reduce, std::vector<int64_t>{7});
+  ASSERT_EQ(k.accs.size(), 1u);
+  EXPECT_EQ(k.accs[0].kind, ir::AccKind::Sum);
+  EXPECT_EQ(k.accs[0].dtype, DType::F32);
+  const ir::ExprRef& v = k.accs[0].value;
+  ASSERT_EQ(v->kind, ir::ExprKind::Op);
+  EXPECT_EQ(v->op, Op::Mul);
+  // pa depends on batch, m and k but not n; pb on batch, k and n but not m
+  std::vector<const ir::Expr*> la, lb;
+  collect_loads(v->args[0], la);
+  collect_loads(v->args[1], lb);
+  ASSERT_EQ(la.size(), 1u);
+  ASSERT_EQ(lb.size(), 1u);
+  EXPECT_FALSE(mentions(la[0]->args[0], ir::Space::Outer, 2));
+  EXPECT_TRUE(mentions(la[0]->args[0], ir::Space::Outer, 1));
+  EXPECT_TRUE(mentions(la[0]->args[0], ir::Space::Reduce, 0));
+  EXPECT_FALSE(mentions(lb[0]->args[0], ir::Space::Outer, 1));
+  EXPECT_TRUE(mentions(lb[0]->args[0], ir::Space::Outer, 2));
+  EXPECT_FALSE(mentions(lb[0]->args[0], ir::Space::Outer, 0));  // b broadcasts over the batch: stride 0
+  ASSERT_EQ(k.phases.size(), 2u);
+  EXPECT_TRUE(k.phases[0].over_reduce);
+  EXPECT_EQ(k.phases[0].accs, std::vector<int>{0});
+  EXPECT_TRUE(k.phases[0].stores.empty());
+  EXPECT_FALSE(k.phases[1].over_reduce);
+  EXPECT_EQ(k.phases[1].stores.size(), 1u);
+  EXPECT_EQ(k.num_inputs(), 3);  // a, b, bias: the transpose copies nothing
+  EXPECT_NO_THROW(ir::verify_kernel(k));
+  // The epilogue reads the accumulator and the bias at (batch, m, n).
+  std::vector<const ir::Expr*> le;
+  collect_loads(k.phases[1].stores[0].value, le);
+  EXPECT_EQ(le.size(), 1u);
+}
+
+// ---- plans ----
+
+TEST(ContractionPlans, EpiloguesFuseAndOperandsAreNotCopied) {
+  Tensor x = rnd({16, 24}, 71), w = rnd({24, 8}, 72), b = rnd({8}, 73), a = rnd({24, 16}, 74);
+  Explanation e1 = explain(relu(matmul(x, w) + b));
+  ASSERT_EQ(e1.kernel_count(), 1u) << e1.text();
+  EXPECT_EQ(e1.kernels[0].kind, "contraction") << e1.text();
+  EXPECT_NE(e1.text().find("matmul;"), std::string::npos) << e1.text();
+  EXPECT_NE(e1.text().find("relu;"), std::string::npos) << e1.text();
+  Explanation e2 = explain(matmul(transpose(a), w) * 0.5);
+  ASSERT_EQ(e2.kernel_count(), 1u) << e2.text();
+  EXPECT_EQ(e2.kernels[0].inputs.size(), 2u) << e2.text();  // a and w themselves: no transposed copy
+  Explanation e3 = explain(layer_norm(gelu(matmul(x, w) + b), {8}));
+  EXPECT_LE(e3.kernel_count(), 2u) << e3.text();
+  EXPECT_TRUE(all_close(values(layer_norm(gelu(matmul(x, w) + b), {8})),
+                        reference_values(layer_norm(gelu(matmul(x, w) + b), {8})), 1e-4, 1e-5));
+}
+
+TEST(ContractionPlans, WhatDoesNotFuseIntoAContraction) {
+  Tensor a = rnd({9, 6}, 81), b = rnd({6, 5}, 82), c = rnd({5, 4}, 83);
+  auto reasons = [](const Explanation& e) {
+    std::string s;
+    for (const auto& bd : e.boundaries) s += bd.reason + "\n";
+    return s;
+  };
+  // an expensive operand producer would be recomputed N times per element: materialised
+  Explanation e1 = explain(matmul(exp(a), b));
+  EXPECT_EQ(e1.kernel_count(), 2u) << e1.text();
+  EXPECT_NE(reasons(e1).find("recomputed"), std::string::npos) << e1.text();
+  // a reduction of the result, and a second contraction, run in kernels of their own
+  Explanation e2 = explain(sum(matmul(a, b), 1));
+  EXPECT_EQ(e2.kernel_count(), 2u) << e2.text();
+  Explanation e3 = explain(matmul(matmul(a, b), c));
+  EXPECT_EQ(e3.kernel_count(), 2u) << e3.text();
+  EXPECT_NE(reasons(e3).find("one contraction per kernel"), std::string::npos) << e3.text();
+  // a transpose of the result would need it at other points
+  Explanation e4 = explain(matmul(a, b).transpose() + 1.0);
+  EXPECT_EQ(e4.kernel_count(), 2u) << e4.text();
+  for (const Tensor& y : {matmul(exp(a), b), sum(matmul(a, b), 1), matmul(matmul(a, b), c), matmul(a, b).transpose() + 1.0})
+    EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5));
+}
+
+TEST(ContractionPlans, AGraphWithMatmulIsPlannedOnce) {
+  auto make = [](uint64_t seed) {
+    Tensor x = rnd({12, 10}, seed), w = rnd({10, 7}, seed + 1), b = rnd({7}, seed + 2);
+    return relu(matmul(x, w) + b);
+  };
+  Tensor y1 = make(90);
+  eval({y1});
+  // Kernels compiled by the first evaluation leave the memory cache: a second PLAN would have
+  // to compile or load them again; the cached program needs neither.
+  clear_memory_cache();
+  reset_counters();
+  Tensor y2 = make(93);
+  eval({y2});
+  Counters c = counters();
+  EXPECT_EQ(c.kernels_compiled, 0u);
+  EXPECT_EQ(c.cache_misses, 0u);
+  EXPECT_EQ(c.disk_loads, 0u);
+  EXPECT_EQ(c.kernels_launched, 1u);
+  Tensor y3 = make(96);
+  EXPECT_FALSE(explain(y3).kernels.at(0).backend.empty()) << "no cached program for the structure";
+  EXPECT_TRUE(matmul_close(y2, matmul(abs(rnd({12, 10}, 93)), abs(rnd({10, 7}, 94))), 10));
+}
+
+}  // namespace
+}  // namespace kfuse::test
