@@ -235,7 +235,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
   try {
     plan = Plan{};
     // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
-    if (k.kind == "contraction") decline("contraction: GEMM path not built");
+    if (k.kind == "contraction") decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
     for (const auto& b : k.buffers)
