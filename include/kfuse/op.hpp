@@ -35,6 +35,9 @@ enum class Op : uint8_t {
   Concat,   ///< attrs.ints = {axis}
   // opaque
   Matmul,  ///< batched matmul with broadcasting over batch dims
+  /// The identity on class labels that first checks each is in [0, classes) or ignore_index
+  /// (cross_entropy's labels when they are computed lazily); attrs.ints = {classes, ignore_index}.
+  CheckLabels,
   Count_
 };
 
