@@ -1,9 +1,10 @@
 /** \file reference.hpp
  * The double-precision reference evaluator: the oracle of every differential test.
  *
- * It evaluates the graph op by op in double (sums and products accumulate in long double),
- * independent of fusion and code generation. Integer results are wrapped to their dtype; float
- * results are not rounded to f32. Integers are exact up to 2^53.
+ * It evaluates the graph op by op, floats in double (sums and products accumulate in long
+ * double), integers exactly in int64 wrapped to their dtype, independent of fusion and code
+ * generation. Float results are not rounded to f32. The values returned here are doubles, so an
+ * i64 result beyond 2^53 is rounded on the way out (comparisons and argmax inside are exact).
  */
 #pragma once
 #include <vector>

@@ -244,8 +244,11 @@ Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, const Tensor& weight = {}, double eps = 1e-6);
-/// Mean cross entropy of logits [B, C] against integer labels [B].
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+/// Mean cross entropy of logits [B, C] against integer labels [B], over the rows whose label is
+/// not ignore_index (as PyTorch; NaN when every row is ignored). A label outside [0, C) that is
+/// not ignore_index is a UserError: at record time when the labels are already computed, else
+/// thrown by the eval that computes them.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
 /// x / max(||x||_p, eps) along `axis` (p = 2).
 Tensor normalize(const Tensor& x, int64_t axis = -1, double eps = 1e-12);
 

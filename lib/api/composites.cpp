@@ -2,6 +2,8 @@
 // partitioner turns each into one kernel.
 #include <algorithm>
 
+#include "eval/check_labels.hpp"
+#include "eval/reference_eval.hpp"
 #include "record.hpp"
 
 namespace kfuse {
@@ -69,19 +71,33 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps) {
   return y;
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index) {
   Tensor logits = float_input("cross_entropy", logits_in);
-  require_defined("cross_entropy", labels);
-  if (logits.ndim() != 2 || labels.ndim() != 1 || labels.shape()[0] != logits.shape()[0] || !is_integer(labels.dtype()))
-    throw UserError(describe_call("cross_entropy", {logits, labels}) +
+  require_defined("cross_entropy", labels_in);
+  if (logits.ndim() != 2 || labels_in.ndim() != 1 || labels_in.shape()[0] != logits.shape()[0] ||
+      !is_integer(labels_in.dtype()))
+    throw UserError(describe_call("cross_entropy", {logits, labels_in}) +
                     ": expects logits [B, C] and integer labels [B]");
-  int64_t c = logits.shape()[1];
+  const int64_t b = logits.shape()[0], c = logits.shape()[1];
+  // A label outside [0, C) would silently pick nothing: computed labels are checked now, lazy
+  // ones by a CheckLabels host step when they are evaluated (before any kernel reads them).
+  const Node& ln = *labels_in.node();
+  Tensor labels = labels_in;
+  if (auto st = ln.op == Op::Buffer ? ln.storage : ln.realized())
+    check_class_labels(storage_values(*st), c, ignore_index);
+  else
+    labels = Tensor(make_node(Op::CheckLabels, labels_in.dtype(), labels_in.shape(), {labels_in.node()},
+                              Attrs{{c, ignore_index}, {}}, labels_in.device()));
   // The label picks its logit through a one-hot mask: this keeps the whole loss a row
-  // reduction that fuses with log_softmax (no gather kernel).
-  Tensor onehot = eq(arange(0, static_cast<double>(c), 1, labels.dtype()).reshape({1, c}),
-                     labels.reshape({labels.shape()[0], 1}));
+  // reduction that fuses with log_softmax (no gather kernel). An ignored label outside [0, C)
+  // matches no class; one inside must be masked out.
+  Tensor column = labels.reshape({b, 1});
+  Tensor onehot = eq(arange(0, static_cast<double>(c), 1, labels.dtype()).reshape({1, c}), column);
+  if (ignore_index >= 0 && ignore_index < c) onehot = logical_and(onehot, column != static_cast<double>(ignore_index));
   Tensor picked = sum(where(onehot, log_softmax(logits, 1), zeros({}, logits.dtype())), 1);
-  return neg(mean(picked));
+  // The mean over the rows that count (0 / 0 = NaN when none does, as PyTorch).
+  Tensor counted = sum(labels != static_cast<double>(ignore_index)).cast(logits.dtype());
+  return neg(sum(picked) / counted);
 }
 
 Tensor normalize(const Tensor& x_in, int64_t axis, double eps) {

@@ -60,18 +60,6 @@ ExprRef band(ExprRef a, ExprRef b) {
 }
 ExprRef cmp(Op o, ExprRef a, ExprRef b) { return ir::op(o, DType::Bool, {std::move(a), std::move(b)}); }
 
-ir::AccKind acc_kind(Op op) {
-  switch (op) {
-    case Op::ReduceSum: return ir::AccKind::Sum;
-    case Op::ReduceProd: return ir::AccKind::Prod;
-    case Op::ReduceMax: return ir::AccKind::Max;
-    case Op::ReduceMin: return ir::AccKind::Min;
-    case Op::ArgMax: return ir::AccKind::ArgMax;
-    case Op::ArgMin: return ir::AccKind::ArgMin;
-    default: throw InternalError("acc_kind: not a reduction");
-  }
-}
-
 class Lowerer {
  public:
   explicit Lowerer(const FusionGroup& g) : g_(g) {
@@ -345,7 +333,7 @@ class Lowerer {
       if (ai != acc_id_.end()) return ir::acc(ai->second, n->dtype);
       ExprRef v = emit(n->inputs[0].get(), full_idx_, full_dims_, nullptr);
       int id = static_cast<int>(accs_.size());
-      accs_.push_back({acc_kind(n->op), n->dtype, v});
+      accs_.push_back({ir::acc_kind(n->op), n->dtype, v});
       acc_id_[n] = id;
       return ir::acc(id, n->dtype);
     }

@@ -140,7 +140,11 @@ class Partitioner {
   int group_of(const Node* n) const { return group_[pos(n)]; }
   bool member(const Node* n) const {
     if (is_leaf(*n)) return is_root(n) && !n->realized();
-    if (is_inlined_source(*n)) return is_root(n);
+    // Kernels inline constants and ranges; a host step (matmul, check_labels) cannot, so a
+    // constant it reads is materialised by its own kernel.
+    if (is_inlined_source(*n))
+      return is_root(n) || std::any_of(consumers(n).begin(), consumers(n).end(),
+                                       [](const Node* c) { return op_kind(c->op) == OpKind::Opaque; });
     return true;
   }
   bool fusible(const Node* n) const {

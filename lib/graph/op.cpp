@@ -35,6 +35,7 @@ constexpr OpInfo kOps[] = {
     {"pad", OpKind::Injective, 1, 0},
     {"concat", OpKind::Injective, -1, 0},
     {"matmul", OpKind::Contraction, 2, 0},
+    {"check_labels", OpKind::Opaque, 1, 0},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::Count_), "op table out of sync");
 

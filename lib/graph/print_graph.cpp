@@ -54,6 +54,7 @@ std::string attrs_str(const Node& n) {
       s += " value=", s += real_str(reals.at(0), n.dtype);
       break;
     case Op::Concat: s += " axis=", s += std::to_string(ints.at(0)); break;
+    case Op::CheckLabels: s += " classes=", s += std::to_string(ints.at(0)), s += " ignore=", s += std::to_string(ints.at(1)); break;
     default:  // ops without documented attributes print whatever they carry
       if (!ints.empty()) s += " ints=", s += list_str(ints);
       if (!reals.empty()) {

@@ -161,6 +161,18 @@ const char* acc_kind_name(AccKind k) {
   return "?";
 }
 
+AccKind acc_kind(Op reduce_op) {
+  switch (reduce_op) {
+    case Op::ReduceSum: return AccKind::Sum;
+    case Op::ReduceProd: return AccKind::Prod;
+    case Op::ReduceMax: return AccKind::Max;
+    case Op::ReduceMin: return AccKind::Min;
+    case Op::ArgMax: return AccKind::ArgMax;
+    case Op::ArgMin: return AccKind::ArgMin;
+    default: throw InternalError(std::string("acc_kind: not a reduction: ") + op_name(reduce_op));
+  }
+}
+
 int Kernel::num_inputs() const {
   int n = 0;
   for (const auto& b : buffers) n += b.output ? 0 : 1;

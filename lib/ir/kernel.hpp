@@ -71,6 +71,8 @@ bool is_const(const ExprRef& e, double v);
 
 enum class AccKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin };
 const char* acc_kind_name(AccKind k);
+/// The accumulator of a reduction op (ReduceSum ... ArgMin).
+AccKind acc_kind(Op reduce_op);
 
 struct Accumulator {
   AccKind kind;

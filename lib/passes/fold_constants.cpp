@@ -17,21 +17,24 @@ std::optional<double> const_of(const NodeRef& n) {
   return n->attrs.reals.at(0);
 }
 
-// One element of `n` from one element of each input, with the evaluator's own code.
+// One element of `n` from one element of each input, with the evaluator's own code. An integer
+// result a double cannot hold exactly (beyond 2^53) stays unfolded: constants hold doubles.
 NodeRef fold_elementwise(const NodeRef& n) {
-  std::vector<std::vector<double>> vals;
+  std::vector<Values> vals;
   for (const auto& in : n->inputs) {
     auto c = const_of(in);
     if (!c) return nullptr;
-    vals.push_back({*c});
+    vals.push_back({num_from_double(*c, in->dtype)});
   }
   Node one;  // a one-element copy of n (evaluate_node reads op, dtype, shape and input dtypes)
   one.op = n->op;
   one.dtype = n->dtype;
   one.inputs = n->inputs;
-  std::vector<const std::vector<double>*> ins;
+  std::vector<const Values*> ins;
   for (const auto& v : vals) ins.push_back(&v);
-  return make_const_like(*n, evaluate_node(one, ins).at(0));
+  Num r = evaluate_node(one, ins).at(0);
+  if (!is_float(n->dtype) && (r.i > (int64_t{1} << 53) || r.i < -(int64_t{1} << 53))) return nullptr;
+  return make_const_like(*n, num_to_double(r, n->dtype));
 }
 
 // Views select elements of their input: every element of a constant is the constant.

@@ -245,13 +245,13 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
       args.params.assign(st.params.begin(), st.params.end());
       st.kernel->run(args);
     } else {
-      std::vector<std::vector<double>> in_vals;
-      std::vector<const std::vector<double>*> ins;
-      for (const ValueRef& v : st.inputs) in_vals.push_back(storage_to_double(*value(v)));
+      std::vector<Values> in_vals;
+      std::vector<const Values*> ins;
+      for (const ValueRef& v : st.inputs) in_vals.push_back(storage_values(*value(v)));
       for (const auto& v : in_vals) ins.push_back(&v);
       // Source and opaque ops run on the host; their result moves to the node's device.
       const Program::Temp& tp = p.temps[st.outputs[0]];
-      auto host = double_to_storage(evaluate_node(*st.host_node, ins), tp.dtype);
+      auto host = values_storage(evaluate_node(*st.host_node, ins), tp.dtype);
       temps[st.outputs[0]] = tp.device == Device::cpu() ? host : copy_storage(*host, tp.device);
     }
     bump(global_counters().kernels_launched);

@@ -116,6 +116,38 @@ TEST(UserErrors, Dtypes) {
                     "cross_entropy([2, 3] f32, [2] f32): expects logits [B, C] and integer labels [B]");
 }
 
+// Labels are data: computed ones are checked at record time, lazy ones by the eval that computes
+// them (before a kernel reads them). Without the check, {0, 5} gave 0.342 and {-1, 1} 1.379.
+TEST(UserErrors, CrossEntropyLabelsOutOfRange) {
+  Tensor logits = f32({2, 3});
+  auto labels = [](std::vector<int64_t> v) { return Tensor::from_vector(v, {2}); };
+  EXPECT_USER_ERROR(cross_entropy(logits, labels({0, 5})),
+                    "cross_entropy: label 5 at index 1 is out of range for 3 classes; labels must be in [0, 3) or "
+                    "equal ignore_index (-100)");
+  EXPECT_USER_ERROR(cross_entropy(logits, labels({-1, 1})),
+                    "cross_entropy: label -1 at index 0 is out of range for 3 classes; labels must be in [0, 3) or "
+                    "equal ignore_index (-100)");
+  EXPECT_USER_ERROR(cross_entropy(logits, labels({-100, 1}), 7),
+                    "cross_entropy: label -100 at index 0 is out of range for 3 classes; labels must be in [0, 3) or "
+                    "equal ignore_index (7)");
+  EXPECT_NO_THROW(cross_entropy(logits, labels({-100, 2})));
+  // Lazy labels: recording succeeds, evaluating throws (the reference evaluator too).
+  Tensor lazy = Tensor::from_vector(std::vector<int32_t>{0, 1}, {2}) * 3;
+  Tensor loss = cross_entropy(logits, lazy);
+  const char* lazy_msg =
+      "cross_entropy: label 3 at index 1 is out of range for 3 classes; labels must be in [0, 3) or equal "
+      "ignore_index (-100)";
+  EXPECT_USER_ERROR(loss.eval(), lazy_msg);
+  EXPECT_USER_ERROR(reference_values(loss), lazy_msg);
+  EXPECT_USER_ERROR(cross_entropy(logits, full({2}, 5, DType::I64)).item<float>(),
+                    "cross_entropy: label 5 at index 0 is out of range for 3 classes; labels must be in [0, 3) or "
+                    "equal ignore_index (-100)");
+  EXPECT_EQ(cross_entropy(logits, full({2}, 2, DType::I64)).item<float>(), cross_entropy(logits, labels({2, 2})).item<float>());
+  EXPECT_USER_ERROR(cross_entropy(logits, lazy + 1).item<float>(),
+                    "cross_entropy: label 4 at index 1 is out of range for 3 classes; labels must be in [0, 3) or "
+                    "equal ignore_index (-100)");
+}
+
 TEST(UserErrors, Matmul) {
   EXPECT_USER_ERROR(matmul(f32({2, 3}), f32({4, 5})),
                     "matmul([2, 3] f32, [4, 5] f32): inner dimensions differ (3 vs 4); the last axis of the first operand "

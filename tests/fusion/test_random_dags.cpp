@@ -49,10 +49,9 @@ std::string check_partition(const std::vector<const Node*>& roots) {
   return {};
 }
 
-TEST(RandomDags, PartitionIsValidAndResultsMatchTheReference) {
-  // KFUSE_TEST_SEED=<n> reruns one seed.
-  const char* one = std::getenv("KFUSE_TEST_SEED");
-  const uint64_t first = one ? std::strtoull(one, nullptr, 10) : 1, count = one ? 1 : 500;
+// Checks seeds [first, first + count); KFUSE_TEST_SEED=<n> reruns one seed instead.
+void check_seeds(uint64_t first, uint64_t count) {
+  if (const char* one = std::getenv("KFUSE_TEST_SEED")) first = std::strtoull(one, nullptr, 10), count = 1;
   int failures = 0;
   for (uint64_t seed = first; seed < first + count && failures < 3; ++seed) {
     Dag d = random_dag(seed);
@@ -96,6 +95,18 @@ TEST(RandomDags, PartitionIsValidAndResultsMatchTheReference) {
       }
     }
   }
+}
+
+TEST(RandomDags, PartitionIsValidAndResultsMatchTheReference) { check_seeds(1, 500); }
+
+// A build without LLVM runs xbyak with the reference interpreter behind it (integer kernels,
+// and whatever xbyak declines): the same property on that chain.
+TEST(RandomDags, XbyakReferenceChainMatchesTheReference) {
+  Options saved = options(), o = saved;
+  o.backends = {"xbyak", "reference"};
+  set_options(o);
+  check_seeds(501, 150);
+  set_options(saved);
 }
 
 }  // namespace

@@ -141,6 +141,25 @@ TEST(Composites, CrossEntropy) {
   expect_tensor(cross_entropy(make_tensor({2, -1}, {2, 1}), make_tensor({0, 0}, {2}, DType::I64)), {}, DType::F32, {0});
 }
 
+// ignore_index (PyTorch's, default -100): ignored rows leave the mean; every row ignored is NaN.
+// Labels computed lazily take the same path through a CheckLabels step.
+TEST(Composites, CrossEntropyIgnoreIndex) {
+  auto v = stored_values(random_values(15, 97, -3, 3), DType::F32);
+  auto nll = [&](int r, int label) {
+    std::vector<double> row(v.begin() + r * 5, v.begin() + (r + 1) * 5);
+    return -log_softmax_row(row)[static_cast<size_t>(label)];
+  };
+  Tensor logits = make_tensor(v, {3, 5});
+  const double rows02 = (nll(0, 1) + nll(2, 4)) / 2;
+  expect_tensor(cross_entropy(logits, make_tensor({1, -100, 4}, {3}, DType::I64)), {}, DType::F32, {rows02}, kRtol, kAtol);
+  Tensor lazy = make_tensor({1, 0, 4}, {3}, DType::I32) - make_tensor({0, 100, 0}, {3}, DType::I32);
+  expect_tensor(cross_entropy(logits, lazy), {}, DType::F32, {rows02}, kRtol, kAtol);
+  // An ignore_index inside [0, C) masks that class's rows.
+  expect_tensor(cross_entropy(logits, make_tensor({1, 3, 3}, {3}, DType::I64), 3), {}, DType::F32, {nll(0, 1)}, kRtol,
+                kAtol);
+  expect_tensor(cross_entropy(logits, make_tensor({-100, -100, -100}, {3}, DType::I64)), {}, DType::F32, {kNaN});
+}
+
 TEST(Composites, Normalize) {
   auto v = stored_values(random_values(12, 99), DType::F32);
   Tensor x = make_tensor(v, {3, 4});
@@ -215,6 +234,13 @@ TEST(Matmul, BatchedAndBroadcastBatch) {
   });
   expect_tensor(matmul(make_tensor(c, {3, 1, 4, 5}), make_tensor(d, {2, 5, 6})), {3, 2, 4, 6}, DType::F32, e, 0,
                 mm_atol(5));
+}
+
+// A host step reads a constant operand from a kernel that materialises it (it used to find no
+// producer: "program: value of const has no producer").
+TEST(Matmul, ConstantOperand) {
+  Tensor x = make_tensor({1, 2, 3, 4}, {2, 2});
+  expect_tensor(matmul(full({2, 2}, 2.0), x), {2, 2}, DType::F32, {8, 12, 8, 12});
 }
 
 TEST(Matmul, OneDimensionalOperands) {
