@@ -180,16 +180,18 @@ TEST(GpuGemm, OpenCLMatchesLoops) {
   auto be = opencl_backend();
   if (!be) GTEST_SKIP() << "no OpenCL device: " << detail::opencl_describe();
   // f32, K = 17 (one full slice of 16 and a tail of 1), bias + relu; tile edges 63/64/65,
-  // single rows/columns, empty M or N, 67 x 67
-  run_spec(*be, {DType::F32, 0, 17, false, false, {}, {}, true},
-           {{1, 1}, {64, 64}, {65, 63}, {1, 67}, {67, 1}, {0, 5}, {5, 0}, {67, 67}});
-  // f32, K = 1, both operands transposed, two batch dims, A broadcast along the first, B along the second
-  run_spec(*be, {DType::F32, 2, 1, true, true, {true, false}, {false, true}, false}, {{2, 3, 13, 66}, {0, 2, 3, 3}});
+  // single rows/columns, empty M or N, 67 x 67, and random M, N in 1..67 (params: no recompiles)
+  std::vector<std::vector<int64_t>> sizes = {{1, 1}, {64, 64}, {65, 63}, {1, 67}, {67, 1}, {0, 5}, {5, 0}, {67, 67}};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3; ++i) sizes.push_back({1 + static_cast<int64_t>(rng() % 67), 1 + static_cast<int64_t>(rng() % 67)});
+  run_spec(*be, {DType::F32, 0, 17, false, false, {}, {}, true}, sizes);
+  // f64, K = 64 (whole slices), both operands transposed, two batch dims, A broadcast along the
+  // first and B along the second; an empty batch
+  run_spec(*be, {DType::F64, 2, 64, true, true, {true, false}, {false, true}, false}, {{2, 3, 13, 66}, {0, 2, 3, 3}});
   // i32 products wrap; K = 33 (two slices and a tail), A transposed, B broadcast over the batch
   run_spec(*be, {DType::I32, 1, 33, true, false, {}, {true}, true}, {{3, 29, 41}});
-  // i64, K = 67, B transposed
-  run_spec(*be, {DType::I64, 0, 67, false, true, {}, {}, false}, {{37, 65}});
-  run_spec(*be, {DType::F64, 1, 64, false, false, {}, {}, true}, {{2, 50, 19}});  // K a multiple of the slice
+  // i64 products wrap; K = 1, B transposed
+  run_spec(*be, {DType::I64, 0, 1, false, true, {}, {}, false}, {{37, 65}});
 }
 
 TEST(GpuGemm, OpenCLEmptyReduce) {
