@@ -149,7 +149,7 @@ class CudaKernel final : public CompiledKernel {
     CUresult rc = CUDA_SUCCESS;
     for (size_t s = 0; s < r_.stages.size() && rc == CUDA_SUCCESS; ++s) {
       const gpu::Stage& st = r_.stages[s];
-      const int64_t groups = gpu::groups_for(st, gpu::cuda_dialect(), outer * st.units_per_outer);
+      const int64_t groups = gpu::groups_for(st, gpu::cuda_dialect(), gpu::stage_units(st, k_, args.params));
       rc = d.LaunchKernel(fns_[s], static_cast<unsigned>(groups), 1, 1, static_cast<unsigned>(st.block), 1, 1, 0,
                           dev.stream, kargs.data(), nullptr);
       if (rc == CUDA_SUCCESS) cuda::count_launch();

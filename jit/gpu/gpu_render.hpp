@@ -13,6 +13,8 @@
 // pair in stage 1 (fixed-size chunks write partials) and an outer point in stage 2 (partials
 // combined in fixed order, then the remaining phases). Lanes fold strided reduce indices in
 // increasing order and combine through a fixed tree, so results do not depend on the grid size.
+// Contraction kernels (matmul) in the GEMM form run "gemm-tiled" instead: a unit is a tile of C,
+// computed by a block through shared/local memory (gpu_render.cpp, templates/gpu/gemm.tmpl).
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -55,11 +57,13 @@ struct Stage {
   int block = 1;                ///< threads per block / work-group
   int64_t units_per_outer = 1;  ///< units = outer points * this
   bool uses_scratch = false;    ///< takes the partials buffer as its last argument
+  /// gemm-tiled: a unit is one tile_m x tile_n tile of the last two outer dims (per batch point).
+  int tile_m = 0, tile_n = 0;
 };
 
 struct Rendered {
   std::string source;
-  std::string strategy;       ///< pointwise | row-warp | row-block | serial | two-stage-thread | two-stage-block
+  std::string strategy;       ///< pointwise | row-warp | row-block | serial | two-stage-thread | two-stage-block | gemm-tiled
   std::vector<Stage> stages;  ///< launches per run, in order
   int64_t split = 1;          ///< chunks per outer point (two-stage)
   int64_t scratch_slots = 0;  ///< 8-byte partial slots per stage-1 unit
@@ -76,6 +80,8 @@ Rendered render(const ir::Kernel& k, const Dialect& d);
 /// render(), or false with `declined` set ("<dialect>: why") when the kernel is unsupported.
 bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined);
 
+/// The work units of stage `s` for a launch with these param values.
+int64_t stage_units(const Stage& s, const ir::Kernel& k, const std::vector<int64_t>& params);
 /// Work-groups / blocks to launch for `units` work units (0 when there is nothing to do).
 int64_t groups_for(const Stage& s, const Dialect& d, int64_t units);
 

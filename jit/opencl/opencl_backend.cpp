@@ -155,7 +155,7 @@ class OpenCLKernel final : public CompiledKernel {
         }
         check(clSetKernelArg(kn, a++, params.size() * sizeof(int64_t), params.data()), "clSetKernelArg (params)");
         if (st.uses_scratch) check(clSetKernelArg(kn, a++, sizeof(cl_mem), &scratch), "clSetKernelArg (partials)");
-        const int64_t groups = gpu::groups_for(st, gpu::opencl_dialect(), outer * st.units_per_outer);
+        const int64_t groups = gpu::groups_for(st, gpu::opencl_dialect(), gpu::stage_units(st, k_, args.params));
         size_t local = static_cast<size_t>(st.block), global = static_cast<size_t>(groups) * local;
         check(clEnqueueNDRangeKernel(dev_.queue, kn, 1, nullptr, &global, &local, 0, nullptr, nullptr),
               "clEnqueueNDRangeKernel");

@@ -355,6 +355,91 @@ inline GpuCase global_sum_argmax(DType t, int64_t N) {
   return c;
 }
 
+// ---------------------------------------------------------------- contractions (matmul)
+/// C[batch.., m, n] = sum_k A * B, or relu(that + bias[n]) (kind "contraction", the GPU's
+/// gemm-tiled form). Params: the batch extents, M, N. Buffers: A, B, bias [N], C. ta: A stored
+/// [K, M]; tb: B stored [N, K]; a_bcast / b_bcast: per batch dim, the operand does not move along
+/// it (stride 0; it holds only the other batch dims).
+struct GemmSpec {
+  DType t = DType::F32;
+  int nbatch = 0;
+  int64_t K = 1;
+  bool ta = false, tb = false;
+  std::vector<bool> a_bcast, b_bcast;
+  bool relu_bias = false;
+};
+
+/// Element offset of an operand's batch point (the same rule as gemm_kernel's index expressions).
+inline int64_t gemm_batch_offset(const std::vector<int64_t>& ext, const std::vector<int64_t>& at,
+                                 const std::vector<bool>& bc, int64_t mat) {
+  int64_t off = 0, run = mat;
+  for (size_t d = ext.size(); d-- > 0;)
+    if (!(d < bc.size() && bc[d])) {
+      off += at[d] * run;
+      run *= ext[d];
+    }
+  return off;
+}
+
+inline Kernel gemm_kernel(const GemmSpec& s) {
+  Kernel k;
+  k.name = std::string("gemm_") + dtype_name(s.t) + "_k" + std::to_string(s.K) + (s.ta ? "_ta" : "") +
+           (s.tb ? "_tb" : "") + "_b" + std::to_string(s.nbatch);
+  k.kind = "contraction";
+  const DType t = s.t;
+  k.buffers = {{"a", t, false}, {"b", t, false}, {"bias", t, false}, {"c", t, true}};
+  const int nb = s.nbatch;
+  for (int d = 0; d < nb + 2; ++d) {
+    k.params.push_back({"outer" + std::to_string(d), 1});
+    k.outer.push_back(param(d));
+  }
+  k.reduce = {s.K};
+  const ExprRef M = param(nb), N = param(nb + 1), Kc = iconst(s.K), m = O(nb), n = O(nb + 1), kk = Rv(0);
+  auto boff = [&](const std::vector<bool>& bc, ExprRef mat) {
+    ExprRef off = iconst(0), run = std::move(mat);
+    for (int d = nb; d-- > 0;)
+      if (!(static_cast<size_t>(d) < bc.size() && bc[d])) {
+        off = iadd(off, imul(O(d), run));
+        run = imul(run, param(d));
+      }
+    return off;
+  };
+  ExprRef ai = iadd(boff(s.a_bcast, imul(M, Kc)), s.ta ? iadd(imul(kk, M), m) : iadd(imul(m, Kc), kk));
+  ExprRef bi = iadd(boff(s.b_bcast, imul(Kc, N)), s.tb ? iadd(imul(n, Kc), kk) : iadd(imul(kk, N), n));
+  ExprRef ci = iadd(boff({}, imul(M, N)), iadd(imul(m, N), n));
+  k.accs = {{AccKind::Sum, t, bin(Op::Mul, t, load(0, t, ai), load(1, t, bi))}};
+  Phase red;
+  red.over_reduce = true;
+  red.accs = {0};
+  Phase epi;
+  ExprRef a = acc(0, t);
+  epi.stores.push_back({3, ci, s.relu_bias ? un(Op::Relu, t, bin(Op::Add, t, a, load(2, t, n))) : a});
+  k.phases = {red, epi};
+  return k;
+}
+
+/// Element counts of gemm_kernel's buffers for params {batch.., M, N}.
+inline std::vector<int64_t> gemm_numel(const GemmSpec& s, const std::vector<int64_t>& p) {
+  const std::vector<int64_t> ext(p.begin(), p.begin() + s.nbatch);
+  const int64_t M = p[s.nbatch], N = p[s.nbatch + 1];
+  auto size = [&](const std::vector<bool>& bc, int64_t mat) {
+    for (size_t d = 0; d < ext.size(); ++d)
+      if (!(d < bc.size() && bc[d])) mat *= ext[d];
+    return mat;
+  };
+  return {size(s.a_bcast, M * s.K), size(s.b_bcast, s.K * N), N, size({}, M * N)};
+}
+
+inline GpuCase gemm_case(const GemmSpec& s, std::vector<std::vector<int64_t>> param_sets) {
+  GpuCase c;
+  c.k = gemm_kernel(s);
+  c.numel = [s](const std::vector<int64_t>& p) { return gemm_numel(s, p); };
+  c.param_sets = std::move(param_sets);
+  c.rtol = 1e-5;  // the reference sums in another order
+  c.atol = 2e-4;
+  return c;
+}
+
 /// Every case (the render test compiles all of them; the device tests run them).
 inline std::vector<GpuCase> all_cases() {
   std::vector<GpuCase> v;
@@ -379,6 +464,8 @@ inline std::vector<GpuCase> all_cases() {
   v.push_back(column_mean_max(DType::F32, 1000));
   v.push_back(global_sum_argmax(DType::F32, 10007));
   v.push_back(global_sum_argmax(DType::F64, 100));
+  v.push_back(gemm_case({DType::F32, 1, 19, true, false, {}, {}, true}, {{2, 5, 70}, {0, 3, 3}, {1, 1, 1}}));
+  v.push_back(gemm_case({DType::I64, 2, 33, false, true, {true}, {false, true}, false}, {{2, 3, 65, 9}}));
   return v;
 }
 
