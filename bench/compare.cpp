@@ -1,8 +1,9 @@
-// kfuse_compare: kfuse (each backend) against LibTorch, oneDNN and Eigen on the workloads of
-// PERFORMANCE.md, with a STREAM-style triad ceiling measured in the same run.
+// kfuse_compare: kfuse (each backend) against LibTorch, oneDNN, Eigen and (GEMM) OpenBLAS on the
+// workloads of PERFORMANCE.md, with a STREAM-style triad ceiling measured in the same run and,
+// for the GEMM workloads, the FMA peak (bench/fma_peak.cpp).
 //
 //   kfuse_compare [--quick] [--filter SUBSTR[|SUBSTR...]] [--json FILE] [--threads 1,2]
-//                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen]
+//                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen,openblas]
 //                 [--min-time SECONDS] [--max-reps N] [--strict] [--list]
 //
 // Every result is checked against kfuse::reference_values (fp64) before it is timed; a result
@@ -21,6 +22,7 @@
 #include <vector>
 #include <unistd.h>  // sysconf: the L3 size
 
+#include "fma_peak.hpp"
 #include "harness.hpp"
 #include "kfuse_impl.hpp"
 #include "peers/peers.hpp"
@@ -46,6 +48,11 @@ constexpr bool kHaveEigen = true;
 #else
 constexpr bool kHaveEigen = false;
 #endif
+#ifdef KFUSE_BENCH_HAVE_OPENBLAS
+constexpr bool kHaveOpenblas = true;
+#else
+constexpr bool kHaveOpenblas = false;
+#endif
 
 struct Cli {
   bool quick = false;
@@ -55,7 +62,7 @@ struct Cli {
   std::string json;
   std::vector<int> threads{1, 2};
   std::vector<std::string> backends{"xbyak", "llvm", "opencl", "reference"};
-  std::vector<std::string> peers{"torch", "onednn", "eigen"};
+  std::vector<std::string> peers{"torch", "onednn", "eigen", "openblas"};
   double min_time = -1;
   int max_reps = -1;
   int64_t scale = 1;  // rows (or elements) of the 16M+ workloads multiplied by this
@@ -78,7 +85,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "  --json FILE          write every row as JSON\n"
       "  --threads LIST       thread counts (default 1,2)\n"
       "  --backends LIST      kfuse backends (default xbyak,llvm,opencl,reference)\n"
-      "  --peers LIST         peers to run (default torch,onednn,eigen)\n"
+      "  --peers LIST         peers to run (default torch,onednn,eigen,openblas)\n"
       "  --min-time S         seconds of sampling per row (default 0.5, quick 0.02)\n"
       "  --max-reps N         samples per row at most (default 200, quick 10)\n"
       "  --scale N            multiply the rows (1-D: elements) of the 16M+ workloads by N, to measure\n"
@@ -180,6 +187,24 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   v.push_back(wl("sum axis 1 " + shape2(S, S), Kind::SumAxis1, S, S, Target::Ceiling90));
   v.push_back(wl("sum all " + shape2(S, S), Kind::SumAll, S, S, Target::Ceiling90));
   v.push_back(wl("chain10 8 floats (record+eval)", Kind::Chain10, 1, 8, Target::Under1us));
+  // GEMM (f32, through matmul): GFLOP/s and % of the FMA peak. Each name holds its shapes.
+  auto mm = [&](int64_t m, int64_t k, int64_t n, Kind kind = Kind::Matmul, Target t = Target::None,
+                const char* tail = "") {
+    Workload g = wl("", kind, m, n, t);
+    g.inner = k;
+    g.name = std::string(kind == Kind::Mlp ? "mlp layer_norm(gelu(x@W+b)) " : "matmul ") + shape2(m, k) + "x" +
+             shape2(k, n) + tail;
+    return g;
+  };
+  v.push_back(mm(4, 4, 4, Kind::Matmul, Target::Under5us, " record+eval"));
+  for (int64_t s : {int64_t{64}, int64_t{256}, int64_t{512}, rc(1024, 128), rc(2048, 192)}) v.push_back(mm(s, s, s));
+  v.push_back(mm(rc(1000, 100), rc(999, 99), rc(1001, 101)));
+  v.push_back(mm(1, rc(4096, 512), rc(4096, 512), Kind::Matmul, Target::None, " (GEMV)"));
+  const int64_t bm = rc(512, 64), bk = rc(1024, 128), bn = rc(4096, 256);
+  v.push_back(mm(bm, bk, bn));
+  Workload mlp = mm(bm, bk, bn, Kind::Mlp, Target::Epilogue5pct);
+  mlp.bare = v.back().name;
+  v.push_back(mlp);
   v.push_back(wl("compile time per kernel", Kind::Compile, 1, 1024, Target::Compile100us));
   v.push_back(wl("cache-hit overhead 8 floats", Kind::CacheHit, 1, 8));
   return v;
@@ -196,6 +221,16 @@ bool want_peer(const Cli& c, const char* p) { return std::find(c.peers.begin(), 
 
 bool is_kfuse(const Row& r) { return r.impl.rfind("kfuse", 0) == 0; }
 
+// Medians of the rows run so far, by workload, implementation and thread count: the MLP block's
+// rows are read against the bare GEMM of the same shape.
+std::map<std::string, double>& medians() {
+  static std::map<std::string, double> m;
+  return m;
+}
+std::string median_key(const std::string& w, const std::string& impl, int threads) {
+  return w + "|" + impl + "|" + std::to_string(threads);
+}
+
 std::string pct(double f) {
   char b[32];
   std::snprintf(b, sizeof b, "%.0f%%", f * 100);
@@ -209,6 +244,14 @@ std::string ratio(double x) {
 
 // Fills Row::target of the kfuse rows of one (workload, threads) group.
 void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
+  if (!w.bare.empty())  // every row of the MLP block: its time over the same implementation's bare GEMM
+    for (Row& r : group) {
+      auto it = medians().find(median_key(w.bare, r.impl, r.threads));
+      if (r.status != "ok" || it == medians().end()) continue;
+      r.vs_bare = r.st.median / it->second;
+      std::string n = ratio(r.vs_bare) + " its bare GEMM";
+      r.note = r.note.empty() ? n : n + "; " + r.note;
+    }
   if (w.target == Target::None) return;
   const Row* best = nullptr;
   const Row* eigen = nullptr;
@@ -259,6 +302,14 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
           why.push_back("torch natural n/a");
         break;
       case Target::Under1us: need(r.st.median <= 1e-6, fmt_time(r.st.median) + " (need <=1 us)"); break;
+      case Target::Under5us: need(r.st.median <= 5e-6, fmt_time(r.st.median) + " (need <=5 us)"); break;
+      case Target::Epilogue5pct:
+        if (r.vs_bare < 0) {
+          r.target = "n/a (bare GEMM " + w.bare + " not run)";
+          continue;
+        }
+        need(r.vs_bare <= 1.05, "(need <=1.05x the bare GEMM)");
+        break;
       case Target::Compile100us:
         if (r.impl != "kfuse[xbyak]") continue;
         if (r.kernels <= 0) {
@@ -279,7 +330,8 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
 }
 
 // Verifies, then times one implementation. `after` fills implementation-specific fields.
-Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int threads, double ceiling,
+// `ceiling`: the triad GB/s, or for GEMM workloads the FMA peak GFLOP/s, with `threads` threads.
+Row run_impl(Impl& im, const Workload& w, const Reference& ref, int threads, double ceiling,
              const TimingConfig& cfg, const std::function<void(Row&)>& after = {}) {
   Row r;
   r.workload = w.name;
@@ -291,8 +343,7 @@ Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int th
   try {
     if (im.setup) im.setup();
     im.run();
-    const double rtol = 1e-4, atol = 1e-5;
-    Verdict v = verify(im.result(), ref, atol, rtol);
+    Verdict v = verify(im.result(), ref);
     r.max_abs_err = v.max_abs_err;
     if (!v.ok) {
       r.status = "FAIL";
@@ -304,6 +355,11 @@ Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int th
     r.status = "ok";
     r.gbps = r.bytes / r.st.median / 1e9;
     r.frac = ceiling > 0 ? r.gbps / ceiling : 0;
+    if (w.flops > 0) {
+      r.gflops = w.flops / r.st.median * 1e-9;
+      r.peak_gflops = ceiling;
+      r.frac = ceiling > 0 ? r.gflops / ceiling : 0;
+    }
     if (w.rowwise()) {  // short rows are bound by per-row work: show it (PERFORMANCE.md)
       std::string b = fmt_time(r.st.median / static_cast<double>(w.rows)) + "/row";
       r.note = r.note.empty() ? b : b + "; " + r.note;
@@ -318,6 +374,15 @@ Row run_impl(Impl& im, const Workload& w, const std::vector<double>& ref, int th
 
 void print_group(const std::vector<Row>& g) {
   for (const Row& r : g) print_row(r);
+}
+
+// The largest GEMM a kfuse backend is timed on: xbyak runs a blocked GEMM; LLVM and OpenCL
+// compile the contraction as a loop nest (about 1 GFLOP/s here), the reference interpreter is
+// slower still.
+double gemm_flops_limit(const std::string& backend) {
+  if (backend == "xbyak") return 1e30;
+  if (backend == "reference") return 1e6;
+  return 6e8;
 }
 
 Row skipped_row(const Workload& w, const char* impl, int threads, const char* peer) {
@@ -357,7 +422,7 @@ int main(int argc, char** argv) {
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   std::printf("kfuse_compare  %s\nmachine: %s\n", date, machine.c_str());
-  std::printf("peers: LibTorch %s, oneDNN %s, Eigen %s\n",
+  std::printf("peers: LibTorch %s, oneDNN %s, Eigen %s, %s\n",
 #ifdef KFUSE_BENCH_HAVE_TORCH
               torch_version().c_str(),
 #else
@@ -369,12 +434,17 @@ int main(int argc, char** argv) {
               "(not installed)",
 #endif
 #ifdef KFUSE_BENCH_HAVE_EIGEN
-              eigen_version().c_str()
+              eigen_version().c_str(),
 #else
-              "(not installed)"
+              "(not installed)",
+#endif
+#ifdef KFUSE_BENCH_HAVE_OPENBLAS
+              openblas_version().c_str()
+#else
+              "OpenBLAS (not installed)"
 #endif
   );
-  if (!kHaveTorch || !kHaveDnnl || !kHaveEigen)
+  if (!kHaveTorch || !kHaveDnnl || !kHaveEigen || !kHaveOpenblas)
     std::printf("missing peers are skipped; install them with scripts/bench.sh --install-peers\n");
   std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n",
               cfg.min_reps, cfg.min_time_s);
@@ -389,6 +459,13 @@ int main(int argc, char** argv) {
     ceilings0.push_back({t, g});
     std::printf("  triad %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", g);
   }
+  // The compute ceiling of the GEMM rows, measured alike (and again before each GEMM workload).
+  const int peak_trials = cli.quick ? 2 : 5;
+  const int64_t peak_iters = cli.quick ? 2'000'000 : 10'000'000;
+  std::printf("compute ceiling: FMA peak, %s, independent FMAs in registers, best of %d\n", fma_peak_kind(),
+              peak_trials);
+  for (int t : cli.threads)
+    std::printf("  FMA peak %d thread%s: %.1f GFLOP/s\n", t, t > 1 ? "s" : "", fma_peak_gflops(t, peak_trials, peak_iters));
   std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median; %%ceil = GB/s / triad "
               "with the same thread count; kern = kfuse kernels launched per call\n");
 
@@ -424,10 +501,14 @@ int main(int argc, char** argv) {
 
     make_inputs(w, 42);
     double t0 = now_s();
-    std::vector<double> ref;
+    Reference ref;
     try {
-      auto in = kfuse_inputs(w);
-      ref = kfuse::reference_values(kfuse_build(w, in));
+      if (w.gemm()) {
+        ref = gemm_reference(w);
+      } else {
+        auto in = kfuse_inputs(w);
+        ref.values = kfuse::reference_values(kfuse_build(w, in));
+      }
     } catch (const std::exception& e) {
       std::printf("  reference failed: %s\n", e.what());
       any_bad = true;
@@ -436,13 +517,24 @@ int main(int argc, char** argv) {
     std::map<int, double> ceil;
     std::string ceil_txt;
     for (int t : cli.threads) {
-      ceil[t] = triad_gbps(t, triad_n, triad_passes);
       char b[64];
-      std::snprintf(b, sizeof b, "%s%dT %.1f GB/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+      if (w.gemm()) {
+        ceil[t] = fma_peak_gflops(t, peak_trials, peak_iters);
+        std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+      } else {
+        ceil[t] = triad_gbps(t, triad_n, triad_passes);
+        std::snprintf(b, sizeof b, "%s%dT %.1f GB/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+      }
       ceil_txt += b;
     }
-    std::printf("   compulsory %s; fp64 reference in %s; triad %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
-                fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
+    if (w.gemm())
+      std::printf("   %.3g GFLOP per call; fp64 reference (%zu of %lld rows) in %s; FMA peak %s\n"
+                  "   (GEMM: the GB/s column is GFLOP/s, %%ceil is %% of the FMA peak)\n",
+                  w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows), fmt_time(now_s() - t0).c_str(),
+                  ceil_txt.c_str());
+    else
+      std::printf("   compulsory %s; fp64 reference in %s; triad %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
+                  fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
     if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes)
       std::printf("   (fits the %s L3: rows may run from cache, above the DRAM triad; --scale measures out of cache)\n",
                   fmt_bytes(l3_bytes).c_str());
@@ -452,6 +544,17 @@ int main(int argc, char** argv) {
       std::vector<Row> g;
       std::map<std::string, std::string> seen_backends;  // reported backend set -> first row
       for (auto& b : cli.backends) {
+        if (w.flops > gemm_flops_limit(b)) {  // not a GEMM backend: minutes per sample at this size
+          Row r;
+          r.workload = w.name;
+          r.impl = "kfuse[" + b + "]";
+          r.threads = t;
+          r.status = "skipped";
+          r.note = ": not timed above " + std::to_string(static_cast<long long>(gemm_flops_limit(b) / 1e6)) +
+                   " MFLOP (the " + b + " backend has no blocked GEMM)";
+          g.push_back(r);
+          continue;
+        }
         Impl im = kfuse_impl(w, b, t, base);
         auto after = [&](Row& r) {
           auto c0 = kfuse::counters();
@@ -515,9 +618,18 @@ int main(int argc, char** argv) {
 #else
       add_peer("eigen", false, "Eigen", nullptr);
 #endif
+      if (w.kind == Kind::Matmul) {  // OpenBLAS has only the GEMM
+#ifdef KFUSE_BENCH_HAVE_OPENBLAS
+        add_peer("openblas", true, "OpenBLAS", &openblas_impls);
+#else
+        add_peer("openblas", false, "OpenBLAS", nullptr);
+#endif
+      }
       apply_targets(w, g, cli.quick);
-      for (auto& r : g)
+      for (auto& r : g) {
         if (r.status == "FAIL" || r.status == "ERROR") any_bad = true;
+        if (r.status == "ok") medians()[median_key(w.name, r.impl, t)] = r.st.median;
+      }
       print_group(g);
       rows.insert(rows.end(), g.begin(), g.end());
     }

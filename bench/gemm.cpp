@@ -1,12 +1,10 @@
 // kfuse_gemm: f32 GEMM of the xbyak backend (a hand-built contraction kernel run through the
 // backend directly, until the planner emits contractions for matmul) against OpenBLAS
 // (cblas_sgemm) and oneDNN (dnnl_sgemm) where installed, with the FMA peak of this machine
-// measured in the same run (independent FMAs in registers, best of several trials).
+// measured in the same run (bench/fma_peak.cpp, shared with kfuse_compare).
 //
 //   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024]
 // Prints per shape and thread count: ms, GFLOP/s and % of the measured peak for that count.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,12 +12,13 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../jit/xbyak/xbyak_backend.hpp"
 #include "ir/kernel.hpp"
 #include "kfuse/options.hpp"
+
+#include "fma_peak.hpp"
 
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS
 extern "C" {
@@ -38,62 +37,6 @@ namespace {
 using namespace kfuse;
 using namespace kfuse::ir;
 using Clock = std::chrono::steady_clock;
-
-// ---- FMA peak: independent FMA chains in registers, no memory traffic (inline asm: compilers
-// keep an array of accumulators in memory, which measures store forwarding instead) ----
-void fma_loop_avx2(int64_t iters) {
-  asm volatile(
-      "vxorps %%ymm14, %%ymm14, %%ymm14\n vxorps %%ymm15, %%ymm15, %%ymm15\n"
-      "1:\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm0\n vfmadd231ps %%ymm14, %%ymm15, %%ymm1\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n vfmadd231ps %%ymm14, %%ymm15, %%ymm3\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm4\n vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm6\n vfmadd231ps %%ymm14, %%ymm15, %%ymm7\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n vfmadd231ps %%ymm14, %%ymm15, %%ymm9\n"
-      "vfmadd231ps %%ymm14, %%ymm15, %%ymm10\n vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n"
-      "dec %0\n jnz 1b\n vzeroupper\n"
-      : "+r"(iters)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14",
-        "xmm15", "cc");
-}
-constexpr int kFmaAvx2 = 12;
-__attribute__((target("avx512f"))) void fma_loop_avx512(int64_t iters) {
-  asm volatile(
-      "vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n"
-      "1:\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm0\n vfmadd231ps %%zmm30, %%zmm31, %%zmm1\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm2\n vfmadd231ps %%zmm30, %%zmm31, %%zmm3\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm4\n vfmadd231ps %%zmm30, %%zmm31, %%zmm5\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm6\n vfmadd231ps %%zmm30, %%zmm31, %%zmm7\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm8\n vfmadd231ps %%zmm30, %%zmm31, %%zmm9\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm10\n vfmadd231ps %%zmm30, %%zmm31, %%zmm11\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm12\n vfmadd231ps %%zmm30, %%zmm31, %%zmm13\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm14\n vfmadd231ps %%zmm30, %%zmm31, %%zmm15\n"
-      "dec %0\n jnz 1b\n vzeroupper\n"
-      : "+r"(iters)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-        "xmm13", "xmm14", "xmm15", "xmm30", "xmm31", "cc");
-}
-constexpr int kFmaAvx512 = 16;
-
-// GFLOP/s of `threads` threads each running the loop (best of 5 trials).
-double fma_peak(bool avx512, int threads) {
-  const int64_t iters = 10'000'000;
-  const double flops_per_iter = avx512 ? kFmaAvx512 * 16 * 2 : kFmaAvx2 * 8 * 2;
-  double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
-    std::vector<std::thread> ts;
-    auto t0 = Clock::now();
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&] { avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters); });
-    for (auto& t : ts) t.join();
-    double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, flops_per_iter * iters * threads / s * 1e-9);
-  }
-  return best;
-}
 
 // ---- the contraction kernel: C[m, n] = sum_k A[m, k] * B[k, n], row-major, extents as params ----
 Kernel gemm_kernel(int64_t M, int64_t N, int64_t K) {
@@ -162,10 +105,10 @@ int main(int argc, char** argv) {
     std::printf("xbyak backend unavailable (no AVX2/FMA)\n");
     return 0;
   }
-  std::printf("FMA peak (%s, measured now):", z ? "avx512" : "avx2");
+  std::printf("FMA peak (%s, measured now):", kbench::fma_peak_kind());
   std::vector<double> peak;
   for (int t : threads) {
-    peak.push_back(fma_peak(z, t));
+    peak.push_back(kbench::fma_peak_gflops(t));
     std::printf("  %d thread%s %.1f GFLOP/s", t, t > 1 ? "s" : "", peak.back());
   }
   std::printf("\n%-24s %3s %-9s %10s %9s %7s\n", "shape [M,K]x[K,N]", "thr", "impl", "ms", "GFLOP/s", "%peak");

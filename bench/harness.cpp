@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include "workload.hpp"
+
 #include <sys/utsname.h>
 
 #include <algorithm>
@@ -115,6 +117,30 @@ Verdict verify(const float* got, const std::vector<double>& ref, double atol, do
   return v;
 }
 
+Verdict verify(const float* got, const Reference& ref) {
+  if (ref.rows.empty() && ref.bound.empty()) return verify(got, ref.values, ref.atol, ref.rtol);
+  Verdict v;
+  v.ok = true;
+  const int64_t len = ref.rows.empty() ? static_cast<int64_t>(ref.values.size()) : ref.row_len;
+  for (size_t i = 0; i < ref.values.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i) / len, c = static_cast<int64_t>(i) % len;
+    const int64_t at = ref.rows.empty() ? static_cast<int64_t>(i) : ref.rows[static_cast<size_t>(r)] * len + c;
+    const double g = got[at], want = ref.values[i];
+    const double e = std::fabs(g - want);
+    const double tol = ref.atol + (ref.bound.empty() ? 0.0 : ref.bound[i]) + ref.rtol * std::fabs(want);
+    if (e > v.max_abs_err || std::isnan(e)) v.max_abs_err = std::isnan(e) ? INFINITY : e;
+    if (!(e <= tol) && v.ok) {  // NaN counts as bad
+      v.ok = false;
+      v.first_bad = at;
+      std::ostringstream os;
+      os.precision(8);
+      os << "element " << at << ": got " << g << ", reference " << want << " (tolerance " << tol << ")";
+      v.message = os.str();
+    }
+  }
+  return v;
+}
+
 std::string fmt_time(double s) {
   char b[32];
   if (s <= 0) return "-";
@@ -155,7 +181,10 @@ void print_row(const Row& r) {
     return;
   }
   char gb[16] = "-", fr[16] = "-", kern[16] = "-", spread[16] = "-";
-  if (r.bytes > 0 && r.gbps > 0) std::snprintf(gb, sizeof gb, "%.2f", r.gbps);
+  if (r.gflops > 0)  // GEMM rows: GFLOP/s and % of the FMA peak in these two columns
+    std::snprintf(gb, sizeof gb, "%.1fGF", r.gflops);
+  else if (r.bytes > 0 && r.gbps > 0)
+    std::snprintf(gb, sizeof gb, "%.2f", r.gbps);
   if (r.frac > 0) std::snprintf(fr, sizeof fr, "%.1f%%", r.frac * 100);
   if (r.kernels >= 0) std::snprintf(kern, sizeof kern, "%.3g", r.kernels);
   if (r.st.spread() > 0) std::snprintf(spread, sizeof spread, "%.2f", r.st.spread());
@@ -218,12 +247,17 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       o["gbps"] = r.gbps;
       o["ceiling_gbps"] = r.ceiling_gbps;
       o["fraction_of_ceiling"] = r.frac;
+      if (r.gflops > 0) {
+        o["gflops"] = r.gflops;
+        o["fma_peak_gflops"] = r.peak_gflops;  // the ceiling of fraction_of_ceiling for this row
+      }
       o["max_abs_err"] = r.max_abs_err;
     }
     if (r.kernels >= 0) o["kernels_launched_per_call"] = r.kernels;
     if (r.planned >= 0) o["planned_kernels"] = r.planned;
     if (!r.backend.empty()) o["backend_reported"] = r.backend;
     if (r.extra_value >= 0) o["emit_median_s"] = r.extra_value;
+    if (r.vs_bare >= 0) o["time_over_bare_gemm"] = r.vs_bare;
     o["target"] = r.target;
     o["note"] = r.note;
     arr.push_back(std::move(o));

@@ -37,6 +37,9 @@ struct Verdict {
   std::string message;
 };
 Verdict verify(const float* got, const std::vector<double>& ref, double atol, double rtol);
+struct Reference;
+/// The same against a Reference (workload.hpp): its tolerances, per-element bounds, sampled rows.
+Verdict verify(const float* got, const Reference& ref);
 
 /// One line of the report (also one JSON object).
 struct Row {
@@ -48,7 +51,9 @@ struct Row {
   double bytes = 0;
   double gbps = 0;
   double ceiling_gbps = 0;
-  double frac = 0;         // gbps / ceiling
+  double frac = 0;         // gbps / ceiling, or for GEMM rows gflops / peak_gflops
+  double gflops = 0;       // GEMM rows: 2 M N K / median
+  double peak_gflops = 0;  // GEMM rows: the FMA peak with the same thread count, same run
   double kernels = -1;     // kernels launched per call (kfuse), -1 = n/a
   int64_t planned = -1;    // explain(t).kernel_count(), -1 = n/a
   std::string backend;     // what kfuse reported
@@ -56,6 +61,7 @@ struct Row {
   std::string note;
   double max_abs_err = 0;
   double extra_value = -1;  // workload specific (compile: the backend emit time per kernel, median, s)
+  double vs_bare = -1;      // MLP block: median / the same implementation's bare GEMM median
 };
 
 std::string fmt_time(double s);

@@ -21,6 +21,13 @@ bool kfuse_has_explain() {
 
 std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   std::vector<kfuse::Tensor> in;
+  if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
+    auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };
+    in.push_back(kfuse::Tensor::borrow(p(0), kfuse::Shape{w.rows, w.inner}));
+    in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.inner, w.cols}));
+    if (w.kind == Kind::Mlp) in.push_back(kfuse::Tensor::borrow(p(2), kfuse::Shape{w.cols}));
+    return in;
+  }
   kfuse::Shape shape = w.one_d() ? kfuse::Shape{w.cols} : kfuse::Shape{w.rows, w.cols};
   for (size_t i = 0; i < w.inputs.size(); ++i) {
     float* p = const_cast<float*>(w.inputs[i].data());
@@ -47,6 +54,10 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
     case Kind::SumAxis0: return sum(in[0], int64_t{0});
     case Kind::SumAxis1: return sum(in[0], int64_t{1});
     case Kind::SumAll: return sum(in[0]);
+    case Kind::Matmul: return matmul(in[0], in[1]);
+    case Kind::Mlp:
+      return layer_norm(gelu(matmul(in[0], in[1]) + in[2], /*approximate_tanh=*/true), Shape{w.cols}, {}, {},
+                        kLayerNormEps);
     case Kind::Chain10: return sqrt(sigmoid(log(relu(square(tanh(in[0] * 1.5 + 0.5)) - 0.25) + 1.0)));
     default: throw std::logic_error("kfuse_build: no expression for workload " + w.name);
   }

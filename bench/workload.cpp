@@ -1,5 +1,8 @@
 #include "workload.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kbench {
 
 int num_inputs(Kind k) {
@@ -7,8 +10,10 @@ int num_inputs(Kind k) {
     case Kind::LayerNorm:
     case Kind::ReluFma:
     case Kind::Chain3: return 3;
+    case Kind::Mlp: return 3;
     case Kind::Add:
-    case Kind::AddRelu: return 2;
+    case Kind::AddRelu:
+    case Kind::Matmul: return 2;
     default: return 1;
   }
 }
@@ -46,6 +51,17 @@ void make_inputs(Workload& w, uint64_t seed) {
     case Kind::SumAxis0:
     case Kind::SumAxis1:
     case Kind::SumAll: fill(n, 0, 1); break;  // positive: relative error is meaningful
+    case Kind::Matmul:
+      fill(w.rows * w.inner, -1, 1);
+      fill(w.inner * w.cols, -1, 1);
+      break;
+    case Kind::Mlp: {  // weights scaled by 1/sqrt(K) as initialised in a model: pre-activations ~ unit range
+      const float s = 1.0f / std::sqrt(static_cast<float>(w.inner));
+      fill(w.rows * w.inner, -1, 1);
+      fill(w.inner * w.cols, -s, s);
+      fill(w.cols, -0.5f, 0.5f);
+      break;
+    }
     default:
       for (int i = 0; i < num_inputs(w.kind); ++i) fill(n, -3, 3);
   }
@@ -58,6 +74,52 @@ void make_inputs(Workload& w, uint64_t seed) {
   double in_bytes = 0;
   for (auto& v : w.inputs) in_bytes += 4.0 * static_cast<double>(v.size());
   w.compulsory_bytes = in_bytes + 4.0 * static_cast<double>(w.out_numel);
+  w.flops = w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
+}
+
+Reference gemm_reference(const Workload& w) {
+  const int64_t M = w.rows, N = w.cols, K = w.inner;
+  Reference r;
+  r.row_len = N;
+  const int64_t step = M <= 256 ? 1 : M / 128;
+  for (int64_t i = 0; i < M; i += step) r.rows.push_back(i);
+  if (r.rows.back() != M - 1) r.rows.push_back(M - 1);  // the edge tiles end there
+  const float* a = w.inputs[0].data();
+  const float* b = w.inputs[1].data();
+  std::vector<double> acc(static_cast<size_t>(N)), mag(static_cast<size_t>(N));
+  for (int64_t i : r.rows) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    std::fill(mag.begin(), mag.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {  // k outer, n inner: B is read along its rows
+      const double av = a[i * K + k];
+      const float* br = b + k * N;
+      for (int64_t j = 0; j < N; ++j) {
+        acc[j] += av * br[j];
+        mag[j] += std::fabs(av * br[j]);
+      }
+    }
+    if (w.kind == Kind::Matmul) {
+      r.values.insert(r.values.end(), acc.begin(), acc.end());
+      // f32 sums in any order: |error| <= K eps sum|a||b| in the worst case, ~sqrt(K) eps in
+      // practice; 8 eps sum|a||b| still rejects a lost or doubled term of K >= 64.
+      for (double m : mag) r.bound.push_back(8 * 1.1920929e-7 * m);
+      continue;
+    }
+    // Mlp: + bias, gelu (tanh form), layer_norm without affine.
+    const float* bias = w.inputs[2].data();
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      const double h = acc[j] + bias[j];
+      acc[j] = 0.5 * h * (1.0 + std::tanh(0.7978845608028654 * (h + 0.044715 * h * h * h)));
+      mean += acc[j];
+    }
+    mean /= static_cast<double>(N);
+    for (int64_t j = 0; j < N; ++j) var += (acc[j] - mean) * (acc[j] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(N) + kLayerNormEps);
+    for (int64_t j = 0; j < N; ++j) r.values.push_back((acc[j] - mean) * inv);
+  }
+  if (w.kind == Kind::Mlp) r.atol = 2e-4;  // f32 GEMM error divided by the row's deviation
+  return r;
 }
 
 }  // namespace kbench

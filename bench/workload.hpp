@@ -25,6 +25,8 @@ enum class Kind {
   Chain10,     // x[N] -> sqrt(sigmoid(log(relu(tanh(x*1.5 + 0.5)^2 - 0.25) + 1)))  (10 ops)
   Compile,     // kfuse only: compile time of a fresh kernel per backend
   CacheHit,    // kfuse only: record + cached eval overhead
+  Matmul,      // a[M,K] @ b[K,N] (rows = M, cols = N, inner = K), f32
+  Mlp,         // layer_norm(gelu_tanh(x[M,K] @ w[K,N] + b[N])) over the last axis, no affine, eps 1e-5
 };
 
 /// Which target of the issue applies to the kfuse rows of this workload.
@@ -36,6 +38,8 @@ enum class Target {
   Ceiling90,              // sums over [4096,4096]: >= 90% of the ceiling
   Under1us,               // 10-op chain on 8 floats: <= 1 us
   Compile100us,           // xbyak compile: <= 100 us median
+  Under5us,               // record + eval of an already-planned small matmul: <= 5 us
+  Epilogue5pct,           // MLP block: <= 1.05x the bare GEMM of its shape (same run, threads, impl)
 };
 
 constexpr float kLayerNormEps = 1e-5f;
@@ -45,12 +49,16 @@ struct Workload {
   Kind kind{};
   Target target = Target::None;
   int64_t rows = 0, cols = 0;  // for 1-D workloads rows = 1, cols = N
+  int64_t inner = 0;           // GEMM workloads: K (rows = M, cols = N)
+  std::string bare;            // Mlp: the name of the bare GEMM workload of its shape
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;
   double compulsory_bytes = 0;  // inputs read once + output written once
+  double flops = 0;             // GEMM workloads: 2 M N K (0: a memory-bound workload)
 
   int64_t numel() const { return rows * cols; }
   bool rowwise() const { return kind == Kind::LogSoftmax || kind == Kind::Softmax || kind == Kind::LayerNorm; }
+  bool gemm() const { return kind == Kind::Matmul || kind == Kind::Mlp; }
   bool one_d() const {
     return kind == Kind::ReluFma || kind == Kind::Gelu || kind == Kind::Chain3 || kind == Kind::Chain10;
   }
@@ -65,6 +73,21 @@ struct Impl {
   std::function<void()> run;
   std::function<const float*()> result;
 };
+
+/// What a result is checked against: fp64 values of every element, or (GEMM workloads, whose
+/// interpreted reference would take minutes at [2048^3]) of a sample of rows. An element passes
+/// when |got - ref| <= atol + bound[i] + rtol * |ref| (bound: per element, may be empty).
+struct Reference {
+  std::vector<double> values;
+  std::vector<double> bound;
+  std::vector<int64_t> rows;  // empty: values hold every element; else these rows of length row_len
+  int64_t row_len = 0;
+  double atol = 1e-5, rtol = 1e-4;
+};
+
+/// fp64 reference of a GEMM workload on sampled rows (all rows up to 256, else about 128 spread
+/// over M plus the last), computed here in a cache-friendly loop.
+Reference gemm_reference(const Workload& w);
 
 /// Number of inputs of a workload kind.
 int num_inputs(Kind k);

@@ -75,10 +75,54 @@ void reduce_sum(State& st, const memory& src, const memory& dst) {
   st.steps.push_back({dnnl::reduction(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}});
 }
 
+// GEMM workloads: dnnl_sgemm (the BLAS-style call) and the matmul primitive; for the MLP block
+// the primitive with bias and a gelu post-op, then the layer_norm primitive.
+std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
+  const memory::dim M = w.rows, N = w.cols, K = w.inner;
+  auto setup = [threads] { omp_set_num_threads(threads); };
+  auto st = std::make_shared<State>();
+  st->y.assign(static_cast<size_t>(M * N), 0.0f);
+  memory::desc a_md({M, K}, dt::f32, tag::ab), b_md({K, N}, dt::f32, tag::ab), c_md({M, N}, dt::f32, tag::ab);
+  memory a = mem(*st, a_md, w.inputs[0].data()), b = mem(*st, b_md, w.inputs[1].data());
+  std::vector<Impl> v;
+  std::string note;
+  if (w.kind == Kind::Matmul) {
+    auto gs = std::make_shared<std::vector<float>>(static_cast<size_t>(M * N));
+    const float* pa = w.inputs[0].data();
+    const float* pb = w.inputs[1].data();
+    v.push_back(Impl{"onednn sgemm", "dnnl_sgemm", setup,
+                     [=] { dnnl_sgemm('N', 'N', M, N, K, 1.0f, pa, K, pb, N, 0.0f, gs->data(), N); },
+                     [gs] { return static_cast<const float*>(gs->data()); }});
+    dnnl::matmul::desc d(a_md, b_md, c_md);
+    dnnl::matmul::primitive_desc pd(d, st->eng);
+    st->steps.push_back({dnnl::matmul(pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
+  } else {
+    st->t1.assign(static_cast<size_t>(M * N), 0.0f);
+    memory::desc bias_md({1, N}, dt::f32, tag::ab);
+    memory t1 = mem(*st, c_md, st->t1.data());
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+    dnnl::matmul::desc d(a_md, b_md, bias_md, c_md);
+    dnnl::matmul::primitive_desc pd(d, with_post_ops(po), st->eng);
+    st->steps.push_back({dnnl::matmul(pd),
+                         {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, mem(*st, bias_md, w.inputs[2].data())},
+                          {DNNL_ARG_DST, t1}}});
+    dnnl::layer_normalization_forward::desc ld(dnnl::prop_kind::forward_inference, c_md, kLayerNormEps,
+                                               dnnl::normalization_flags::none);
+    dnnl::layer_normalization_forward::primitive_desc lpd(ld, st->eng);
+    st->steps.push_back({dnnl::layer_normalization_forward(lpd), {{DNNL_ARG_SRC, t1}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
+    note = "matmul + bias + gelu post-op, then layer_norm";
+  }
+  v.push_back(Impl{"onednn matmul", note, setup, [st] { st->run(); },
+                   [st] { return static_cast<const float*>(st->y.data()); }});
+  return v;
+}
+
 }  // namespace
 
 std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  if (w.gemm()) return dnnl_gemm_impls(w, threads);
   auto st = std::make_shared<State>();
   const memory::dim R = w.rows, C = w.cols, N = w.numel();
   const bool oned = w.one_d() || w.kind == Kind::Add || w.kind == Kind::Relu || w.kind == Kind::AddRelu;

@@ -134,6 +134,28 @@ std::function<void()> make_run(const Workload& w, State* st, Dev* dev) {
         Map1 Y(y, N);
         Y.device(*dev) = (((x * 1.5f + 0.5f).tanh().square() - 0.25f).cwiseMax(0.0f) + 1.0f).log().sigmoid().sqrt();
       };
+    case Kind::Matmul:
+    case Kind::Mlp: {
+      const Idx K = w.inner;
+      const bool mlp = w.kind == Kind::Mlp;
+      return [=] {
+        CMap2 a(x0, R, K), b(x1, K, C);
+        Map2 Y(y, R, C);
+        const Eigen::array<Eigen::IndexPair<Idx>, 1> dims{Eigen::IndexPair<Idx>(1, 0)};
+        if (!mlp) {
+          Y.device(*dev) = a.contract(b, dims);
+          return;
+        }
+        CMap1 bias(x2, C);
+        Map1 M(m, R), S(s, R);
+        const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+        Y.device(*dev) = a.contract(b, dims) + bias.reshape(rowv).broadcast(bcr);
+        Y.device(*dev) = Y * 0.5f * (((Y + Y * Y * Y * 0.044715f) * k).tanh() + 1.0f);
+        M.device(*dev) = Y.mean(red1);
+        S.device(*dev) = ((Y - M.reshape(col).broadcast(bc)).square().mean(red1) + kLayerNormEps).rsqrt();
+        Y.device(*dev) = (Y - M.reshape(col).broadcast(bc)) * S.reshape(col).broadcast(bc);
+      };
+    }
     default: return nullptr;
   }
 }

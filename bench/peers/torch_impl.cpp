@@ -23,10 +23,48 @@ at::Tensor wrap(const std::vector<float>& v, at::IntArrayRef sizes) {
   return at::from_blob(const_cast<float*>(v.data()), sizes, at::TensorOptions().dtype(at::kFloat));
 }
 
+// GEMM workloads: at::mm / addmm + gelu + layer_norm, allocating ("natural") and into
+// preallocated outputs ("out=").
+std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
+  auto st = std::make_shared<State>();
+  const int64_t M = w.rows, N = w.cols, K = w.inner;
+  st->in = {wrap(w.inputs[0], {M, K}), wrap(w.inputs[1], {K, N})};
+  if (w.kind == Kind::Mlp) st->in.push_back(wrap(w.inputs[2], {N}));
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  auto setup = [threads] { at::set_num_threads(threads); };
+  auto* s = st.get();
+  auto result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
+  Impl nat{"torch natural", "", setup, nullptr, result};
+  Impl out{"torch out=", "", [setup, s, M, N, opts] {
+             setup();
+             s->y = at::empty({M, N}, opts);
+             s->t1 = at::empty({M, N}, opts);
+             s->t2 = at::empty({M, N}, opts);
+             s->s1 = at::empty({M, 1}, opts);
+             s->s2 = at::empty({M, 1}, opts);
+           }, nullptr, result};
+  if (w.kind == Kind::Matmul) {
+    nat.run = [s] { s->y = at::mm(s->in[0], s->in[1]); };
+    out.run = [s] { at::mm_out(s->y, s->in[0], s->in[1]); };
+  } else {
+    nat.run = [s, N] {
+      s->y = at::layer_norm(at::gelu(at::addmm(s->in[2], s->in[0], s->in[1]), "tanh"), {N}, {}, {}, kLayerNormEps);
+    };
+    nat.note = "addmm, gelu, layer_norm";
+    out.run = [s, N] {
+      at::addmm_out(s->t1, s->in[2], s->in[0], s->in[1]);
+      at::gelu_out(s->t2, s->t1, "tanh");
+      at::native_layer_norm_out(s->y, s->s1, s->s2, s->t2, {N}, {}, {}, kLayerNormEps);
+    };
+  }
+  return {nat, out};
+}
+
 }  // namespace
 
 std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  if (w.gemm()) return torch_gemm_impls(w, threads);
   auto st = std::make_shared<State>();
   const int64_t R = w.rows, C = w.cols;
   std::vector<int64_t> shape = w.one_d() ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};

@@ -254,6 +254,33 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
   set_options(saved);
 }
 
+// GEMV (M <= 2, B contiguous along N) streams B along its rows into a row of partial sums
+// (gemv_rows): every element is still the microkernels' FMA chain, k ascending per KC block, so
+// it equals the packed path bit for bit; N tails past a vector, K past 4 rows and past KC, two
+// threads over the columns, a transposed (strided) A.
+TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
+  const Options saved = options();
+  for (Isa isa : isas()) {
+    const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
+    for (auto [M, N, K, ta] : {std::tuple{1, 203, 7, false}, {2, 4099, blk.kc + 6, true}, {1, 40, 2 * blk.kc + 3, false}}) {
+      Spec s;
+      s.M = M, s.N = N, s.K = K, s.ta = ta;
+      for (int threads : {1, 2}) {
+        Options o = saved;
+        o.num_threads = threads;
+        set_options(o);
+        set_gemm_path(0);
+        auto gemv = run_check(s, isa, 9);
+        set_gemm_path(1);
+        auto packed = run_check(s, isa, 9);
+        ASSERT_EQ(gemv.size(), packed.size());
+        EXPECT_EQ(0, std::memcmp(gemv.data(), packed.data(), gemv.size() * 4)) << M << "x" << N << "x" << K;
+      }
+    }
+  }
+  set_options(saved);
+}
+
 TEST_F(XbyakGemm, Epilogues) {
   for (Isa isa : isas())
     for (int path = 0; path < 2; ++path) {
