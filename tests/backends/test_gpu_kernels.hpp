@@ -180,7 +180,11 @@ inline Kernel row_kernel(const std::string& name, DType t, int64_t C, int extra_
   k.name = name;
   k.kind = "row";
   k.buffers = {{"x", t, false}};
-  for (int i = 0; i < extra_inputs; ++i) k.buffers.push_back({"w" + std::to_string(i), t, false});
+  for (int i = 0; i < extra_inputs; ++i) {
+    std::string w = "w";
+    w += std::to_string(i);  // (not "w" + std::to_string(i): a GCC 12 -Wrestrict false positive)
+    k.buffers.push_back({w, t, false});
+  }
   k.buffers.push_back({"y", t, true});
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};

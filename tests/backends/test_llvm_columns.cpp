@@ -19,11 +19,18 @@
 #include <kfuse/options.hpp>
 #include <kfuse/stats.hpp>
 
+#include "runtime/plan.hpp"
 #include "test_llvm_util.hpp"
 #include "test_util.hpp"
 
 // Defined by jit/llvm/column_tiles.cpp when the backend is built in (weak: null otherwise).
 extern "C" __attribute__((weak)) void kfuse_llvm_set_test_tile(int64_t n);
+
+namespace kfuse::detail::llvmjit {
+// The LLVM backend's choice for a kernel (jit/llvm/column_tiles.cpp): the tile width, 0 for the
+// point-by-point path. Declared here because its header, llvm_jit.hpp, needs LLVM's headers.
+int64_t plan_column_tile(const ir::Kernel& k);
+}  // namespace kfuse::detail::llvmjit
 
 namespace kfuse::test::llvmt {
 namespace {
@@ -250,7 +257,7 @@ TEST_F(LlvmColumnGraphs, ReductionsOverAxisZero) {
   for (auto [R, C] : odd_shapes()) {
     std::string what = "[" + std::to_string(R) + "," + std::to_string(C) + "]";
     Tensor x = make_tensor(random_values(static_cast<size_t>(R * C), 51, 0.5, 1.5), {R, C});
-    if (R > 1 && C > 1) EXPECT_EQ(explain(sum(x, 0)).kernels.at(0).kind, "column") << what;
+    if (R > 1 && C > 1) { EXPECT_EQ(explain(sum(x, 0)).kernels.at(0).kind, "column") << what; }
     check({sum(x, 0), sum(x, 0, true), mean(x, 0), mean(x, 0, true), prod(x * 0.2 + 0.9, Axes{0})}, 2e-5, 1e-6, "sum/mean/prod " + what);
     check({x - mean(x, 0, true)}, 2e-5, 1e-5, "centering " + what);
     if (R == 0) continue;  // max/min/arg of an empty axis are errors
@@ -274,14 +281,37 @@ TEST_F(LlvmColumnGraphs, WideColumnsAndFusedExpressions) {
   check({sum(z, 1), mean(z, 1, true), max(z, Axes{0, 1}), z - mean(z, Axes{0, 1}, true)}, 2e-5, 1e-5, "3-D");
 }
 
+// The column tile the LLVM backend plans for each column kernel of `ys` (0: point by point).
+// There must be one: a plan without column kernels would take no tile for another reason.
+std::vector<int64_t> column_tiles(const std::vector<Tensor>& ys) {
+  std::vector<NodeRef> roots;
+  for (const Tensor& y : ys) roots.push_back(y.node());
+  auto plan = detail::make_plan(roots, /*compile=*/false);
+  std::vector<int64_t> tiles;
+  for (const auto& pk : plan->kernels)
+    if (pk.lowered.kernel.kind == "column") tiles.push_back(detail::llvmjit::plan_column_tile(pk.lowered.kernel));
+  EXPECT_FALSE(tiles.empty()) << "no column kernel";
+  return tiles;
+}
+
 TEST_F(LlvmColumnGraphs, TransposedInputKeepsThePointPath) {
   // transpose(y) is [53, 37] with the reduce axis (its rows) contiguous in y: not lane-contiguous
   Tensor y = make_tensor(random_values(37 * 53, 71, 0.5, 1.5), {37, 53});
   Tensor t = transpose(y);
-  check({sum(t, 0), mean(t, 0, true), t - mean(t, 0, true), max(t, 0)}, 2e-5, 1e-5, "transpose");
+  std::vector<Tensor> ys = {sum(t, 0), mean(t, 0, true), t - mean(t, 0, true), max(t, 0)};
   // a transposed operand beside a contiguous one in the same column kernel
   Tensor x = make_tensor(random_values(53 * 37, 72, 0.5, 1.5), {53, 37});
-  check({sum(x * t, 0), x - mean(t, 0, true)}, 2e-5, 1e-5, "mixed");
+  std::vector<Tensor> mixed = {sum(x * t, 0), x - mean(t, 0, true)};
+  // The plans first: once mean(t, 0, true) is evaluated, x - mean(t, 0, true) is only a pointwise
+  // kernel. The control: the same reduction of a contiguous input is tiled, so 0 below is the
+  // analysis refusing the transposed access, not a planner that never tiles.
+  for (int64_t tile : column_tiles({sum(y, 0)})) EXPECT_GT(tile, 0) << "contiguous sum(y, 0)";
+  for (const Tensor& out : ys)
+    for (int64_t tile : column_tiles({out})) EXPECT_EQ(tile, 0) << "transpose";
+  for (const Tensor& out : mixed)
+    for (int64_t tile : column_tiles({out})) EXPECT_EQ(tile, 0) << "mixed";
+  check(ys, 2e-5, 1e-5, "transpose");
+  check(mixed, 2e-5, 1e-5, "mixed");
 }
 
 }  // namespace

@@ -191,7 +191,7 @@ TEST(DiskCache, BatchNeverRecompilesOneCompilePerBackend) {
       }
       Counters c = counters();
       EXPECT_EQ(c.kernels_compiled, 1u) << mode;
-      if (be == "reference") EXPECT_EQ(c.cache_misses, 1u) << mode;  // others may decline first
+      if (be == "reference") { EXPECT_EQ(c.cache_misses, 1u) << mode; }  // others may decline first
       EXPECT_EQ(c.cache_hits, 63u) << mode;
     }
   }

@@ -17,6 +17,8 @@ namespace {
 struct Case {
   std::string name;
   std::function<std::vector<Tensor>()> make;
+  /// The dtype of each output, written from README "Type promotion" (not asked of kfuse).
+  std::vector<DType> dtypes;
   double rtol = 2e-5, atol = 2e-6;
 };
 
@@ -37,6 +39,7 @@ std::pair<double, double> domain(Op op) {
 }
 
 std::vector<Case> all_cases() {
+  constexpr DType F = DType::F32;
   std::vector<Case> cs;
   const Shape shapes[] = {{1}, {7}, {17, 33}, {3, 1, 5}, {0, 4}};
   // Unary ops of the table, f32 and f64, on several shapes (incl. empty and size 1).
@@ -51,24 +54,25 @@ std::vector<Case> all_cases() {
                         Tensor x = rnd(s, 11, lo, hi, dt);
                         return std::vector<Tensor>{Tensor(make_node(op, dt, s, {x.node()}))};
                       },
-                      std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
+                      {dt}, std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
       }
   }
   // Binary ops, with a broadcast operand and a non-contiguous one.
   for (int o = 0; o < static_cast<int>(Op::Count_); ++o) {
     Op op = static_cast<Op>(o);
     if (!is_binary_elementwise(op)) continue;
+    const bool logical = op == Op::And || op == Op::Or;
+    const DType result = (op >= Op::Eq && op <= Op::Ge) ? DType::Bool : DType::F32;
     cs.push_back({std::string(op_name(op)) + "/broadcast", [=] {
                     Tensor a = rnd({33, 17}, 12, 0.5, 3), b = rnd({17}, 13, 0.5, 3);
                     Tensor bb = b.reshape({1, 17}).expand({33, 17});
                     Tensor c = transpose(rnd({17, 33}, 14, 0.5, 3));
-                    if (op == Op::And || op == Op::Or)
+                    if (logical)
                       return std::vector<Tensor>{Tensor(make_node(op, DType::Bool, {33, 17}, {(a > 1.5).node(), (c > 1.5).node()}))};
-                    DType rt = (op >= Op::Eq && op <= Op::Ge) ? DType::Bool : DType::F32;
-                    return std::vector<Tensor>{Tensor(make_node(op, rt, {33, 17}, {a.node(), bb.node()})),
-                                               Tensor(make_node(op, rt, {33, 17}, {a.node(), c.node()}))};
+                    return std::vector<Tensor>{Tensor(make_node(op, result, {33, 17}, {a.node(), bb.node()})),
+                                               Tensor(make_node(op, result, {33, 17}, {a.node(), c.node()}))};
                   },
-                  std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
+                  logical ? std::vector<DType>{DType::Bool} : std::vector<DType>{result, result}, std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
   }
   // Integer and bool arithmetic, casts (incl. NaN/Inf to int), where, logical not.
   cs.push_back({"int-arith", [] {
@@ -76,21 +80,25 @@ std::vector<Case> all_cases() {
                   Tensor b = make_tensor(random_ints(101, 16, -1000, 1000), {101}, DType::I64);
                   return std::vector<Tensor>{a * a + 3.0, a + b, maximum(a, b) - minimum(a, b), abs(a), sign(b),
                                              sum(a), (a > b).cast(DType::I32), a.cast(DType::F32) / 7.0};
-                }});
+                },
+                // an integral double scalar keeps i32; i32 with i64 gives i64; integer sums are i64
+                {DType::I32, DType::I64, DType::I64, DType::I32, DType::I64, DType::I64, DType::I32, DType::F32}});
   cs.push_back({"casts-and-specials", [] {
                   std::vector<double> v = random_values(64, 17, -1e10, 1e10);
                   v[0] = kNaN, v[1] = kInf, v[2] = -kInf, v[3] = -0.0, v[4] = 2.5, v[5] = -2.5, v[6] = 3e9;
                   Tensor x = make_tensor(v, {64}, DType::F64);
                   return std::vector<Tensor>{x.cast(DType::I32), x.cast(DType::I64), x.cast(DType::F32), x.cast(DType::Bool),
                                              round(x), floor(x), ceil(x), logical_not(x > 0.0)};
-                }});
+                },
+                {DType::I32, DType::I64, DType::F32, DType::Bool, DType::F64, DType::F64, DType::F64, DType::Bool}});
   cs.push_back({"where-nan-inf", [] {
                   std::vector<double> v = random_values(40, 18);
                   v[3] = kNaN, v[7] = kInf, v[9] = -kInf;
                   Tensor x = make_tensor(v, {5, 8});
                   return std::vector<Tensor>{where(x > 0.0, x, -x), maximum(x, 0.5), max(x, 1), min(x, 0), argmax(x, 1),
                                              argmin(x, 0), relu(x), exp(x), sum(x, 1)};
-                }});
+                },
+                {F, F, F, F, DType::I64, DType::I64, F, F, F}});
   // Reductions over every axis set of a 3-D tensor, and global ones.
   for (Axes ax : {Axes{0}, Axes{1}, Axes{2}, Axes{0, 2}, Axes{}}) {
     cs.push_back({"reductions" + shape_str(ax), [ax] {
@@ -98,9 +106,9 @@ std::vector<Case> all_cases() {
                     return std::vector<Tensor>{sum(x, ax), prod(x, ax), max(x, ax, true), min(x, ax), argmax(x, ax),
                                                argmin(x, ax), mean(x, ax), var(x, ax), std(x, ax, 0), logsumexp(x, ax)};
                   },
-                  1e-4, 1e-5});
+                  {F, F, F, F, DType::I64, DType::I64, F, F, F, F}, 1e-4, 1e-5});
   }
-  cs.push_back({"big-global-sum", [] { return std::vector<Tensor>{sum(rnd({1000003}, 20, 0, 1))}; }, 1e-5, 1e-3});
+  cs.push_back({"big-global-sum", [] { return std::vector<Tensor>{sum(rnd({1000003}, 20, 0, 1))}; }, {F}, 1e-5, 1e-3});
   // Views feeding element-wise ops and reductions.
   cs.push_back({"views", [] {
                   Tensor x = rnd({12, 35}, 21), y = rnd({35, 12}, 22);
@@ -113,33 +121,34 @@ std::vector<Case> all_cases() {
                       sum(transpose(x).reshape({35, 3, 4}), 2),
                       x.reshape({6, 2, 35}).permute({2, 0, 1}) * x.reshape({6, 2, 35}).permute({2, 0, 1}),
                   };
-                }});
+                },
+                std::vector<DType>(7, F)});
   // The fused expressions of the fusion acceptance table.
   for (Shape s : {Shape{4096, 10}, Shape{64, 5000}, Shape{1, 1}, Shape{3, 17}}) {
     cs.push_back({"softmax-family" + shape_str(s), [s] {
                     Tensor x = rnd(s, 23, -5, 5);
                     return std::vector<Tensor>{log_softmax(x, -1), softmax(x, -1), logsumexp(x, -1)};
                   },
-                  3e-5, 3e-6});
+                  {F, F, F}, 3e-5, 3e-6});
   }
   cs.push_back({"norms", [] {
                   Tensor x = rnd({513, 1024}, 24), w = rnd({1024}, 25), b = rnd({1024}, 26);
                   return std::vector<Tensor>{layer_norm(x, {1024}, w, b), rms_norm(x, w), layer_norm(x, {1024})};
                 },
-                1e-4, 1e-5});
+                {F, F, F}, 1e-4, 1e-5});
   cs.push_back({"chains", [] {
                   Tensor a = rnd({1000, 37}, 27), b = rnd({1000, 37}, 28), c = rnd({1000, 37}, 29);
                   return std::vector<Tensor>{relu(a * b + c), tanh(a * 0.5 + b) * sigmoid(c) - exp(-a * a),
                                              gelu(a, true), gelu(a), silu(a) * erf(b)};
                 },
-                1e-5, 1e-6});
+                {F, F, F, F, F}, 1e-5, 1e-6});
   cs.push_back({"reduce-fusions", [] {
                   Tensor a = rnd({513, 77}, 30), b = rnd({513, 77}, 31);
                   Tensor labels = make_tensor(random_ints(513, 32, 0, 76), {513}, DType::I64);
                   return std::vector<Tensor>{sum(a * b), sum(a * a, 1), mean(a, 0), a - mean(a, 0, true),
                                              cross_entropy(a, labels), normalize(a, 1)};
                 },
-                1e-4, 1e-4});
+                {F, F, F, F, F, F}, 1e-4, 1e-4});
   return cs;
 }
 
@@ -168,10 +177,16 @@ TEST_P(Differential, EveryCaseMatchesTheReference) {
     Counters k = counters();
     launched += k.kernels_compiled + k.cache_hits;
     fell_back += k.fallbacks;
-    if (full_coverage) EXPECT_EQ(k.fallbacks, 0u) << c.name << ": a kernel fell back from " << GetParam();
+    if (full_coverage) { EXPECT_EQ(k.fallbacks, 0u) << c.name << ": a kernel fell back from " << GetParam(); }
     auto ref = reference_values(ys);
+    ASSERT_EQ(ys.size(), c.dtypes.size()) << c.name;
     for (size_t i = 0; i < ys.size(); ++i) {
-      ASSERT_EQ(ys[i].dtype(), ys[i].dtype());
+      // The recorded dtype follows the promotion rules, and the buffer the backend filled has it.
+      EXPECT_EQ(ys[i].dtype(), c.dtypes[i]) << c.name << " output " << i << ": " << dtype_name(ys[i].dtype())
+                                            << " vs " << dtype_name(c.dtypes[i]);
+      auto stored = ys[i].node()->realized();
+      ASSERT_TRUE(stored) << c.name << " output " << i << " was not computed";
+      EXPECT_EQ(stored->dtype, ys[i].dtype()) << c.name << " output " << i << ": stored as " << dtype_name(stored->dtype);
       EXPECT_TRUE(all_close(values(ys[i]), ref[i], c.rtol, c.atol)) << c.name << " output " << i;
     }
   }

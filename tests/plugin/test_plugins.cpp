@@ -144,7 +144,7 @@ TEST(BadPlugins, ThrowingPatternIsDisabledAndEvalIsCorrect) {
             std::string::npos)
       << err;
   for (const auto& s : pattern_status())
-    if (s.name == "throwing") EXPECT_FALSE(s.enabled);
+    if (s.name == "throwing") { EXPECT_FALSE(s.enabled); }
   unregister_pattern("throwing");
 }
 

@@ -53,9 +53,9 @@ TEST(Promotion, TableForEveryPairAndEveryRule) {
       // where and concat promote their value operands; matmul too (bool refused)
       EXPECT_EQ(where(ones({2}, B), x, y).dtype(), p);
       EXPECT_EQ(concat({x, y}, 0).dtype(), p);
-      if (a != B && b != B) EXPECT_EQ(matmul(x, y).dtype(), p);
+      if (a != B && b != B) { EXPECT_EQ(matmul(x, y).dtype(), p); }
       // the value survives promotion: 1 op 1
-      if (p != B) EXPECT_EQ(add(x, y).to_vector<double>(), (std::vector<double>{2, 2}));
+      if (p != B) { EXPECT_EQ(add(x, y).to_vector<double>(), (std::vector<double>{2, 2})); }
     }
 }
 

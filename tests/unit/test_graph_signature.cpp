@@ -132,8 +132,11 @@ TEST(InternTable, GrowthEraseAndShrinkKeepEveryLiveNodeFindable) {
     for (size_t k = 0; k < order.size(); ++k) {
       size_t i = order[k];
       Tensor again = x + static_cast<double>(i) * 0.25;
-      if (k % 3 == 0) EXPECT_EQ(again.node(), ts[i].node()) << "node " << i << " lost";
-      else EXPECT_EQ(again.node().use_count(), 1) << "node " << i << " revived or leaked";
+      if (k % 3 == 0) {
+        EXPECT_EQ(again.node(), ts[i].node()) << "node " << i << " lost";
+      } else {
+        EXPECT_EQ(again.node().use_count(), 1) << "node " << i << " revived or leaked";
+      }
     }
   }
   EXPECT_EQ(interned_node_count(), base);

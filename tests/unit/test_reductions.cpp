@@ -317,7 +317,7 @@ TEST(Reduce, ProdOfBoolIsI64OnEveryBackend) {
     expect_tensor(prod(b), {}, DType::I64, {0});
     expect_tensor(prod(b, {}, true), {1, 1}, DType::I64, {0});
     // the backend computed them (xbyak may hand some kernels on, as in the differential tests)
-    if (std::string(name) != "xbyak") EXPECT_EQ(counters().fallbacks, 0u);
+    if (std::string(name) != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u); }
   }
   set_options(saved);
 }

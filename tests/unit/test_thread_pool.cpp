@@ -44,12 +44,12 @@ TEST(ThreadPool, EveryIndexOnceInContiguousChunks) {
           ASSERT_LT(b, e);
           ASSERT_LE(e, n);
           // a chunk has at least `grain` items unless it is the last one or the whole range
-          if (e != n) EXPECT_GE(e - b, std::min(grain, n)) << n << " " << grain;
+          if (e != n) { EXPECT_GE(e - b, std::min(grain, n)) << n << " " << grain; }
           for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
           calls.fetch_add(1);
         });
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(1, hits[static_cast<size_t>(i)].load()) << "n=" << n << " i=" << i;
-        if (n <= grain || threads == 1) EXPECT_EQ(1, calls.load()) << "small ranges run as one call";
+        if (n <= grain || threads == 1) { EXPECT_EQ(1, calls.load()) << "small ranges run as one call"; }
       }
   }
 }
