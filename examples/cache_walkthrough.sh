@@ -16,7 +16,7 @@ echo "== kfuse-cache stats"
 "$tool" stats
 key=$("$tool" list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["entries"][0]["key"])')
 echo "== kfuse-cache show $key (first lines)"
-"$tool" show "$key" | head -40
+"$tool" show "$key" | sed -n 1,40p  # (not head: under pipefail, head closing the pipe fails show)
 echo "== kfuse-cache verify"
 "$tool" verify
 echo "== second process: everything comes from the disk cache"
