@@ -320,7 +320,8 @@ class XbyakBackend final : public Backend {
     ck.binary.resize(kHeader + code.bytes.size());
     uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa_), static_cast<uint32_t>(code.code_bytes)};
     std::memcpy(ck.binary.data(), h, sizeof h);
-    std::memcpy(ck.binary.data() + kHeader, code.bytes.data(), code.bytes.size());
+    if (!code.bytes.empty())  // (a GEMM without an epilogue has no code of its own)
+      std::memcpy(ck.binary.data() + kHeader, code.bytes.data(), code.bytes.size());
     ck.binary_kind = "x86-raw";
   }
 
