@@ -1,3 +1,6 @@
+// Over 800 lines: the row/column/global renderer and the tiled GEMM (GemmWriter, gemm_form)
+// share the anonymous-namespace Ctx and expression emitter; the GEMM part is to move to its own
+// file behind an internal header (gpu_render_ctx.hpp) when that header is made.
 // The C-like GPU renderer (see gpu_render.hpp for the strategy). Over 800 lines on purpose: it is
 // ONE renderer for every C-like dialect (DESIGN rule 5), in sections (dialect-independent text,
 // expressions, accumulators, strategy, kernel bodies, dialect tables) that share private helpers.

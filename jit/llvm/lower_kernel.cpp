@@ -1,3 +1,5 @@
+// Over 800 lines: one kernel lowering (phases, cascaded sums, accumulators, stores) kept in one
+// place so its invariants read together; vector math and column tiles are already separate files.
 // Kernel IR -> one LLVM module (entry points in llvm_jit.hpp).
 //
 // kf_main walks a chunk [begin, end) of the flattened outer domain as a sequence of SEGMENTS:

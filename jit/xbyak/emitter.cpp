@@ -1,3 +1,6 @@
+// Over 800 lines: the phase-loop emitter (pointwise, row, global loops and their streaming-store
+// variants) shares Gen state throughout; accumulators, online rows, lanes and invariants are already
+// separate files.
 // xbyak backend: machine-code emission from an analysed kernel (see xbyak_backend.hpp), the
 // members of Gen (gen.hpp) that drive a kernel: prologue/epilogue, row loop, index arithmetic,
 // stream pointers, stack slots, constants, the pointwise/row/global phase loops, streaming
