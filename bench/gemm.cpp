@@ -4,7 +4,9 @@
 // measured in the same run (bench/fma_peak.cpp, shared with kfuse_compare).
 //
 //   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024]
-// Prints per shape and thread count: ms, GFLOP/s and % of the measured peak for that count.
+// Prints per shape and thread count: the median ms over the runs, GFLOP/s and % of the measured
+// peak for that count at the median, and the spread (fastest and slowest run, % of the median).
+// "^T": B stored N x K (x @ w.T, the layout of a linear layer's weight).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,8 +40,8 @@ using namespace kfuse;
 using namespace kfuse::ir;
 using Clock = std::chrono::steady_clock;
 
-// ---- the contraction kernel: C[m, n] = sum_k A[m, k] * B[k, n], row-major, extents as params ----
-Kernel gemm_kernel(int64_t M, int64_t N, int64_t K) {
+// ---- the contraction kernel: C[m, n] = sum_k A[m, k] * B[k, n], row-major (B^T: B[n, k]) ----
+Kernel gemm_kernel(int64_t M, int64_t N, int64_t K, bool tb) {
   Kernel k;
   k.name = "k_gemm";
   k.kind = "contraction";
@@ -49,7 +51,7 @@ Kernel gemm_kernel(int64_t M, int64_t N, int64_t K) {
   k.reduce = {K};
   const ExprRef m = var(Space::Outer, 0), n = var(Space::Outer, 1), kk = var(Space::Reduce, 0);
   ExprRef a = load(0, DType::F32, iadd(imul(m, iconst(K)), kk));
-  ExprRef b = load(1, DType::F32, iadd(imul(kk, param(1)), n));
+  ExprRef b = load(1, DType::F32, tb ? iadd(imul(n, iconst(K)), kk) : iadd(imul(kk, param(1)), n));
   k.accs.push_back({AccKind::Sum, DType::F32, op(Op::Mul, DType::F32, {a, b})});
   Phase red;
   red.over_reduce = true;
@@ -60,20 +62,23 @@ Kernel gemm_kernel(int64_t M, int64_t N, int64_t K) {
   return k;
 }
 
-// Seconds per call: warm-up call, then calls until min_time, best of them.
-double time_it(const std::function<void()>& f, double min_time) {
+struct Timing {
+  double median, fastest, slowest;
+};
+
+// Seconds per call: a warm-up call, then at least 11 calls and until min_time has passed.
+Timing time_it(const std::function<void()>& f, double min_time) {
   f();
-  double best = 1e30, total = 0;
-  int runs = 0;
-  while (total < min_time || runs < 3) {
+  std::vector<double> t;
+  double total = 0;
+  while (total < min_time || t.size() < 11) {
     auto t0 = Clock::now();
     f();
-    double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::min(best, s);
-    total += s;
-    ++runs;
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    total += t.back();
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), t.back()};
 }
 
 std::vector<int> parse_list(const char* s) {
@@ -111,38 +116,45 @@ int main(int argc, char** argv) {
     peak.push_back(kbench::fma_peak_gflops(t));
     std::printf("  %d thread%s %.1f GFLOP/s", t, t > 1 ? "s" : "", peak.back());
   }
-  std::printf("\n%-24s %3s %-9s %10s %9s %7s\n", "shape [M,K]x[K,N]", "thr", "impl", "ms", "GFLOP/s", "%peak");
+  std::printf("\n%-26s %3s %-9s %10s %9s %7s  %s\n", "shape [M,K]x[K,N]", "thr", "impl", "median ms", "GFLOP/s",
+              "%peak", "spread (fastest..slowest)");
   struct Shape {
     int64_t M, K, N;
+    bool tb = false;
   };
   const Shape shapes[] = {{64, 64, 64},     {256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
-                          {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}};
+                          {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096},  {512, 1024, 4096, true}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Shape& s : shapes) {
     char name[64];
-    std::snprintf(name, sizeof name, "[%lld,%lld]x[%lld,%lld]", (long long)s.M, (long long)s.K, (long long)s.K,
-                  (long long)s.N);
+    if (s.tb)
+      std::snprintf(name, sizeof name, "[%lld,%lld]x[%lld,%lld]^T", (long long)s.M, (long long)s.K, (long long)s.N,
+                    (long long)s.K);
+    else
+      std::snprintf(name, sizeof name, "[%lld,%lld]x[%lld,%lld]", (long long)s.M, (long long)s.K, (long long)s.K,
+                    (long long)s.N);
     if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
     std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N), R(s.M * s.N);
     for (auto& x : A) x = u(rng);
     for (auto& x : B) x = u(rng);
-    Kernel k = gemm_kernel(s.M, s.N, s.K);
+    Kernel k = gemm_kernel(s.M, s.N, s.K, s.tb);
     auto cr = be->compile(k);
     if (!cr.kernel) {
       std::printf("%s: declined: %s\n", name, cr.declined.c_str());
       continue;
     }
-    std::printf("%-24s compile %.3f ms\n", name, cr.kernel->compile_ms);
+    std::printf("%-26s compile %.3f ms\n", name, cr.kernel->compile_ms);
     LaunchArgs args;
     args.buffers = {A.data(), B.data(), C.data()};
     args.params = k.param_values();
     const double flops = 2.0 * s.M * s.N * s.K;
     for (size_t ti = 0; ti < threads.size(); ++ti) {
       const int t = threads[ti];
-      auto row = [&](const char* impl, double sec) {
-        double gf = flops / sec * 1e-9;
-        std::printf("%-24s %3d %-9s %10.3f %9.1f %6.0f%%\n", name, t, impl, sec * 1e3, gf, 100 * gf / peak[ti]);
+      auto row = [&](const char* impl, Timing tm) {
+        double gf = flops / tm.median * 1e-9;
+        std::printf("%-26s %3d %-9s %10.3f %9.1f %6.0f%%  %+.0f%%..%+.0f%%\n", name, t, impl, tm.median * 1e3, gf,
+                    100 * gf / peak[ti], 100 * (tm.fastest / tm.median - 1), 100 * (tm.slowest / tm.median - 1));
         std::fflush(stdout);
       };
       Options o = options();
@@ -152,13 +164,15 @@ int main(int argc, char** argv) {
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS
       openblas_set_num_threads(t);
       row("openblas", time_it([&] {
-            cblas_sgemm(101, 111, 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.N, 0.0f, R.data(), s.N);
+            cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.tb ? s.K : s.N,
+                        0.0f, R.data(), s.N);
           }, min_time));
 #endif
 #ifdef KFUSE_BENCH_HAVE_DNNL
       omp_set_num_threads(t);
       row("onednn", time_it([&] {
-            dnnl_sgemm('N', 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.N, 0.0f, R.data(), s.N);
+            dnnl_sgemm('N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.tb ? s.K : s.N, 0.0f,
+                       R.data(), s.N);
           }, min_time));
 #endif
     }

@@ -53,11 +53,11 @@ struct UkrArgs {
 using UkrFn = void (*)(const UkrArgs*);
 
 /// The microkernels of one ISA: `packed` reads packed panels (A: MR floats per k, B: NR floats
-/// per k); `direct` reads A and B through their strides (B contiguous along N); `gemv` is the
-/// direct kernel for one row of A (MR = 1) over gemv_nr columns.
+/// per k); `direct` reads A and B through their strides (B contiguous along N). (One or two rows
+/// of A take gemv_rows in gemm_run.cpp, which streams B along its rows.)
 struct Ukrs {
-  int mr = 0, nr = 0, gemv_nr = 0;
-  UkrFn packed = nullptr, direct = nullptr, gemv = nullptr;
+  int mr = 0, nr = 0;
+  UkrFn packed = nullptr, direct = nullptr;
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);

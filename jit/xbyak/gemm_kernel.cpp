@@ -6,8 +6,7 @@
 //
 // Register budget: AVX2 (16 ymm) 6 x 16: 12 accumulators, 2 B vectors, 2 broadcasts. AVX-512
 // (32 zmm) 14 x 32: 28 accumulators, 2 B vectors, the A values as embedded-broadcast FMA memory
-// operands (no broadcast register). GEMV (MR = 1): the B vectors are FMA memory operands, 12
-// (AVX2) or 24 (AVX-512) accumulators.
+// operands (no broadcast register).
 #include <xbyak/xbyak.h>
 
 #include <cstddef>
@@ -36,7 +35,6 @@ class UkrGen : public Xbyak::CodeGenerator {
 
   // packed: constant strides (MR, NR floats per k), k unrolled by 4.
   UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed) : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
-    b_mem_ = mr == 1;  // GEMV: B as FMA memory operands
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
@@ -77,12 +75,6 @@ class UkrGen : public Xbyak::CodeGenerator {
     };
     auto body = [&](int u) {
       const int boff = packed ? u * nv_ * VB : 0;
-      if (b_mem_) {
-        Vmm bc = Vmm(nv_);
-        vbroadcastss(bc, a_addr(0, u));
-        for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(v), bc, ptr[rsi + boff + v * VB]);
-        return;
-      }
       for (int v = 0; v < nv_; ++v) vmovups(bvec(v), ptr[rsi + boff + v * VB]);
       for (int i = 0; i < mr; ++i) {
         if constexpr (Z) {
@@ -157,12 +149,11 @@ class UkrGen : public Xbyak::CodeGenerator {
   Vmm acc(int i) const { return Vmm(i); }
   Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
   int mr_, nv_;
-  bool b_mem_ = false;
 };
 
 struct UkrSet {
   Ukrs u;
-  std::unique_ptr<ExecMem> mem[3];
+  std::unique_ptr<ExecMem> mem[2];
 };
 
 template <class Vmm>
@@ -177,15 +168,13 @@ UkrFn make_ukr(std::unique_ptr<ExecMem>& mem, int mr, int nv, bool packed) {
 }
 
 template <class Vmm>
-UkrSet* make_set(int mr, int nv, int gemv_nv) {
+UkrSet* make_set(int mr, int nv) {
   auto* s = new UkrSet;  // kept for the process
   constexpr int W = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
   s->u.mr = mr;
   s->u.nr = nv * W;
-  s->u.gemv_nr = gemv_nv * W;
   s->u.packed = make_ukr<Vmm>(s->mem[0], mr, nv, true);
   s->u.direct = make_ukr<Vmm>(s->mem[1], mr, nv, false);
-  s->u.gemv = make_ukr<Vmm>(s->mem[2], 1, gemv_nv, false);
   return s;
 }
 
@@ -193,10 +182,10 @@ UkrSet* make_set(int mr, int nv, int gemv_nv) {
 
 const Ukrs& gemm_ukrs(Isa isa) {
   if (isa == Isa::Avx512) {
-    static const UkrSet* s = make_set<Xbyak::Zmm>(14, 2, 24);
+    static const UkrSet* s = make_set<Xbyak::Zmm>(14, 2);
     return s->u;
   }
-  static const UkrSet* s = make_set<Xbyak::Ymm>(6, 2, 12);
+  static const UkrSet* s = make_set<Xbyak::Ymm>(6, 2);
   return s->u;
 }
 

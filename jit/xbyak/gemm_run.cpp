@@ -33,11 +33,12 @@ int64_t cache_bytes(int name, int64_t fallback) {
 int64_t round_down(int64_t v, int64_t m) { return std::max(m, v / m * m); }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C).
+// Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C),
+// with at least 8 floats of slack past n: pack_a's vector stores may run 2 floats past a sliver.
 float* scratch(int which, int64_t n) {
   thread_local std::vector<float> bufs[4];
   std::vector<float>& v = bufs[which];
-  if (v.size() < static_cast<size_t>(n) + 16) v.resize(static_cast<size_t>(n) + 16);
+  if (v.size() < static_cast<size_t>(n) + 32) v.resize(static_cast<size_t>(n) + 32);
   auto p = reinterpret_cast<uintptr_t>(v.data());
   return reinterpret_cast<float*>((p + 63) / 64 * 64);
 }
@@ -87,6 +88,71 @@ __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_ks,
       _mm256_store_ps(t + j, _mm256_fmadd_ps(a0, _mm256_loadu_ps(br + j), _mm256_load_ps(t + j)));
     for (int64_t j = nv; j < n; ++j) t[j] = std::fma(s0, br[j], t[j]);
   }
+}
+
+// Transposes 8 rows of 8 floats in place: r[j] becomes column j.
+__attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// One full MR-tall sliver of A with unit stride along K (row-major A): 8 x 8 blocks transposed in
+// registers. Column k of a block is stored whole at dst + k * MR + i0; when MR is not a multiple
+// of 8 its last 2..7 lanes land on the next k's first rows, which the next store (k ascending)
+// rewrites, or past the sliver (scratch() keeps slack; the next sliver rewrites them). k past the
+// last multiple of 8 is copied element by element.
+__attribute__((target("avx2"))) void pack_a_rows(float* dst, const float* a, int64_t row, int mr, int64_t kc) {
+  const int64_t kv = kc / 8 * 8;
+  __m256 blk[2][8];
+  const int chunks = (mr + 7) / 8;
+  for (int64_t k0 = 0; k0 < kv; k0 += 8) {
+    for (int c = 0; c < chunks; ++c) {
+      for (int i = 0; i < 8; ++i) {
+        const int r = c * 8 + i;
+        blk[c][i] = r < mr ? _mm256_loadu_ps(a + r * row + k0) : _mm256_setzero_ps();
+      }
+      transpose8(blk[c]);
+    }
+    for (int k = 0; k < 8; ++k)
+      for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(dst + (k0 + k) * mr + c * 8, blk[c][k]);
+  }
+  for (int64_t k = kv; k < kc; ++k)
+    for (int i = 0; i < mr; ++i) dst[k * mr + i] = a[i * row + k];
+}
+
+// One full NR-wide sliver of B with unit stride along K (column-major B, e.g. x @ w.T): 8 x 8
+// blocks transposed in registers, so that each k's NR floats are contiguous.
+__attribute__((target("avx2"))) void pack_b_cols(float* dst, const float* b, int64_t col, int nr, int64_t kc) {
+  const int64_t kv = kc / 8 * 8;
+  __m256 blk[8];
+  for (int j0 = 0; j0 < nr; j0 += 8) {
+    for (int64_t k0 = 0; k0 < kv; k0 += 8) {
+      for (int j = 0; j < 8; ++j) blk[j] = _mm256_loadu_ps(b + (j0 + j) * col + k0);
+      transpose8(blk);
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (k0 + k) * nr + j0, blk[k]);
+    }
+    for (int64_t k = kv; k < kc; ++k)
+      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = b[(j0 + j) * col + k];
+  }
+}
+
+// NR floats of B with unit stride along N (row-major B): whole vectors, no library call.
+__attribute__((target("avx2"))) inline void copy_row(float* dst, const float* src, int nr) {
+  for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(dst + j, _mm256_loadu_ps(src + j));
 }
 
 }  // namespace
@@ -240,6 +306,10 @@ class GemmKernel final : public CompiledKernel {
     const int MR = u_.mr;
     for (int64_t i0 = 0; i0 < mr; i0 += MR, dst += kc * MR) {
       const int64_t rows = std::min<int64_t>(MR, mr - i0);
+      if (rows == MR && s.col == 1 && MR <= 16) {
+        pack_a_rows(dst, a + (m + i0) * s.row + k0, s.row, MR, kc);
+        continue;
+      }
       for (int64_t i = 0; i < rows; ++i) {
         const float* src = a + (m + i0 + i) * s.row + k0 * s.col;
         if (s.col == 1)
@@ -256,10 +326,16 @@ class GemmKernel final : public CompiledKernel {
     const int NR = u_.nr;
     for (int64_t j0 = 0; j0 < nr; j0 += NR, dst += kc * NR) {
       const int64_t cols = std::min<int64_t>(NR, nr - j0);
+      if (cols == NR && s.row == 1) {
+        pack_b_cols(dst, b + k0 + (n + j0) * s.col, s.col, NR, kc);
+        continue;
+      }
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = b + (k0 + k) * s.row + (n + j0) * s.col;
         float* d = dst + k * NR;
-        if (s.col == 1) {
+        if (s.col == 1 && cols == NR) {
+          copy_row(d, src, NR);
+        } else if (s.col == 1) {
           std::memcpy(d, src, static_cast<size_t>(cols) * 4);
         } else {
           for (int64_t j = 0; j < cols; ++j) d[j] = src[j * s.col];
