@@ -59,6 +59,16 @@ inline double stored_as(double v, DType dt) {
   return v;
 }
 
+/// True when an OpenCL device can hold tensors (PoCL on CPU-only machines).
+inline bool have_opencl() {
+  try {
+    Tensor::from_vector<float>({1.f}, {1}).to(Device::opencl());
+    return true;
+  } catch (const BackendUnavailable&) {
+    return false;
+  }
+}
+
 /// A tensor holding `v` converted to `dt` (values must be representable).
 inline Tensor make_tensor(const std::vector<double>& v, Shape shape, DType dt = DType::F32) {
   auto conv = [&](auto tag) {

@@ -2,6 +2,7 @@
  * Where a tensor's data lives and where its kernels run.
  */
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace kfuse {
@@ -24,5 +25,27 @@ class Device {
   Kind kind_ = Kind::CPU;
   int index_ = 0;
 };
+
+/// Device memory of one device as its backend manages it. GPU backends keep freed blocks and
+/// reuse them (see README "Device memory"), so a steady-state evaluation loop makes no driver
+/// allocation, free or host wait; these counters show it.
+struct DeviceMemoryStats {
+  std::string allocator;        ///< e.g. "cuMemAllocAsync pool", "block cache", "host"
+  uint64_t driver_allocs = 0;   ///< allocations the driver made (clCreateBuffer, cuMemAlloc)
+  uint64_t driver_frees = 0;    ///< blocks given back to the driver
+  uint64_t reuses = 0;          ///< requests served from freed blocks (cache or stream-ordered pool)
+  uint64_t host_syncs = 0;      ///< times the host waited for the device (reads, synchronize())
+  uint64_t bytes_in_use = 0;    ///< held by live tensors and kernel scratch
+  uint64_t bytes_cached = 0;    ///< freed, kept for reuse
+};
+
+/// The counters of `device` since the process started ("host" and zeros for the CPU).
+DeviceMemoryStats device_memory_stats(Device device);
+/// Gives the memory cached for reuse on `device` back to the driver (after its pending work).
+void empty_cache(Device device);
+/// Waits until every kernel and copy enqueued on `device` so far has finished. Reads of values
+/// (to_vector, item, printing, to(Device::cpu())) wait by themselves; this is for timing and
+/// for handing device memory to other libraries.
+void synchronize(Device device);
 
 }  // namespace kfuse

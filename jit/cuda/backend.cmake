@@ -2,7 +2,8 @@
 # libcuda is NEVER linked (no CUDA::cuda_driver, no -lcuda): the library must load without a GPU.
 find_package(CUDAToolkit REQUIRED)
 include(${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu.cmake)
-set(_kfuse_cuda_sources ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_driver.cpp)
+set(_kfuse_cuda_sources ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_driver.cpp
+                        ${CMAKE_CURRENT_LIST_DIR}/cuda_memory.cpp)
 target_sources(kfuse PRIVATE ${_kfuse_cuda_sources})
 # Driver API types come from cuda.h; only these files see the toolkit's headers.
 set_source_files_properties(${_kfuse_cuda_sources} TARGET_DIRECTORY kfuse

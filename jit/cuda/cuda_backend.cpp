@@ -136,10 +136,12 @@ class CudaKernel final : public CompiledKernel {
     params.resize(std::max<size_t>(1, params.size()), 0);
     const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
+    // Partials of split reductions: stream-ordered device memory, given back as soon as the
+    // launches are queued (no synchronisation: whatever uses it next is queued after them).
     CUdeviceptr scratch = 0;
+    const size_t scratch_bytes = static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8;
     if (r_.scratch_slots > 0)
-      cuda::check(d.MemAlloc(&scratch, static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8),
-                  "cuMemAlloc (partials)");
+      scratch = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(cuda::mem_take(index_, scratch_bytes)));
     std::vector<CUdeviceptr> ptrs;
     for (void* b : args.buffers) ptrs.push_back(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b)));
     std::vector<void*> kargs;
@@ -154,10 +156,7 @@ class CudaKernel final : public CompiledKernel {
                           dev.stream, kargs.data(), nullptr);
       if (rc == CUDA_SUCCESS) cuda::count_launch();
     }
-    if (scratch) {
-      d.StreamSynchronize(dev.stream);
-      d.MemFree(scratch);
-    }
+    if (scratch) cuda::mem_give(index_, reinterpret_cast<void*>(static_cast<uintptr_t>(scratch)), scratch_bytes);
     cuda::check(rc, "cuLaunchKernel");
   }
 
@@ -186,6 +185,9 @@ class CudaBackend final : public Backend {
   }
   std::string name() const override { return "cuda"; }
   std::shared_ptr<Storage> allocate(DType dtype, int64_t numel) override { return cuda_alloc(dtype, numel, index_); }
+  DeviceMemoryStats memory_stats() override { return cuda::mem_stats(index_); }
+  void empty_cache() override { cuda::mem_release_cached(index_); }
+  void synchronize() override { cuda_synchronize(index_); }
   void copy_to_device(const Storage& dst, const void* host) override { cuda_copy_to_device(dst, host); }
   void copy_to_host(const Storage& src, void* host) override { cuda_copy_to_host(src, host); }
   std::string target() const override {

@@ -64,6 +64,15 @@ Loaded load() {
   sym(d.GetErrorName, "cuGetErrorName");
   sym(d.GetErrorString, "cuGetErrorString");
   if (!ok) return l;
+  auto opt = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+  };
+  opt(d.MemAllocAsync, "cuMemAllocAsync");
+  opt(d.MemFreeAsync, "cuMemFreeAsync");
+  opt(d.DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool");
+  opt(d.MemPoolSetAttribute, "cuMemPoolSetAttribute");
+  opt(d.MemPoolGetAttribute, "cuMemPoolGetAttribute");
+  opt(d.MemPoolTrimTo, "cuMemPoolTrimTo");
   CUresult rc = d.Init(0);
   if (rc == 34 /* CUDA_ERROR_STUB_LIBRARY */) {
     l.error = "libcuda.so.1 is the toolkit's stub library (cuInit returned CUDA_ERROR_STUB_LIBRARY): no real driver";
@@ -164,20 +173,17 @@ std::string cuda_describe(int index) {
 }
 
 std::shared_ptr<Storage> cuda_alloc(DType dtype, int64_t numel, int index) {
-  cuda::Dev& dev = cuda::device(index);
-  const cuda::Driver& d = cuda::driver();
   auto s = std::make_shared<Storage>();
   s->dtype = dtype;
   s->numel = numel;
   s->device = Device::cuda(index);
-  CUdeviceptr p = 0;
-  cuda::check(d.MemAlloc(&p, std::max<size_t>(1, s->bytes())), "cuMemAlloc");
-  s->data = reinterpret_cast<void*>(static_cast<uintptr_t>(p));
-  CUcontext ctx = dev.ctx;
-  s->owner = std::shared_ptr<void>(s->data, [ctx](void* q) {
-    const cuda::Driver& dr = cuda::driver();
-    dr.CtxSetCurrent(ctx);
-    dr.MemFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(q)));
+  const size_t bytes = std::max<size_t>(1, s->bytes());
+  s->data = cuda::mem_take(index, bytes);
+  s->owner = std::shared_ptr<void>(s->data, [index, bytes](void* q) {
+    try {
+      cuda::mem_give(index, q, bytes);
+    } catch (...) {  // a deleter must not throw; the driver reclaims the memory with the context
+    }
   });
   return s;
 }
@@ -187,6 +193,7 @@ void cuda_copy_to_device(const Storage& dst, const void* src) {
   cuda::Dev& dev = cuda::device(dst.device.index());
   const cuda::Driver& d = cuda::driver();
   cuda::check(d.MemcpyHtoDAsync(ptr_of(dst), src, dst.bytes(), dev.stream), "cuMemcpyHtoDAsync");
+  cuda::count_sync(dst.device.index());  // `src` may be freed when this returns
   cuda::check(d.StreamSynchronize(dev.stream), "cuStreamSynchronize");
 }
 
@@ -195,11 +202,13 @@ void cuda_copy_to_host(const Storage& src, void* dst) {
   cuda::Dev& dev = cuda::device(src.device.index());
   const cuda::Driver& d = cuda::driver();
   cuda::check(d.MemcpyDtoHAsync(dst, ptr_of(src), src.bytes(), dev.stream), "cuMemcpyDtoHAsync");
+  cuda::count_sync(src.device.index());
   cuda::check(d.StreamSynchronize(dev.stream), "cuStreamSynchronize");
 }
 
 void cuda_synchronize(int index) {
   cuda::Dev& dev = cuda::device(index);
+  cuda::count_sync(index);
   cuda::check(cuda::driver().StreamSynchronize(dev.stream), "cuStreamSynchronize");
 }
 

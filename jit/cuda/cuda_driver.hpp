@@ -2,7 +2,10 @@
 #pragma once
 #include <cuda.h>
 
+#include <cstddef>
 #include <string>
+
+#include "kfuse/device.hpp"
 
 namespace kfuse::detail::cuda {
 
@@ -27,6 +30,13 @@ struct Driver {
   decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
   decltype(&::cuGetErrorName) GetErrorName = nullptr;
   decltype(&::cuGetErrorString) GetErrorString = nullptr;
+  // Stream-ordered allocation (CUDA 11.2+); null on older drivers, which take the fallback.
+  decltype(&::cuMemAllocAsync) MemAllocAsync = nullptr;
+  decltype(&::cuMemFreeAsync) MemFreeAsync = nullptr;
+  decltype(&::cuDeviceGetDefaultMemPool) DeviceGetDefaultMemPool = nullptr;
+  decltype(&::cuMemPoolSetAttribute) MemPoolSetAttribute = nullptr;
+  decltype(&::cuMemPoolGetAttribute) MemPoolGetAttribute = nullptr;
+  decltype(&::cuMemPoolTrimTo) MemPoolTrimTo = nullptr;
   int version = 0;
 };
 
@@ -47,5 +57,16 @@ Dev& device(int index);
 void check(CUresult rc, const char* what);
 /// Counts one launch.
 void count_launch();
+
+/// Device memory of device `index` (cuda_memory.cpp): `bytes` (> 0) usable in stream order on the
+/// device's stream from now on; give() returns it (stream-ordered: work queued before may still
+/// use it). Throws BackendError when the device is out of memory.
+void* mem_take(int index, size_t bytes);
+void mem_give(int index, void* p, size_t bytes);
+/// Counts one host wait on device `index`'s stream.
+void count_sync(int index);
+/// The memory counters of device `index`, and giving its cached memory back (after a sync).
+DeviceMemoryStats mem_stats(int index);
+void mem_release_cached(int index);
 
 }  // namespace kfuse::detail::cuda

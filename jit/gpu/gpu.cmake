@@ -13,4 +13,5 @@ add_custom_command(
   VERBATIM)
 add_custom_target(kfuse_gpu_templates DEPENDS ${KFUSE_GPU_TEMPLATES_CPP})
 add_dependencies(kfuse kfuse_gpu_templates)
-target_sources(kfuse PRIVATE ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${KFUSE_GPU_TEMPLATES_CPP})
+target_sources(kfuse PRIVATE ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
+                             ${KFUSE_GPU_TEMPLATES_CPP})

@@ -1,5 +1,7 @@
 // The OpenCL backend: kernel IR -> OpenCL C 1.2 (jit/gpu renderer) -> clBuildProgram -> launches
-// on the device's in-order queue. Device memory and copies: opencl_runtime.hpp.
+// on the device's in-order queue. Device memory and copies: opencl_runtime.hpp. Buffers come from
+// the device's block cache (jit/gpu/block_cache.hpp): the queue is in order, so a freed buffer
+// can be handed out again at once.
 #include <CL/cl.h>
 
 #include <atomic>
@@ -7,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../gpu/block_cache.hpp"
 #include "../gpu/gpu_render.hpp"
 #include "backend/factories.hpp"
 #include "kfuse/error.hpp"
@@ -44,6 +47,7 @@ struct ClDevice {
   std::string error;  // why unusable (empty when usable)
   bool fp64 = false;
   size_t max_wg = 0;
+  std::unique_ptr<gpu::BlockCache> mem;  // every buffer of this device (tensors and scratch)
 };
 
 ClDevice make_device(int index) {
@@ -81,6 +85,20 @@ ClDevice make_device(int index) {
       clGetDeviceInfo(dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE, sizeof fp, &fp, nullptr);
       d.fp64 = cfg != 0 && fp != 0;
       clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d.max_wg, &d.max_wg, nullptr);
+      cl_ulong global = 0;
+      clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, nullptr);
+      cl_context ctx = d.ctx;
+      d.mem = std::make_unique<gpu::BlockCache>(
+          [ctx](size_t bytes) -> void* {
+            cl_int rc = CL_SUCCESS;
+            cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, nullptr, &rc);
+            if (rc == CL_MEM_OBJECT_ALLOCATION_FAILURE || rc == CL_OUT_OF_RESOURCES || rc == CL_OUT_OF_HOST_MEMORY)
+              return nullptr;
+            check(rc, "clCreateBuffer");
+            return m;
+          },
+          [](void* m) { clReleaseMemObject(static_cast<cl_mem>(m)); },
+          static_cast<size_t>(global / 2));  // cache at most half of the device's memory
       d.desc = info_str(clGetPlatformInfo, p, CL_PLATFORM_VERSION) + " / " +
                info_str(clGetDeviceInfo, dev, CL_DEVICE_NAME) + " / " +
                info_str(clGetDeviceInfo, dev, CL_DRIVER_VERSION);
@@ -93,7 +111,8 @@ ClDevice make_device(int index) {
 
 ClDevice& device(int index) {
   static std::mutex mu;
-  static std::vector<std::unique_ptr<ClDevice>> devs;
+  // Never destroyed: tensors freed during static destruction still return buffers to the cache.
+  static auto& devs = *new std::vector<std::unique_ptr<ClDevice>>;
   std::lock_guard<std::mutex> lk(mu);
   if (index < 0) throw BackendUnavailable("OpenCL: negative device index");
   if (devs.size() <= static_cast<size_t>(index)) devs.resize(index + 1);
@@ -136,13 +155,11 @@ class OpenCLKernel final : public CompiledKernel {
     params.resize(std::max<size_t>(1, params.size()), 0);
     const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
+    // Partials of split reductions: a cached block, given back as soon as the launches are
+    // queued (whatever takes it next is queued after them).
     cl_mem scratch = nullptr;
-    if (r_.scratch_slots > 0) {
-      cl_int rc = CL_SUCCESS;
-      size_t bytes = static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8;
-      scratch = clCreateBuffer(dev_.ctx, CL_MEM_READ_WRITE, bytes, nullptr, &rc);
-      check(rc, "clCreateBuffer (partials)");
-    }
+    const size_t scratch_bytes = static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8;
+    if (r_.scratch_slots > 0) scratch = static_cast<cl_mem>(dev_.mem->take(scratch_bytes));
     std::lock_guard<std::mutex> lk(mu_);  // clSetKernelArg is not thread-safe per kernel object
     try {
       for (size_t s = 0; s < r_.stages.size(); ++s) {
@@ -162,10 +179,10 @@ class OpenCLKernel final : public CompiledKernel {
         g_launches.fetch_add(1, std::memory_order_relaxed);
       }
     } catch (...) {
-      if (scratch) clReleaseMemObject(scratch);
+      if (scratch) dev_.mem->give(scratch, scratch_bytes);
       throw;
     }
-    if (scratch) clReleaseMemObject(scratch);  // freed by the runtime once the launches complete
+    if (scratch) dev_.mem->give(scratch, scratch_bytes);
   }
 
  private:
@@ -184,6 +201,12 @@ class OpenCLBackend final : public Backend {
   std::shared_ptr<Storage> allocate(DType dtype, int64_t numel) override { return opencl_alloc(dtype, numel, index_); }
   void copy_to_device(const Storage& dst, const void* host) override { opencl_copy_to_device(dst, host); }
   void copy_to_host(const Storage& src, void* host) override { opencl_copy_to_host(src, host); }
+  DeviceMemoryStats memory_stats() override { return dev_.mem->stats(); }
+  void empty_cache() override {
+    opencl_finish(index_);
+    dev_.mem->release_cached();
+  }
+  void synchronize() override { opencl_finish(index_); }
   std::string target() const override { return "opencl " + dev_.desc; }
   Device device() const override { return Device::opencl(index_); }
 
@@ -243,17 +266,17 @@ std::shared_ptr<Storage> opencl_alloc(DType dtype, int64_t numel, int index) {
   s->dtype = dtype;
   s->numel = numel;
   s->device = Device::opencl(index);
-  cl_int rc = CL_SUCCESS;
-  cl_mem m = clCreateBuffer(d.ctx, CL_MEM_READ_WRITE, std::max<size_t>(1, s->bytes()), nullptr, &rc);
-  check(rc, "clCreateBuffer");
-  s->data = m;
-  s->owner = std::shared_ptr<void>(m, [](void* p) { clReleaseMemObject(static_cast<cl_mem>(p)); });
+  const size_t bytes = std::max<size_t>(1, s->bytes());
+  gpu::BlockCache* mem = d.mem.get();
+  s->data = mem->take(bytes);
+  s->owner = std::shared_ptr<void>(s->data, [mem, bytes](void* p) { mem->give(p, bytes); });
   return s;
 }
 
 void opencl_copy_to_device(const Storage& dst, const void* src) {
   if (dst.bytes() == 0) return;
   ClDevice& d = usable(dst.device.index());
+  d.mem->count_sync();  // blocking: `src` may be freed when this returns
   check(clEnqueueWriteBuffer(d.queue, mem_of(dst), CL_TRUE, 0, dst.bytes(), src, 0, nullptr, nullptr),
         "clEnqueueWriteBuffer");
 }
@@ -261,11 +284,16 @@ void opencl_copy_to_device(const Storage& dst, const void* src) {
 void opencl_copy_to_host(const Storage& src, void* dst) {
   if (src.bytes() == 0) return;
   ClDevice& d = usable(src.device.index());
+  d.mem->count_sync();
   check(clEnqueueReadBuffer(d.queue, mem_of(src), CL_TRUE, 0, src.bytes(), dst, 0, nullptr, nullptr),
         "clEnqueueReadBuffer");
 }
 
-void opencl_finish(int index) { check(clFinish(usable(index).queue), "clFinish"); }
+void opencl_finish(int index) {
+  ClDevice& d = usable(index);
+  d.mem->count_sync();
+  check(clFinish(d.queue), "clFinish");
+}
 
 uint64_t opencl_launch_count() { return g_launches.load(std::memory_order_relaxed); }
 

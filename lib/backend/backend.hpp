@@ -61,6 +61,12 @@ class Backend {
   virtual std::shared_ptr<Storage> allocate(DType dtype, int64_t numel);
   virtual void copy_to_device(const Storage& dst, const void* host);
   virtual void copy_to_host(const Storage& src, void* host);
+  /// Counters of device()'s memory; GPU backends report their allocator (default: "host").
+  virtual DeviceMemoryStats memory_stats();
+  /// Gives memory kept for reuse back to the driver, after the device's pending work.
+  virtual void empty_cache() {}
+  /// Waits for every kernel and copy enqueued on device() (CPU backends run synchronously).
+  virtual void synchronize() {}
 };
 
 /// The backend that owns memory on `device` (the first of its chain); throws

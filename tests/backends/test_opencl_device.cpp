@@ -7,15 +7,6 @@
 namespace kfuse::test {
 namespace {
 
-bool have_opencl() {
-  try {
-    Tensor::from_vector<float>({1.f}, {1}).to(Device::opencl());
-    return true;
-  } catch (const BackendUnavailable&) {
-    return false;
-  }
-}
-
 TEST(OpenCLDevice, LogSoftmaxRunsOnTheDeviceAsOneKernel) {
   if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
   Tensor x = make_tensor(random_values(4096 * 10, 1, -4, 4), {4096, 10});

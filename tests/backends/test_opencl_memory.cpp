@@ -1,0 +1,86 @@
+// Device memory of the OpenCL backend (PoCL on CPU-only machines): a steady-state evaluation loop
+// makes no driver allocation, no free and no host wait (buffers come back from the block cache);
+// reads wait for the work they need, also from another thread; empty_cache() frees the cache.
+#include <thread>
+
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+struct Workload {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> f;  // (x [rows, cols], w [cols])
+};
+
+std::vector<Workload> workloads() {
+  return {
+      {"log_softmax", [](const Tensor& x, const Tensor&) { return log_softmax(x, -1); }},
+      {"layer_norm", [](const Tensor& x, const Tensor& w) { return layer_norm(x, {x.shape()[1]}, w); }},
+      {"relu(a*b+c)", [](const Tensor& x, const Tensor& w) { return relu(x * w + 1.0); }},
+      {"sum over axis 0", [](const Tensor& x, const Tensor&) { return sum(x, {0}); }},
+      {"sum of all", [](const Tensor& x, const Tensor&) { return sum(x * x); }},
+      {"x - mean(x, 0)", [](const Tensor& x, const Tensor&) { return x - mean(x, {0}, true); }},
+  };
+}
+
+TEST(OpenCLMemory, SteadyStateEvaluationMakesNoDriverCallsAndNoHostWaits) {
+  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
+  const int64_t rows = 1031, cols = 67;
+  Tensor x = make_tensor(random_values(rows * cols, 1), {rows, cols});
+  Tensor w = make_tensor(random_values(cols, 2), {cols});
+  Tensor xd = x.to(Device::opencl()), wd = w.to(Device::opencl());
+  for (const Workload& wl : workloads()) {
+    for (int i = 0; i < 2; ++i) wl.f(xd, wd).eval();  // plans, compiles, fills the cache
+    const DeviceMemoryStats before = device_memory_stats(Device::opencl());
+    for (int i = 0; i < 5; ++i) wl.f(xd, wd).eval();  // each result freed at once
+    const DeviceMemoryStats after = device_memory_stats(Device::opencl());
+    EXPECT_EQ(after.driver_allocs, before.driver_allocs) << wl.name;
+    EXPECT_EQ(after.driver_frees, before.driver_frees) << wl.name;
+    EXPECT_EQ(after.host_syncs, before.host_syncs) << wl.name;
+    EXPECT_GE(after.reuses, before.reuses + 5) << wl.name;
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use) << wl.name;
+    // Read right after the asynchronous evaluation: the read waits for it.
+    Tensor y = wl.f(xd, wd);
+    y.eval();
+    EXPECT_TRUE(all_close(values(y), reference_values(wl.f(x, w)), 1e-4, 1e-5)) << wl.name;
+  }
+  EXPECT_EQ(device_memory_stats(Device::opencl()).allocator, "block cache");
+}
+
+TEST(OpenCLMemory, ReadsFromAnotherThreadWaitForTheWork) {
+  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
+  Tensor x = make_tensor(random_values(4096 * 33, 3), {4096, 33});
+  Tensor xd = x.to(Device::opencl());
+  std::vector<Tensor> ys;
+  for (int i = 0; i < 4; ++i) ys.push_back(softmax(xd * (1.0 + i), -1));
+  eval(ys);  // enqueued; nothing waited for
+  std::vector<std::vector<double>> got(ys.size());
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < ys.size(); ++i) readers.emplace_back([&, i] { got[i] = values(ys[i]); });
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < ys.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], reference_values(softmax(x * (1.0 + static_cast<double>(i)), -1)), 1e-5, 1e-6)) << i;
+}
+
+TEST(OpenCLMemory, EmptyCacheAndSynchronize) {
+  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
+  Tensor xd = make_tensor(random_values(999, 4), {999}).to(Device::opencl());
+  (exp(xd) * 2.0).eval();  // its buffer is cached once the result is dropped
+  const DeviceMemoryStats before = device_memory_stats(Device::opencl());
+  EXPECT_GT(before.bytes_cached, 0u);
+  synchronize(Device::opencl());
+  empty_cache(Device::opencl());
+  const DeviceMemoryStats after = device_memory_stats(Device::opencl());
+  EXPECT_EQ(after.bytes_cached, 0u);
+  EXPECT_GT(after.driver_frees, before.driver_frees);
+  EXPECT_GE(after.host_syncs, before.host_syncs + 1);
+  EXPECT_GT(after.bytes_in_use, 0u);  // xd is still alive
+  // The host has nothing to free or wait for.
+  EXPECT_EQ(device_memory_stats(Device::cpu()).allocator, "host");
+  synchronize(Device::cpu());
+  empty_cache(Device::cpu());
+}
+
+}  // namespace
+}  // namespace kfuse::test
