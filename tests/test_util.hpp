@@ -59,10 +59,10 @@ inline double stored_as(double v, DType dt) {
   return v;
 }
 
-/// True when an OpenCL device can hold tensors (PoCL on CPU-only machines).
-inline bool have_opencl() {
+/// True when `d` can hold tensors (an OpenCL device: PoCL on CPU-only machines; a CUDA GPU).
+inline bool device_usable(Device d) {
   try {
-    Tensor::from_vector<float>({1.f}, {1}).to(Device::opencl());
+    Tensor::from_vector<float>({1.f}, {1}).to(d);
     return true;
   } catch (const BackendUnavailable&) {
     return false;

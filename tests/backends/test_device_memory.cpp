@@ -1,5 +1,6 @@
-// Device memory of the OpenCL backend (PoCL on CPU-only machines): a steady-state evaluation loop
-// makes no driver allocation, no free and no host wait (buffers come back from the block cache);
+// Device memory of the GPU backends (OpenCL: PoCL on CPU-only machines; CUDA where a GPU is
+// present, skipped otherwise): a steady-state evaluation loop makes no driver allocation, no free
+// and no host wait (memory comes back from the block cache or the driver's stream-ordered pool);
 // reads wait for the work they need, also from another thread; empty_cache() frees the cache.
 #include <thread>
 
@@ -24,17 +25,16 @@ std::vector<Workload> workloads() {
   };
 }
 
-TEST(OpenCLMemory, SteadyStateEvaluationMakesNoDriverCallsAndNoHostWaits) {
-  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
+void steady_state(Device dev) {
   const int64_t rows = 1031, cols = 67;
   Tensor x = make_tensor(random_values(rows * cols, 1), {rows, cols});
   Tensor w = make_tensor(random_values(cols, 2), {cols});
-  Tensor xd = x.to(Device::opencl()), wd = w.to(Device::opencl());
+  Tensor xd = x.to(dev), wd = w.to(dev);
   for (const Workload& wl : workloads()) {
     for (int i = 0; i < 2; ++i) wl.f(xd, wd).eval();  // plans, compiles, fills the cache
-    const DeviceMemoryStats before = device_memory_stats(Device::opencl());
+    const DeviceMemoryStats before = device_memory_stats(dev);
     for (int i = 0; i < 5; ++i) wl.f(xd, wd).eval();  // each result freed at once
-    const DeviceMemoryStats after = device_memory_stats(Device::opencl());
+    const DeviceMemoryStats after = device_memory_stats(dev);
     EXPECT_EQ(after.driver_allocs, before.driver_allocs) << wl.name;
     EXPECT_EQ(after.driver_frees, before.driver_frees) << wl.name;
     EXPECT_EQ(after.host_syncs, before.host_syncs) << wl.name;
@@ -45,13 +45,11 @@ TEST(OpenCLMemory, SteadyStateEvaluationMakesNoDriverCallsAndNoHostWaits) {
     y.eval();
     EXPECT_TRUE(all_close(values(y), reference_values(wl.f(x, w)), 1e-4, 1e-5)) << wl.name;
   }
-  EXPECT_EQ(device_memory_stats(Device::opencl()).allocator, "block cache");
 }
 
-TEST(OpenCLMemory, ReadsFromAnotherThreadWaitForTheWork) {
-  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
+void reads_wait(Device dev) {
   Tensor x = make_tensor(random_values(4096 * 33, 3), {4096, 33});
-  Tensor xd = x.to(Device::opencl());
+  Tensor xd = x.to(dev);
   std::vector<Tensor> ys;
   for (int i = 0; i < 4; ++i) ys.push_back(softmax(xd * (1.0 + i), -1));
   eval(ys);  // enqueued; nothing waited for
@@ -63,24 +61,55 @@ TEST(OpenCLMemory, ReadsFromAnotherThreadWaitForTheWork) {
     EXPECT_TRUE(all_close(got[i], reference_values(softmax(x * (1.0 + static_cast<double>(i)), -1)), 1e-5, 1e-6)) << i;
 }
 
-TEST(OpenCLMemory, EmptyCacheAndSynchronize) {
-  if (!have_opencl()) GTEST_SKIP() << "no OpenCL platform on this machine";
-  Tensor xd = make_tensor(random_values(999, 4), {999}).to(Device::opencl());
-  (exp(xd) * 2.0).eval();  // its buffer is cached once the result is dropped
-  const DeviceMemoryStats before = device_memory_stats(Device::opencl());
+void empty_cache_and_synchronize(Device dev) {
+  Tensor xd = make_tensor(random_values(999, 4), {999}).to(dev);
+  (exp(xd) * 2.0).eval();  // its memory is cached once the result is dropped
+  const DeviceMemoryStats before = device_memory_stats(dev);
   EXPECT_GT(before.bytes_cached, 0u);
-  synchronize(Device::opencl());
-  empty_cache(Device::opencl());
-  const DeviceMemoryStats after = device_memory_stats(Device::opencl());
+  synchronize(dev);
+  empty_cache(dev);
+  const DeviceMemoryStats after = device_memory_stats(dev);
   EXPECT_EQ(after.bytes_cached, 0u);
-  EXPECT_GT(after.driver_frees, before.driver_frees);
   EXPECT_GE(after.host_syncs, before.host_syncs + 1);
   EXPECT_GT(after.bytes_in_use, 0u);  // xd is still alive
-  // The host has nothing to free or wait for.
+}
+
+}  // namespace
+
+TEST(DeviceMemory, OpenCLSteadyStateMakesNoDriverCallsAndNoHostWaits) {
+  if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
+  steady_state(Device::opencl());
+  EXPECT_EQ(device_memory_stats(Device::opencl()).allocator, "block cache");
+}
+TEST(DeviceMemory, OpenCLReadsFromOtherThreadsWaitForTheWork) {
+  if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
+  reads_wait(Device::opencl());
+}
+TEST(DeviceMemory, OpenCLEmptyCacheAndSynchronize) {
+  if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
+  empty_cache_and_synchronize(Device::opencl());
+}
+
+// On a GPU machine: the stream-ordered pool (or the block-cache fallback, named in the stats).
+TEST(DeviceMemory, CudaSteadyStateMakesNoDriverCallsAndNoHostWaits) {
+  if (!device_usable(Device::cuda())) GTEST_SKIP() << "no CUDA device on this machine";
+  steady_state(Device::cuda());
+  const std::string a = device_memory_stats(Device::cuda()).allocator;
+  EXPECT_TRUE(a == "cuMemAllocAsync pool" || a == "block cache") << a;
+}
+TEST(DeviceMemory, CudaReadsFromOtherThreadsWaitForTheWork) {
+  if (!device_usable(Device::cuda())) GTEST_SKIP() << "no CUDA device on this machine";
+  reads_wait(Device::cuda());
+}
+TEST(DeviceMemory, CudaEmptyCacheAndSynchronize) {
+  if (!device_usable(Device::cuda())) GTEST_SKIP() << "no CUDA device on this machine";
+  empty_cache_and_synchronize(Device::cuda());
+}
+
+TEST(DeviceMemory, HostHasNothingToFreeOrWaitFor) {
   EXPECT_EQ(device_memory_stats(Device::cpu()).allocator, "host");
   synchronize(Device::cpu());
   empty_cache(Device::cpu());
 }
 
-}  // namespace
 }  // namespace kfuse::test
