@@ -1,5 +1,5 @@
 // kfuse-cache: the commands. Each command is one function reading a DiskCache; output is plain
-// aligned text or, with --json, one JSON document (stable field names, see README).
+// aligned text or, with --json, one JSON document (stable field names, see docs/kernel-cache.md).
 #include "cache/cache_tool.hpp"
 
 #include <elf.h>
@@ -586,7 +586,7 @@ int cmd_clear(Ctx& c) {
 }  // namespace
 
 int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, const ToolHooks& hooks) {
-  CLI::App app{"kfuse-cache: inspect and maintain the kfuse kernel cache (README \"kfuse-cache\")", "kfuse-cache"};
+  CLI::App app{"kfuse-cache: inspect and maintain the kfuse kernel cache (docs/kernel-cache.md)", "kfuse-cache"};
   app.require_subcommand(1);
   std::string dir = options().cache_dir;
   app.add_option("--dir", dir, "cache directory (default: KFUSE_CACHE_DIR, $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse)");

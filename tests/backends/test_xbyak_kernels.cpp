@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "test_xbyak_util.hpp"
 
 namespace kfuse::xbt {
