@@ -291,6 +291,19 @@ class XbyakBackend final : public Backend {
     return ck;
   }
 
+  bool code_range(const std::vector<uint8_t>& bin, size_t* offset, size_t* size, std::string* what) const override {
+    if (bin.size() < kHeader) return false;
+    uint32_t h[4];
+    std::memcpy(h, bin.data(), sizeof h);
+    if (h[0] != kMagic || h[3] > bin.size() - kHeader) return false;
+    *offset = kHeader;
+    *size = h[3];
+    *what = "xbyak x86-64 code, ";
+    what->append(std::to_string(h[3])).append(" bytes (then ");
+    what->append(std::to_string(bin.size() - kHeader - h[3])).append(" bytes of constants)");
+    return true;
+  }
+
  private:
   CompileResult compile_gemm(const ir::Kernel& k, std::chrono::steady_clock::time_point t0) {
     GemmPlan gp;
