@@ -73,9 +73,11 @@ inline Result fires(const std::string& pattern, const std::vector<Tensor>& outpu
   size_t n = 0;
   for (const auto& t : ts) n += t.matched ? 1 : 0;
   if (n >= times) return Result::pass();
-  return Result::failure("pattern " + pattern + " committed " + std::to_string(n) + " match(es), expected " +
-                         std::to_string(times) + (ts.empty() ? " (never tried: not registered, or no node has one of its root ops)"
-                                                            : ":" + traces_text(ts)));
+  std::string msg = "pattern " + pattern + " committed ";
+  msg.append(std::to_string(n)).append(" match(es), expected ").append(std::to_string(times));
+  if (ts.empty()) msg += " (never tried: not registered, or no node has one of its root ops)";
+  else msg.append(":").append(traces_text(ts));
+  return Result::failure(msg);
 }
 
 /// The registered pattern commits nothing on the graph of `outputs`; when `reason_contains` is
@@ -88,9 +90,12 @@ inline Result does_not_fire(const std::string& pattern, const std::vector<Tensor
     if (t.matched) return Result::failure("pattern " + pattern + " fired at " + t.node + traces_text(ts));
     found |= t.reason.find(reason_contains) != std::string::npos;
   }
-  if (!found)
-    return Result::failure("pattern " + pattern + " did not fire, but no reason contains \"" + reason_contains + "\"" +
-                           (ts.empty() ? std::string(" (never tried)") : ":" + traces_text(ts)));
+  if (!found) {
+    std::string msg = "pattern " + pattern + " did not fire, but no reason contains \"" + reason_contains + "\"";
+    if (ts.empty()) msg += " (never tried)";
+    else msg.append(":").append(traces_text(ts));
+    return Result::failure(msg);
+  }
   return Result::pass();
 }
 
@@ -124,8 +129,9 @@ inline Result check_against_reference(const std::string& pattern, const std::vec
                                       const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& build,
                                       DiffOptions o = {}) {
   for (size_t c = 0; c < cases.size(); ++c) {
-    std::string where = "case " + std::to_string(c) + " (inputs";
-    for (const auto& s : cases[c]) where += " " + shape_str(s);
+    std::string where = "case ";
+    where.append(std::to_string(c)).append(" (inputs");
+    for (const auto& s : cases[c]) where.append(" ").append(shape_str(s));
     where += ")";
     std::vector<Tensor> in = random_inputs(cases[c], o);
     std::vector<Tensor> out = build(in);

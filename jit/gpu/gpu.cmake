@@ -12,6 +12,6 @@ add_custom_command(
   COMMENT "Embedding GPU kernel templates"
   VERBATIM)
 add_custom_target(kfuse_gpu_templates DEPENDS ${KFUSE_GPU_TEMPLATES_CPP})
-add_dependencies(kfuse kfuse_gpu_templates)
-target_sources(kfuse PRIVATE ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
-                             ${KFUSE_GPU_TEMPLATES_CPP})
+kfuse_stage(jit/gpu ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
+            ${KFUSE_GPU_TEMPLATES_CPP})
+add_dependencies(kfuse_jit_gpu kfuse_gpu_templates)

@@ -684,7 +684,8 @@ class KernelWriter {
       s += (l == 1 ? "if ((++kf_cn" + tag + " & " : " if ((kf_cn" + tag + " & ") + std::to_string(block - 1) + ") == 0) {";
       for (int j : cs) {
         const std::string lower = l == 1 ? accs_.a(j) : cvar(l - 1, j, tag);
-        s += " " + accs_.combine(j, cvar(l, j, tag), "", lower, "") + " " + lower + " = " + accs_.init(j) + ";";
+        s.append(" ").append(accs_.combine(j, cvar(l, j, tag), "", lower, "")).append(" ").append(lower).append(" = ");
+        s.append(accs_.init(j)).append(";");
       }
       close += "}";
     }

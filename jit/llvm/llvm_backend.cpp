@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"

@@ -27,13 +27,13 @@ bool is_inner(const ExprRef& e, ir::Space s, int dim) {
 std::string key(const ExprRef& e) {
   switch (e->kind) {
     case ExprKind::Const: return std::to_string(static_cast<int64_t>(e->value));
-    case ExprKind::Var: return (e->space == ir::Space::Outer ? "o" : "r") + std::to_string(e->index);
-    case ExprKind::Param: return "$" + std::to_string(e->index);
+    case ExprKind::Var: return std::string(e->space == ir::Space::Outer ? "o" : "r").append(std::to_string(e->index));
+    case ExprKind::Param: return std::string("$").append(std::to_string(e->index));
     case ExprKind::IDiv: return "(/ " + key(e->args[0]) + " " + key(e->args[1]) + ")";
     case ExprKind::IMod: return "(% " + key(e->args[0]) + " " + key(e->args[1]) + ")";
     case ExprKind::Op: {
       std::string s = std::string("(") + op_name(e->op);
-      for (const auto& a : e->args) s += " " + key(a);
+      for (const auto& a : e->args) s.append(" ").append(key(a));
       return s + ")";
     }
     default: decline("data-dependent index (load or accumulator inside an index)");

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
@@ -289,6 +289,19 @@ class XbyakBackend final : public Backend {
     code.code_bytes = h[3];
     fill(*ck, k, code, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     return ck;
+  }
+
+  bool code_range(const std::vector<uint8_t>& bin, size_t* offset, size_t* size, std::string* what) const override {
+    if (bin.size() < kHeader) return false;
+    uint32_t h[4];
+    std::memcpy(h, bin.data(), sizeof h);
+    if (h[0] != kMagic || h[3] > bin.size() - kHeader) return false;
+    *offset = kHeader;
+    *size = h[3];
+    *what = "xbyak x86-64 code, ";
+    what->append(std::to_string(h[3])).append(" bytes (then ");
+    what->append(std::to_string(bin.size() - kHeader - h[3])).append(" bytes of constants)");
+    return true;
   }
 
  private:

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
 

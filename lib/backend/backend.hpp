@@ -55,6 +55,13 @@ class Backend {
   virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& /*k*/, const std::vector<uint8_t>& /*binary*/) {
     return nullptr;
   }
+  /// Where the machine code is inside one of this backend's CompiledKernel::binary, for tools
+  /// (`kfuse-cache show` disassembles it): offset, size and a one-line description. False when
+  /// the binary is not framed code of this backend (the caller shows it whole).
+  virtual bool code_range(const std::vector<uint8_t>& /*binary*/, size_t* /*offset*/, size_t* /*size*/,
+                          std::string* /*what*/) const {
+    return false;
+  }
 
   // Memory of device(): GPU backends override these with device allocations and copies; the
   // defaults are host memory. Storage::data is what CompiledKernel::run receives.

@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "../eval/exact_value.hpp"
-#include "../runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/tensor.hpp"

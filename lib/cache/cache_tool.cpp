@@ -1,5 +1,5 @@
 // kfuse-cache: the commands. Each command is one function reading a DiskCache; output is plain
-// aligned text or, with --json, one JSON document (stable field names, see README).
+// aligned text or, with --json, one JSON document (stable field names, see docs/kernel-cache.md).
 #include "cache/cache_tool.hpp"
 
 #include <elf.h>
@@ -196,15 +196,18 @@ std::string code_listing(const Entry& e, const ToolHooks& hooks) {
   size_t off = 0, size = b.size();
   bool x86 = e.binary_kind == "x86-raw";
   std::string what = "raw x86-64 code";
-  // The xbyak backend's framing (jit/xbyak/backend.cpp): u32 magic "KFXB", version, ISA, code
-  // bytes; then the code and its RIP-relative constants. Disassemble the code part only.
-  uint32_t h[4];
-  if (x86 && b.size() >= sizeof h && (std::memcpy(h, b.data(), sizeof h), h[0] == 0x4258464b) &&
-      h[3] <= b.size() - sizeof h) {
-    off = sizeof h;
-    size = h[3];
-    what = "xbyak x86-64 code, " + std::to_string(size) + " bytes (then " + std::to_string(b.size() - off - size) +
-           " bytes of constants)";
+  // Only the backend that wrote the entry knows its framing (xbyak: a header, the code, then its
+  // RIP-relative constants): ask it for the code part. A backend not built in or not usable here
+  // leaves the whole binary to be shown.
+  if (x86) {
+    size_t o = 0, n = 0;
+    std::string w;
+    auto be = find_backend(e.fields.backend);
+    if (be && be->code_range(b, &o, &n, &w)) {
+      off = o;
+      size = n;
+      what = w;
+    }
   }
   if (!x86 && elf_text(b, &off, &size)) {
     x86 = true;
@@ -586,7 +589,7 @@ int cmd_clear(Ctx& c) {
 }  // namespace
 
 int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, const ToolHooks& hooks) {
-  CLI::App app{"kfuse-cache: inspect and maintain the kfuse kernel cache (README \"kfuse-cache\")", "kfuse-cache"};
+  CLI::App app{"kfuse-cache: inspect and maintain the kfuse kernel cache (docs/kernel-cache.md)", "kfuse-cache"};
   app.require_subcommand(1);
   std::string dir = options().cache_dir;
   app.add_option("--dir", dir, "cache directory (default: KFUSE_CACHE_DIR, $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse)");

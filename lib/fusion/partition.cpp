@@ -32,7 +32,7 @@
 //      result (the EPILOGUE) flow only through element-wise ops and size-1 reshapes at its
 //      output shape, so each is needed at the contraction's own (batch, m, n) point; other
 //      members (a bias and its broadcast) are evaluated at that point too.
-// Before the lattice, a PATTERN PHASE (lib/plugin/pattern_phase.cpp) seeds groups: built-in and
+// Before the lattice, a PATTERN PHASE (lib/fusion/pattern_phase.cpp) seeds groups: built-in and
 // plugin patterns match at nodes, and their matches are committed highest benefit first. A match
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
 // refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel

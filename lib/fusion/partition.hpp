@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kfuse/node.hpp"
-#include "plugin/pattern_registry.hpp"
+#include "fusion/pattern_registry.hpp"
 
 namespace kfuse::detail {
 

@@ -233,8 +233,8 @@ class Printer {
     std::string& s = bind ? own : out;
     switch (e->kind) {
       case ExprKind::Const: s += fmt_const(e->value, e->dtype); return;
-      case ExprKind::Var: s += (e->space == Space::Outer ? "o" : "r") + std::to_string(e->index); return;
-      case ExprKind::Param: s += "$" + std::to_string(e->index); return;
+      case ExprKind::Var: s.append(e->space == Space::Outer ? "o" : "r").append(std::to_string(e->index)); return;
+      case ExprKind::Param: s.append("$").append(std::to_string(e->index)); return;
       case ExprKind::Acc: s += "acc" + std::to_string(e->index); return;
       case ExprKind::Load:
         s += "(load ";
@@ -269,7 +269,8 @@ class Printer {
         break;
     }
     if (bind) {
-      std::string name = "t" + std::to_string(next_++);
+      std::string name = "t";
+      name += std::to_string(next_++);
       os_ << indent << name << " = " << own << "\n";
       out += name;
       names_[e.get()] = std::move(name);

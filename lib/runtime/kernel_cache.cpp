@@ -59,14 +59,14 @@ std::string shape_of(const ir::Kernel& k) {
   for (size_t i = 0; i < k.outer.size(); ++i) {
     const ir::Expr& e = *k.outer[i];
     s += i ? ", " : "";
-    s += e.kind == ir::ExprKind::Param ? "$" + std::to_string(e.index)
-         : e.kind == ir::ExprKind::Const ? std::to_string(static_cast<int64_t>(e.value))
-                                         : "expr";
+    if (e.kind == ir::ExprKind::Param) s.append("$").append(std::to_string(e.index));
+    else if (e.kind == ir::ExprKind::Const) s += std::to_string(static_cast<int64_t>(e.value));
+    else s += "expr";
   }
   s += "]";
   if (!k.reduce.empty()) {
     s += " x [";
-    for (size_t i = 0; i < k.reduce.size(); ++i) s += (i ? ", " : "") + std::to_string(k.reduce[i]);
+    for (size_t i = 0; i < k.reduce.size(); ++i) s.append(i ? ", " : "").append(std::to_string(k.reduce[i]));
     s += "]";
   }
   return s;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../../jit/xbyak/xbyak_backend.hpp"
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "backend/backend.hpp"
 #include "ir/kernel.hpp"
 #ifdef KFUSE_HAVE_OPENCL

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "test_xbyak_util.hpp"
 
 namespace kfuse::xbt {
@@ -325,6 +325,29 @@ TEST(XbyakKernels, SerializationRoundTrip) {
       bad[0] ^= 1;
       EXPECT_FALSE(be->load(k, bad));
     }
+  }
+}
+
+// kfuse-cache asks the backend where the code is in a binary (the framing is the backend's).
+TEST(XbyakKernels, CodeRangeOfTheBinary) {
+  for (Isa isa : isas()) {
+    auto be = detail::xb::make_backend(isa);
+    auto c = be->compile(softmax(50, 17, true));
+    ASSERT_TRUE(c.kernel) << c.declined;
+    const auto& bin = c.kernel->binary;
+    size_t off = 0, size = 0;
+    std::string what;
+    ASSERT_TRUE(be->code_range(bin, &off, &size, &what));
+    EXPECT_EQ(off, 16u);  // "KFXB", version, ISA, code bytes
+    EXPECT_GT(size, 0u);
+    EXPECT_LE(off + size, bin.size());
+    EXPECT_NE(what.find(std::string("xbyak x86-64 code, ").append(std::to_string(size)).append(" bytes")),
+              std::string::npos)
+        << what;
+    auto bad = bin;
+    bad[0] ^= 1;
+    EXPECT_FALSE(be->code_range(bad, &off, &size, &what));
+    EXPECT_FALSE(be->code_range(std::vector<uint8_t>(8), &off, &size, &what));
   }
 }
 

@@ -65,7 +65,9 @@ class Contraction : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override {
     // A named backend runs every contraction itself (LLVM must not decline one).
-    if (GetParam() != "default") EXPECT_EQ(counters().fallbacks, 0u);
+    if (GetParam() != "default") {
+      EXPECT_EQ(counters().fallbacks, 0u);
+    }
     set_options(saved_);
   }
   Options saved_;

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "kfuse/options.hpp"
 
 namespace {

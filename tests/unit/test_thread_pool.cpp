@@ -1,4 +1,4 @@
-// The CPU thread pool (lib/runtime/thread_pool.cpp): every index runs exactly once in contiguous
+// The CPU thread pool (lib/backend/thread_pool.cpp): every index runs exactly once in contiguous
 // chunks; the calling thread claims work dynamically, so a worker that is late (its vCPU
 // descheduled, simulated with set_pool_worker_delay) costs at most its current chunk and an
 // evaluation with 2 threads finishes in about the 1-thread time.
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../lib/runtime/thread_pool.hpp"
+#include "backend/thread_pool.hpp"
 #include "kfuse/kfuse.hpp"
 
 namespace {

@@ -1,6 +1,6 @@
 // The pattern registry: built-ins first, then patterns registered from code and from plugins, in
 // registration order. Process-wide, guarded by one mutex; a partition takes a snapshot.
-#include "plugin/pattern_registry.hpp"
+#include "fusion/pattern_registry.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -246,7 +246,8 @@ std::vector<PatternTrace> pattern_traces(const std::vector<PatternAttempt>& atte
   std::vector<PatternTrace> out;
   for (const auto& a : attempts) {
     auto it = id.find(a.node);
-    std::string name = (it == id.end() ? std::string("%?") : "%" + std::to_string(it->second)) + " " + op_name(a.node->op);
+    std::string name = "%";
+    name.append(it == id.end() ? std::string("?") : std::to_string(it->second)).append(" ").append(op_name(a.node->op));
     out.push_back({name, a.pattern, a.matched, a.reason});
   }
   return out;

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "graph/print_graph.hpp"
-#include "plugin/pattern_registry.hpp"
+#include "fusion/pattern_registry.hpp"
 #include "runtime/graph_signature.hpp"
 #include "runtime/plan.hpp"
 #include "runtime/program.hpp"

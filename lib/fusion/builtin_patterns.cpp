@@ -4,7 +4,7 @@
 // element-wise op) still join it. They use the public Pattern interface, like any plugin.
 #include <algorithm>
 
-#include "plugin/pattern_registry.hpp"
+#include "fusion/pattern_registry.hpp"
 
 namespace kfuse::detail {
 

@@ -6,7 +6,7 @@
 
 #include "fusion/partition.hpp"
 #include "kfuse/options.hpp"
-#include "plugin/pattern_registry.hpp"
+#include "fusion/pattern_registry.hpp"
 
 namespace kfuse::detail {
 
@@ -63,7 +63,8 @@ void log_attempts(const std::vector<PatternAttempt>& attempts, const PatternPhas
   if (!options().logging("patterns")) return;
   for (size_t i = 0; i < attempts.size();) {
     const Node* n = attempts[i].node;
-    std::string line = "%" + std::to_string(hooks.position(n)) + " " + describe(*n) + ":";
+    std::string line = "%";
+    line.append(std::to_string(hooks.position(n))).append(" ").append(describe(*n)).append(":");
     for (; i < attempts.size() && attempts[i].node == n; ++i) {
       const auto& a = attempts[i];
       line += " [" + a.pattern + (a.matched ? ": matched]" : ": " + a.reason + "]");

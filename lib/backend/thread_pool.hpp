@@ -1,4 +1,5 @@
-// The persistent CPU thread pool shared by the CPU backends.
+// The persistent CPU thread pool shared by the CPU backends: part of the backend contract (a
+// backend sees only the kernel IR and lib/backend/), so backends get their threads here.
 //
 // parallel_for splits [0, n) into contiguous chunks of at least `grain` items (a few per thread)
 // and runs them on up to KFUSE_NUM_THREADS threads. The calling thread takes part: every thread,
