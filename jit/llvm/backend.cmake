@@ -8,6 +8,7 @@ target_sources(kfuse PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lower_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/column_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_expr.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lower_random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vector_math.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimize.cpp)
 target_include_directories(kfuse SYSTEM PRIVATE ${LLVM_INCLUDE_DIRS})
