@@ -1,5 +1,5 @@
 // Seeded random DAGs for property tests: element-wise ops, broadcasts, views, reductions over
-// random axes, softmax, matmul, shapes with 1 and odd sizes, several outputs.
+// random axes, softmax, matmul, rand/randn generators, shapes with 1 and odd sizes, several outputs.
 #pragma once
 #include <functional>
 #include <random>
@@ -21,6 +21,10 @@ inline Dag random_dag(uint64_t seed) {
   int n_inputs = 1 + static_cast<int>(pick(3));
   for (int i = 0; i < n_inputs; ++i)
     pool.push_back(make_tensor(random_values(static_cast<size_t>(count_of(base)), seed * 31 + i, -1.5, 1.5), base));
+  // One DAG in four generates its first input (rand or randn, a kernel that fuses with its
+  // consumers); decided from the seed, so the draws from g (the rest of the DAG) are unchanged.
+  if (seed % 4 == 1) pool[0] = rand(base, seed) * 3.0 - 1.5;
+  if (seed % 4 == 3) pool[0] = randn(base, seed);
   int n_ops = 3 + static_cast<int>(pick(10));
   for (int k = 0; k < n_ops; ++k) {
     const Tensor& a = pool[pick(pool.size())];

@@ -13,7 +13,7 @@ namespace kfuse {
 
 struct KernelReport {
   std::string name;                  ///< readable stem, e.g. k_log_softmax_f32
-  std::string kind;                  ///< pointwise | row | column | global | contraction | source
+  std::string kind;                  ///< pointwise | row | column | global | contraction | opaque
   std::string pattern;               ///< the pattern that formed the group ("lattice" by default)
   std::vector<std::string> ops;      ///< fused ops in topological order
   std::vector<std::string> inputs;   ///< "%3 f32[4096, 10]"

@@ -43,7 +43,8 @@ enum class Op : uint8_t {
 };
 
 /// The fusion lattice (TVM's OpPatternKind): joining two kinds takes the max; a group's kind is
-/// the worst op in it. Sources are never fused (they are kernel inputs), Opaque ops run alone.
+/// the worst op in it. Sources are kernel inputs or inlined (const, iota); rand is a generator
+/// that fuses like an element-wise op (lib/ir/random.hpp); Opaque ops run alone.
 /// A Contraction (matmul; TVM's OutEWiseFusable) takes cheap operand views/casts and an
 /// element-wise epilogue into its kernel, never a reduction or another contraction.
 enum class OpKind : uint8_t {

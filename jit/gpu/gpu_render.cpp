@@ -149,6 +149,9 @@ class Emitter {
       case ExprKind::Op:
         s = op(*e, e->dtype);
         break;
+      case ExprKind::Rand:  // helpers.tmpl
+        s = std::string("kf_rand_") + sfx(e->dtype) + "(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
+        break;
     }
     std::string name = "t" + std::to_string(c_.tmp++);
     os_ << ind_ << "const " << ctype(e->dtype) << " " << name << " = " << s << ";\n";
@@ -1138,7 +1141,8 @@ Rendered render(const ir::Kernel& k, const Dialect& d) {
      << "typedef struct { kf_i64 v[" << std::max(1, r.num_params) << "]; } kf_params;\n";
   r.source = fill(template_text(d.prelude_template),
                   {{"NAME", base}, {"BLOCK", std::to_string(p.block)}, {"TYPEDEFS", td.str()}}) +
-             fill(template_text("gpu/helpers.tmpl"), {{"I64", d.i64_literal_suffix}}) + kernels;
+             fill(template_text("gpu/helpers.tmpl"),
+                  {{"I64", d.i64_literal_suffix}, {"U64", std::string("U") + d.i64_literal_suffix}}) + kernels;
   if (r.uses_f64) r.source = "#define KF_USES_FP64 1\n" + r.source;
   return r;
 }

@@ -10,6 +10,7 @@ kfuse_stage(jit/llvm
   ${CMAKE_CURRENT_LIST_DIR}/lower_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/column_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_expr.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lower_random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vector_math.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimize.cpp)
 target_include_directories(kfuse_jit_llvm SYSTEM PRIVATE ${LLVM_INCLUDE_DIRS})

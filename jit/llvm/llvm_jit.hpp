@@ -126,6 +126,7 @@ class ExprEmitter {
  private:
   llvm::Value* emit_op(const ir::Expr& e);
   llvm::Value* emit_load(const ir::Expr& e);
+  llvm::Value* emit_rand(const ir::Expr& e);  ///< lower_random.cpp
   bool is_index(const ir::Expr* e);
 
   Builder& b_;

@@ -129,6 +129,7 @@ Value* ExprEmitter::emit(const ir::ExprRef& e) {
       break;
     }
     case ir::ExprKind::Op: r = emit_op(*e); break;
+    case ir::ExprKind::Rand: r = emit_rand(*e); break;
   }
   cache_[e.get()] = r;
   return r;

@@ -305,6 +305,8 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         case ExprKind::Param:
         case ExprKind::IDiv:
         case ExprKind::IMod: decline("i64 arithmetic not supported (index used as a value)");
+        // AVX2 has no 64-bit lane multiply, which the counter hash needs: LLVM takes the kernel.
+        case ExprKind::Rand: decline("random numbers not supported (64-bit multiply)");
         case ExprKind::Op: break;
       }
       if (e->dtype != DType::F32 && e->dtype != DType::Bool)

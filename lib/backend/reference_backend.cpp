@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "../eval/exact_value.hpp"
+#include "core/random.hpp"
 #include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
 #include "kfuse/error.hpp"
@@ -78,6 +79,9 @@ void run_program(const Program& p, Ctx& c, std::vector<Num>& v) {
         break;
       }
       case ExprKind::IMod: r = int_num(v[as[0]].i % v[as[1]].i); break;
+      case ExprKind::Rand:  // exact in the dtype (24 or 53 bits)
+        r = float_num(counter_uniform(static_cast<uint64_t>(v[as[0]].i), static_cast<uint64_t>(v[as[1]].i), e->dtype));
+        break;
       case ExprKind::Op: {
         Num args[3];
         for (size_t k = 0; k < as.size(); ++k) args[k] = v[as[k]];

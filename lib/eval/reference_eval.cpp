@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "../graph/random.hpp"
+#include "core/random.hpp"
 #include "../graph/ref_math.hpp"
 #include "check_labels.hpp"
 #include "exact_value.hpp"

@@ -31,6 +31,7 @@
 #include <unordered_set>
 
 #include "ir/collapse_reduce.hpp"
+#include "ir/random.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail {
@@ -69,6 +70,7 @@ class Lowerer {
   LoweredKernel run() {
     LoweredKernel out;
     ir::Kernel& k = out.kernel;
+    kernel_ = &k;
     k.name = kernel_stem(g_);
     sig_ = reduce_signature(g_);
     for (const Node* n : g_.nodes)
@@ -266,6 +268,16 @@ class Lowerer {
     return ir::acc(0, c->dtype);
   }
 
+  // The seed of a rand node is a run-time parameter (its value is not in the kernel's text or
+  // key), so a new seed reuses the compiled kernel; one parameter per rand node.
+  ExprRef seed_param(const Node* n) {
+    auto it = seed_param_.find(n);
+    if (it != seed_param_.end()) return it->second;
+    int id = static_cast<int>(kernel_->params.size());
+    kernel_->params.push_back({"seed", n->attrs.ints[0]});
+    return seed_param_[n] = ir::param(id);
+  }
+
   int acc_depth(int a, std::vector<int>& depth, const std::function<int(const ExprRef&)>& need) {
     if (depth[a] < 0) depth[a] = need(accs_[a].value);
     return depth[a];
@@ -319,6 +331,10 @@ class Lowerer {
     }
     if (!members_.count(n)) throw InternalError(std::string("lower_group: value outside the group: ") + op_name(n->op));
     if (n == contraction_) return emit_contraction(n, idx);
+    if (n->op == Op::Rand) {  // counter = the element's row-major index in the rand node's own shape
+      ExprRef counter = flat_ ? idx[0] : linearize(idx, dims);
+      return ir::random_value(n->dtype, n->attrs.ints[1] != 0, seed_param(n), counter);
+    }
     if (is_elementwise(n->op)) {
       std::vector<ExprRef> args;
       for (const auto& in : n->inputs) args.push_back(emit(in.get(), idx, dims, guard));
@@ -441,7 +457,9 @@ class Lowerer {
   }
 
   const FusionGroup& g_;
+  ir::Kernel* kernel_ = nullptr;       ///< the kernel being built (run's result)
   const Node* contraction_ = nullptr;  ///< the group's matmul, if any
+  std::unordered_map<const Node*, ExprRef> seed_param_;
   std::unordered_set<const Node*> members_;
   std::unordered_map<const Node*, int> buffer_id_;
   ReduceSig sig_;

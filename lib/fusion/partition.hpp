@@ -9,7 +9,7 @@
 
 namespace kfuse::detail {
 
-enum class GroupKind : uint8_t { Fused, Source, Opaque };
+enum class GroupKind : uint8_t { Fused, Opaque };
 
 struct FusionGroup {
   int id = 0;

@@ -31,8 +31,7 @@ std::string validate_nodes(const Candidate& c, const ActivePattern& p, const Pat
     if (hooks.position(n) < 0) return "the match lists " + describe(*n) + ", which is not in this graph";
     if (GraphView::is_input(*n))
       return "the match lists " + describe(*n) + ", an input (a buffer or an already computed value), which is read, not fused";
-    OpKind k = op_kind(n->op);
-    if (k == OpKind::Source) return "the match lists " + describe(*n) + ": random numbers run as their own kernel";
+    OpKind k = op_kind(n->op);  // rand is a generator member like any element-wise op
     if (k == OpKind::Opaque && !custom)
       return "the match lists " + describe(*n) + ", which is opaque: only a pattern with its own kernel may fuse it";
     if (std::find(u.begin(), u.end(), n) == u.end()) u.push_back(n);

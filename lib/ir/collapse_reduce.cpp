@@ -98,6 +98,7 @@ ExprRef substitute(const ExprRef& e, int i, std::unordered_map<const Expr*, Expr
     case ExprKind::Load: out = load(e->index, e->dtype, args[0], args.size() > 1 ? args[1] : nullptr); break;
     case ExprKind::IDiv: out = idiv(args[0], args[1]); break;
     case ExprKind::IMod: out = imod(args[0], args[1]); break;
+    case ExprKind::Rand: out = rand_uniform(e->dtype, args[0], args[1]); break;
     case ExprKind::Op:
       if (is_index_arith(e.get())) out = e->op == Op::Add ? iadd(args[0], args[1]) : e->op == Op::Sub ? isub(args[0], args[1]) : imul(args[0], args[1]);
       else out = op(e->op, e->dtype, args);

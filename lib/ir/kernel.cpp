@@ -78,6 +78,11 @@ ExprRef op(Op o, DType dt, std::vector<ExprRef> args) {
   e->args = std::move(args);
   return e;
 }
+ExprRef rand_uniform(DType dt, ExprRef seed, ExprRef counter) {
+  auto e = make(ExprKind::Rand, dt);
+  const_cast<Expr*>(e.get())->args = {std::move(seed), std::move(counter)};
+  return e;
+}
 bool is_const(const ExprRef& e, double v) { return e->kind == ExprKind::Const && e->value == v; }
 
 ExprRef iadd(ExprRef a, ExprRef b) {
@@ -256,6 +261,15 @@ class Printer {
         put(e->args[1], indent, s);
         s += ")";
         break;
+      case ExprKind::Rand:
+        s += "(rand.";
+        s += dtype_name(e->dtype);
+        s += " ";
+        put(e->args[0], indent, s);
+        s += " ";
+        put(e->args[1], indent, s);
+        s += ")";
+        break;
       case ExprKind::Op:
         s += "(";
         s += op_name(e->op);
@@ -363,6 +377,11 @@ void verify_kernel(const Kernel& k) {
         if (k.buffers[e->index].dtype != e->dtype) fail("load dtype differs from its buffer's");
         if (e->args[0]->dtype != DType::I64) fail("load index is not i64");
         if (e->args.size() > 1 && e->args[1]->dtype != DType::Bool) fail("load mask is not bool");
+        break;
+      case ExprKind::Rand:
+        if (!is_float(e->dtype)) fail("rand of a non-float dtype");
+        if (e->args.size() != 2 || e->args[0]->dtype != DType::I64 || e->args[1]->dtype != DType::I64)
+          fail("rand needs i64 seed and counter operands");
         break;
       default: break;
     }

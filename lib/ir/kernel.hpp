@@ -24,6 +24,11 @@
 //   IDiv/IMod: floor division and modulo of non-negative i64 values.
 //   Var(outer k) / Var(reduce k): the current index along that domain dimension.
 //   Acc(k): the final value of accumulator k (phase order guarantees it is complete).
+//   Rand(seed, counter): counter_uniform(seed, counter, dtype) of lib/core/random.hpp, f32 or
+//     f64, bit-exact: b = mix64(mix64(seed + 0x9e3779b97f4a7c15) ^ counter) in wrapping u64
+//     arithmetic (both i64 operands reinterpreted as u64), then (b >> 40) * 2^-24 (f32) or
+//     (b >> 11) * 2^-53 (f64); both conversions are exact. The seed is normally a Param, so a
+//     new seed reuses the compiled code (lib/ir/random.hpp builds randn from two of these).
 // Accumulators: Sum/Prod fold with + and *; Max/Min propagate NaN; ArgMax/ArgMin give the
 // row-major index (over the reduce domain) of the first extreme value, a NaN counting as the
 // extreme; their dtype is i64 and `value` is the compared value.
@@ -41,7 +46,7 @@ namespace kfuse::ir {
 struct Expr;
 using ExprRef = std::shared_ptr<const Expr>;
 
-enum class ExprKind : uint8_t { Const, Var, Param, Load, Acc, Op, IDiv, IMod };
+enum class ExprKind : uint8_t { Const, Var, Param, Load, Acc, Op, IDiv, IMod, Rand };
 enum class Space : uint8_t { Outer, Reduce };
 
 struct Expr {
@@ -51,7 +56,8 @@ struct Expr {
   double value = 0;           ///< ExprKind::Const (integers are exact up to 2^53)
   int index = 0;              ///< Var: dimension; Param: param id; Load: buffer id; Acc: accumulator id
   Space space = Space::Outer; ///< Var only
-  std::vector<ExprRef> args;  ///< Op: operands; Load: {index} or {index, mask}; IDiv/IMod: {a, b}
+  std::vector<ExprRef> args;  ///< Op: operands; Load: {index} or {index, mask}; IDiv/IMod: {a, b};
+                              ///< Rand: {seed, counter}
 };
 
 // ---- builders (fold constants and trivial identities in index arithmetic) ----
@@ -67,6 +73,8 @@ ExprRef imul(ExprRef a, ExprRef b);
 ExprRef isub(ExprRef a, ExprRef b);
 ExprRef idiv(ExprRef a, ExprRef b);
 ExprRef imod(ExprRef a, ExprRef b);
+/// Uniform in [0, 1) of element `counter` of stream `seed` (both i64); dt is f32 or f64.
+ExprRef rand_uniform(DType dt, ExprRef seed, ExprRef counter);
 bool is_const(const ExprRef& e, double v);
 
 enum class AccKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin };

@@ -22,7 +22,8 @@ bool same_expr(const Expr* a, const Expr* b) {
       if (a->index != b->index) return false;
       break;
     case ExprKind::IDiv:
-    case ExprKind::IMod: break;
+    case ExprKind::IMod:
+    case ExprKind::Rand: break;
   }
   for (size_t i = 0; i < a->args.size(); ++i)
     if (!same_expr(a->args[i].get(), b->args[i].get())) return false;

@@ -17,7 +17,6 @@ namespace {
 
 const char* group_kind_name(const FusionGroup& g, const PlannedKernel& pk) {
   switch (g.kind) {
-    case GroupKind::Source: return "source";
     case GroupKind::Opaque: return "opaque";
     case GroupKind::Fused: return pk.lowered.kernel.kind.c_str();
   }

@@ -41,11 +41,10 @@ struct Walker {
       sig.leaves.push_back(n);
       return;
     }
-    // Rand (and any opaque op) runs on the host from its node: keep such plans out of the cache
-    // so a cached plan never holds an old graph alive. Matmul is a kernel like any other.
-    OpKind kind = op_kind(n->op);
-    if (kind == OpKind::Source && n->op != Op::Const && n->op != Op::Iota) sig.cacheable = false;
-    if (kind == OpKind::Opaque) sig.cacheable = false;
+    // An opaque op runs on the host from its node: keep such plans out of the cache so a cached
+    // plan never holds an old graph alive. Matmul and rand are kernels like any other (a rand
+    // seed is an attribute, hashed below, and a launch parameter of the kernel).
+    if (op_kind(n->op) == OpKind::Opaque) sig.cacheable = false;
     const Attrs& a = n->attrs;
     w.push_back(a.ints.size() | static_cast<uint64_t>(a.reals.size()) << 32);
     for (int64_t v : a.ints) w.push_back(static_cast<uint64_t>(v));

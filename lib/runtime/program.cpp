@@ -249,7 +249,7 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
       std::vector<const Values*> ins;
       for (const ValueRef& v : st.inputs) in_vals.push_back(storage_values(*value(v)));
       for (const auto& v : in_vals) ins.push_back(&v);
-      // Source and opaque ops run on the host; their result moves to the node's device.
+      // Opaque ops run on the host; their result moves to the node's device.
       const Program::Temp& tp = p.temps[st.outputs[0]];
       auto host = values_storage(evaluate_node(*st.host_node, ins), tp.dtype);
       temps[st.outputs[0]] = tp.device == Device::cpu() ? host : copy_storage(*host, tp.device);

@@ -22,8 +22,8 @@ struct Step {
   GroupKind kind = GroupKind::Fused;
   std::shared_ptr<CompiledKernel> kernel;  ///< fused groups
   std::string backend;                     ///< the backend that compiled it ("host" for host steps)
-  std::vector<int64_t> params;             ///< launch parameters (fixed by the shapes in the key)
-  const Node* host_node = nullptr;         ///< source/opaque groups (their programs keep the plan)
+  std::vector<int64_t> params;             ///< launch parameters (extents and rand seeds: fixed by the signature)
+  const Node* host_node = nullptr;         ///< opaque groups (their programs keep the plan)
   std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
   std::vector<uint32_t> outputs;           ///< temporaries written
   std::vector<uint32_t> release;           ///< temporaries whose last reader is this step

@@ -14,6 +14,7 @@
 #include "backend/backend.hpp"
 #include "backend/factories.hpp"
 #include "ir/kernel.hpp"
+#include "ir/random.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/node.hpp"
 
@@ -42,6 +43,31 @@ inline int add_out(Kernel& k, DType t) {
 }
 
 // ---------------------------------------------------------------- pointwise
+// rand and randn (lib/ir/random.hpp) with the seed as a run-time param, alone and fused with a
+// load. Uniform values are bit-exact; randn differs from the interpreter's fp64 log1p/cos by the
+// device's f64 math error (README "Random numbers": a few ulp).
+inline GpuCase random_values(DType t) {
+  GpuCase c;
+  Kernel& k = c.k;
+  k.name = std::string("pw_random_") + dtype_name(t);
+  k.kind = "pointwise";
+  k.buffers = {{"in0", t, false}};
+  k.params = {{"outer0", 0}, {"seed", 0}};
+  k.outer = {param(0)};
+  Phase ph;
+  ph.stores.push_back({add_out(k, t), O(0), random_value(t, false, param(1), O(0))});
+  ph.stores.push_back({add_out(k, t), O(0), random_value(t, true, param(1), O(0))});
+  ExprRef scaled = bin(Op::Mul, t, random_value(t, true, param(1), O(0)), constant(2, t));
+  ph.stores.push_back({add_out(k, t), O(0), un(Op::Relu, t, bin(Op::Add, t, scaled, load(0, t, O(0))))});
+  k.phases = {ph};
+  c.numel = [](const std::vector<int64_t>& p) { return std::vector<int64_t>(4, p[0]); };
+  // seeds: small, and one whose u64 bits have the top bit set (a negative i64)
+  c.param_sets = {{0, 7}, {1, 7}, {37, 123456789}, {5003, -3}};
+  c.rtol = t == DType::F32 ? 1.2e-7 : 1e-14;
+  c.atol = t == DType::F32 ? 1e-7 : 1e-15;
+  return c;
+}
+
 inline GpuCase pointwise_unary(DType t) {
   GpuCase c;
   Kernel& k = c.k;
@@ -453,6 +479,8 @@ inline std::vector<GpuCase> all_cases() {
   }
   v.push_back(pointwise_int());
   v.push_back(pointwise_views());
+  v.push_back(random_values(DType::F32));
+  v.push_back(random_values(DType::F64));
   v.push_back(softmax(DType::F32, 1, false));
   v.push_back(softmax(DType::F32, 7, false));
   v.push_back(softmax(DType::F32, 1000, false));

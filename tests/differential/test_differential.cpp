@@ -8,6 +8,7 @@
 #include <kfuse/stats.hpp>
 
 #include "backend/backend.hpp"
+#include "forced_backend.hpp"
 #include "random_dag.hpp"
 #include "test_util.hpp"
 
@@ -108,6 +109,14 @@ std::vector<Case> all_cases() {
                   },
                   {F, F, F, F, DType::I64, DType::I64, F, F, F, F}, 1e-4, 1e-5});
   }
+  // rand/randn generator kernels fused with consumers, views and reductions (f32 and f64)
+  cs.push_back({"random", [] {
+                  Tensor x = rnd({17, 33}, 33);
+                  return std::vector<Tensor>{relu(randn({17, 33}, 7) * 2.0 + x), rand({17, 33}, 8, DType::F64),
+                                             transpose(rand({33, 17}, 9)) + x, sum(randn({17, 33}, 10, DType::F64), 1),
+                                             randn({1}, 3) - 1.0, rand({0, 4}, 2), softmax(rand({5, 9}, 4), -1)};
+                },
+                {F, DType::F64, F, DType::F64, F, F, F}, 1e-5, 1e-6});
   cs.push_back({"big-global-sum", [] { return std::vector<Tensor>{sum(rnd({1000003}, 20, 0, 1))}; }, {F}, 1e-5, 1e-3});
   // Views feeding element-wise ops and reductions.
   cs.push_back({"views", [] {
@@ -152,20 +161,7 @@ std::vector<Case> all_cases() {
   return cs;
 }
 
-class Differential : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (!detail::find_backend(GetParam())) GTEST_SKIP() << "backend " << GetParam() << " is not built in or unavailable";
-    saved_ = options();
-    Options o = saved_;
-    o.backends = {GetParam()};
-    set_options(o);
-  }
-  void TearDown() override {
-    if (detail::find_backend(GetParam())) set_options(saved_);
-  }
-  Options saved_;
-};
+using Differential = ForcedBackend;
 
 TEST_P(Differential, EveryCaseMatchesTheReference) {
   bool full_coverage = GetParam() != "xbyak";

@@ -56,6 +56,22 @@ TEST(KernelIrGolden, LayerNormRow) {
 )IR"));
 }
 
+// randn fused with its consumer: Box-Muller over the f64 uniforms of counters 2i and 2i+1, the
+// seed a run-time parameter ($1), so every seed shares this text and key.
+TEST(KernelIrGolden, RandnFusedWithItsConsumer) {
+  Tensor x = make_tensor(random_values(6, 7), {6});
+  const std::string text = kernel_text(relu(randn({6}, 7) * 2.0 + x));
+  EXPECT_EQ(text, std::string(R"IR(kernel k_mul_add_relu_f32 (pointwise)
+  buffers: in0:f32 out0:f32
+  params: $0=outer0 $1=seed
+  outer: [$0]  reduce: []
+  phase 0 once:
+    t0 = (mul.i64 o0 2)
+    store out0[o0] = (relu.f32 (add.f32 (mul.f32 (cast.f32 (mul.f64 (sqrt.f64 (mul.f64 -2 (log1p.f64 (neg.f64 (rand.f64 $1 t0))))) (cos.f64 (mul.f64 6.2831853071795862 (rand.f64 $1 (add.i64 t0 1)))))) 2) (load in0[o0])))
+)IR"));
+  EXPECT_EQ(kernel_text(relu(randn({6}, 12345) * 2.0 + x)), text);
+}
+
 TEST(KernelIrGolden, VerifierRejectsBrokenKernels) {
   Tensor x = make_tensor(random_values(40, 6), {4, 10});
   auto plan = detail::make_plan({softmax(x, -1).node()}, false);

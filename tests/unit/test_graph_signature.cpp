@@ -83,9 +83,12 @@ TEST(GraphSignature, RealizedNodesBecomeLeaves) {
   EXPECT_TRUE(same_sig(after, sig_of({b + 1.0})));
 }
 
-TEST(GraphSignature, RandomGraphsAreNotCachedMatmulGraphsAre) {
+TEST(GraphSignature, RandomAndMatmulGraphsAreCached) {
   Tensor x = make_tensor(random_values(4, 11), {2, 2});
-  EXPECT_FALSE(sig_of({rand({2, 2}, 3) + x}).cacheable);
+  // rand is a generator kernel (no host step); its seed is an attribute, so it is in the signature
+  EXPECT_TRUE(sig_of({rand({2, 2}, 3) + x}).cacheable);
+  EXPECT_FALSE(same_sig(sig_of({rand({2, 2}, 3) + x}), sig_of({rand({2, 2}, 4) + x})));
+  EXPECT_FALSE(same_sig(sig_of({rand({2, 2}, 3) + x}), sig_of({randn({2, 2}, 3) + x})));
   EXPECT_TRUE(sig_of({matmul(x, x)}).cacheable);  // a contraction kernel, no host step
   EXPECT_TRUE(sig_of({arange(4) + 1.0}).cacheable);
 }

@@ -8,15 +8,20 @@
 
 namespace kfuse::detail {
 
+// The constants, named for the code generators that emit the same hash (lib/ir/kernel.hpp, Rand;
+// the GPU helpers in templates/gpu/helpers.tmpl spell them out).
+inline constexpr uint64_t kMixMul1 = 0xbf58476d1ce4e5b9ULL, kMixMul2 = 0x94d049bb133111ebULL;
+inline constexpr uint64_t kSeedGamma = 0x9e3779b97f4a7c15ULL;
+
 inline uint64_t mix64(uint64_t x) {  // the splitmix64 finaliser
   x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
+  x *= kMixMul1;
   x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
+  x *= kMixMul2;
   return x ^ (x >> 31);
 }
 
-inline uint64_t counter_bits(uint64_t seed, uint64_t i) { return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ i); }
+inline uint64_t counter_bits(uint64_t seed, uint64_t i) { return mix64(mix64(seed + kSeedGamma) ^ i); }
 
 /// Uniform in [0, 1) with the precision of `dt` (24 bits for f32, 53 for f64).
 inline double counter_uniform(uint64_t seed, uint64_t i, DType dt) {
