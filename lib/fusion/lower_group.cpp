@@ -31,6 +31,7 @@
 #include <unordered_set>
 
 #include "ir/collapse_reduce.hpp"
+#include "ir/widen_narrow.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail {
@@ -193,6 +194,7 @@ class Lowerer {
     }
     if (!once.stores.empty()) k.phases.push_back(once);
     ir::collapse_reduce_dims(k);
+    ir::widen_narrow(k);
     ir::verify_kernel(k);
     return out;
   }
@@ -240,6 +242,7 @@ class Lowerer {
     k.accs = accs_;
     fold.accs = {0};
     k.phases = {fold, once};
+    ir::widen_narrow(k);
     ir::verify_kernel(k);
   }
 
