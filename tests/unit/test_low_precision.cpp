@@ -201,7 +201,8 @@ class LowPrecisionOn : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     if (!detail::find_backend(GetParam())) return;
     // reference, llvm and the GPU run every kernel themselves; xbyak declines narrow buffers.
-    if (GetParam() != "xbyak") EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam();
+    if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam(); }
+    EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam();
     set_options(saved_);
   }
   Options saved_;
@@ -225,21 +226,29 @@ const std::vector<double> kSpecial = {0,        -0.0,         1,      -1,       
                                       -kInf,    -2147483649.0, 1e10,   127.5,       -128.75};
 
 TEST_P(LowPrecisionOn, CastsBothWaysWithEveryDtypeMatchTheHostConversion) {
-  for (DType from : kEvery)
-    for (DType to : kEvery) {
-      if (!is_narrow(from) && !is_narrow(to)) continue;
-      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
-      // The source holds kSpecial as converted by the host (the one software conversion); the
-      // cast is a kernel of the backend under test.
-      const auto n = static_cast<int64_t>(kSpecial.size());
-      std::vector<uint8_t> src_bytes(kSpecial.size() * dtype_size(from)), want_bytes(kSpecial.size() * dtype_size(to));
-      detail::convert_to(kSpecial.data(), DType::F64, src_bytes.data(), from, n);
-      detail::convert_to(src_bytes.data(), from, want_bytes.data(), to, n);
+  const auto n = static_cast<int64_t>(kSpecial.size());
+  for (DType from : kEvery) {
+    // The source holds kSpecial as converted by the host (the one software conversion); the casts
+    // from it are one fused kernel of the backend under test.
+    std::vector<uint8_t> src_bytes(kSpecial.size() * dtype_size(from));
+    detail::convert_to(kSpecial.data(), DType::F64, src_bytes.data(), from, n);
+    Tensor src = Tensor::from_bytes(src_bytes.data(), from, {n});
+    std::vector<DType> tos;
+    std::vector<Tensor> ys;
+    for (DType to : kEvery)
+      if (to != from && (is_narrow(from) || is_narrow(to))) {
+        tos.push_back(to);
+        ys.push_back(src.cast(to));
+      }
+    eval(ys);
+    for (size_t i = 0; i < ys.size(); ++i) {
+      std::vector<uint8_t> want_bytes(kSpecial.size() * dtype_size(tos[i]));
+      detail::convert_to(src_bytes.data(), from, want_bytes.data(), tos[i], n);
       std::vector<double> want(kSpecial.size());
-      detail::convert_to(want_bytes.data(), to, want.data(), DType::F64, n);
-      Tensor y = Tensor::from_bytes(src_bytes.data(), from, {n}).cast(to);
-      EXPECT_TRUE(same_values(values(y), want));
+      detail::convert_to(want_bytes.data(), tos[i], want.data(), DType::F64, n);
+      EXPECT_TRUE(same_values(values(ys[i]), want)) << dtype_name(from) << " -> " << dtype_name(tos[i]);
     }
+  }
 }
 
 TEST_P(LowPrecisionOn, HalfTiesNanInfAndSubnormalsThroughKernels) {
@@ -338,7 +347,7 @@ TEST_P(LowPrecisionOn, ReductionsAccumulateInTheComputeType) {
 // The random-DAG property: inputs of every new dtype (and f32), results within the storage
 // type's tolerance of the fp64 reference (integers exactly where no float is involved).
 TEST_P(LowPrecisionOn, RandomDagsWithNarrowInputsMatchTheReference) {
-  for (uint64_t seed = 2000; seed < 2040; ++seed) {
+  for (uint64_t seed = 2000; seed < 2006; ++seed) {  // ~1 s per seed of LLVM compiles
     Dag d = random_dag(seed, {DType::F16, DType::BF16, DType::U8, DType::I8, DType::F32});
     eval(d.roots);
     auto ref = reference_values(d.roots);
