@@ -5,6 +5,7 @@
 // the host conversions or with the fp64 reference.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <kfuse/options.hpp>
@@ -184,6 +185,16 @@ TEST(LowPrecision, CreationAccessAndPrinting) {
   EXPECT_EQ(arange(250, 260, 3, DType::U8).to_vector<int>(), (std::vector<int>{250, 253, 0, 3}));
   EXPECT_EQ(zeros({0}, DType::I8).numel(), 0);
   EXPECT_EQ(scalar(2.5, DType::F16).item<double>(), 2.5);
+}
+
+// rand in f16/bf16 draws as many bits as the type has, so rounding never reaches 1 (with 53 bits,
+// about one value in 4096 rounded up to 1.0 in f16).
+TEST(LowPrecision, RandStaysBelowOne) {
+  for (DType t : {DType::F16, DType::BF16}) {
+    std::vector<float> v = rand({65536}, 3, t).to_vector<float>();
+    EXPECT_LT(*std::max_element(v.begin(), v.end()), 1.0f) << dtype_name(t);
+    EXPECT_GE(*std::min_element(v.begin(), v.end()), 0.0f) << dtype_name(t);
+  }
 }
 
 // ---- every backend ----
