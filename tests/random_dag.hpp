@@ -12,15 +12,21 @@ struct Dag {
   std::vector<Tensor> roots;
 };
 
-inline Dag random_dag(uint64_t seed) {
+// Inputs take dtypes from `input_dtypes` (one entry: no draw, so the DAG of a seed is the same
+// as with the default); integer inputs hold small integers.
+inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {DType::F32}) {
   std::mt19937_64 g(seed);
   auto pick = [&](size_t n) { return static_cast<size_t>(g() % n); };
   const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 17};
   Shape base = {sizes[pick(7)], sizes[pick(7)]};
   std::vector<Tensor> pool;
   int n_inputs = 1 + static_cast<int>(pick(3));
-  for (int i = 0; i < n_inputs; ++i)
-    pool.push_back(make_tensor(random_values(static_cast<size_t>(count_of(base)), seed * 31 + i, -1.5, 1.5), base));
+  for (int i = 0; i < n_inputs; ++i) {
+    const DType dt = input_dtypes.size() == 1 ? input_dtypes[0] : input_dtypes[pick(input_dtypes.size())];
+    const auto n = static_cast<size_t>(count_of(base));
+    pool.push_back(is_float(dt) ? make_tensor(random_values(n, seed * 31 + i, -1.5, 1.5), base, dt)
+                                : make_tensor(random_ints(n, seed * 31 + i, dt == DType::U8 ? 0 : -9, 9), base, dt));
+  }
   // One DAG in four generates its first input (rand or randn, a kernel that fuses with its
   // consumers); decided from the seed, so the draws from g (the rest of the DAG) are unchanged.
   if (seed % 4 == 1) pool[0] = rand(base, seed) * 3.0 - 1.5;

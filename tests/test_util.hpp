@@ -55,6 +55,10 @@ inline double stored_as(double v, DType dt) {
     case DType::I64: return static_cast<double>(static_cast<int64_t>(v));
     case DType::F32: return static_cast<double>(static_cast<float>(v));
     case DType::F64: return v;
+    case DType::U8: return static_cast<double>(static_cast<uint8_t>(static_cast<int32_t>(v)));
+    case DType::I8: return static_cast<double>(static_cast<int8_t>(static_cast<int32_t>(v)));
+    case DType::F16: return static_cast<double>(half(v));
+    case DType::BF16: return static_cast<double>(bfloat16(v));
   }
   return v;
 }
@@ -87,6 +91,10 @@ inline Tensor make_tensor(const std::vector<double>& v, Shape shape, DType dt = 
     case DType::I64: return conv(int64_t{});
     case DType::F32: return conv(float{});
     case DType::F64: return conv(double{});
+    case DType::U8: return conv(uint8_t{});
+    case DType::I8: return conv(int8_t{});
+    case DType::F16: return conv(half{});
+    case DType::BF16: return conv(bfloat16{});
   }
   return {};
 }

@@ -37,7 +37,7 @@ std::string fill(std::string t, const std::vector<std::pair<std::string, std::st
 }
 
 const char* ctype(DType t) {
-  switch (t) {
+  switch (compute_type(t)) {  // narrow dtypes are computed in their compute type
     case DType::Bool:
       return "kf_bool";
     case DType::I32:
@@ -48,8 +48,29 @@ const char* ctype(DType t) {
       return "float";
     case DType::F64:
       return "double";
+    default: break;  // narrow: never a compute type
   }
   return "?";
+}
+// The element type of a buffer of `t` (narrow dtypes: their storage; f16 per dialect).
+const char* mem_ctype(DType t) {
+  switch (t) {
+    case DType::U8: return "unsigned char";
+    case DType::I8: return "signed char";
+    case DType::F16: return "KF_F16_T";
+    case DType::BF16: return "unsigned short";
+    default: return ctype(t);
+  }
+}
+// A compute-type value rounded to the narrow dtype `t` (lib/ir/widen_narrow.hpp).
+std::string round_narrow(const std::string& x, DType t) {
+  switch (t) {
+    case DType::U8: return "((" + x + ") & 0xff)";
+    case DType::I8: return "(((((" + x + ") & 0xff) ^ 0x80)) - 0x80)";
+    case DType::F16: return "kf_rnd_f16(" + x + ")";
+    case DType::BF16: return "kf_rnd_bf16(" + x + ")";
+    default: return x;
+  }
 }
 const char* sfx(DType t) { return t == DType::I32 ? "i32" : t == DType::I64 ? "i64" : t == DType::F32 ? "f32" : "f64"; }
 
@@ -83,6 +104,7 @@ struct Ctx {
   }
 
   std::string lit(double v, DType t) {
+    t = compute_type(t);
     note(t);
     if (t == DType::Bool) return v != 0 ? "((kf_bool)1)" : "((kf_bool)0)";
     if (!is_float(t)) return int_lit(static_cast<int64_t>(v), t);
@@ -106,6 +128,10 @@ struct Ctx {
   std::string cast(const std::string& x, DType from, DType to) {
     note(to);
     if (from == to) return x;
+    if (is_narrow(from) || is_narrow(to)) {
+      std::string y = cast(x, compute_type(from), compute_type(to));
+      return is_narrow(to) ? round_narrow(y, to) : y;
+    }
     if (to == DType::Bool) return "((kf_bool)((" + x + ") != 0))";
     if (is_float(from) && is_integer(to)) return std::string("kf_") + sfx(from) + "_to_" + sfx(to) + "(" + x + ")";
     return std::string("((") + ctype(to) + ")(" + x + "))";
@@ -136,7 +162,14 @@ class Emitter {
         return "kf_acc" + std::to_string(e->index);
       case ExprKind::Load: {
         std::string idx = val(e->args[0]);
-        s = "kf_b" + std::to_string(e->index) + "[" + idx + "]";
+        const std::string b = "kf_b" + std::to_string(e->index);
+        switch (e->dtype) {
+          case DType::U8:
+          case DType::I8: s = "((kf_i32)" + b + "[" + idx + "])"; break;
+          case DType::F16: s = "KF_LD_F16(" + b + ", " + idx + ")"; break;
+          case DType::BF16: s = "kf_bf16_to_f32(" + b + "[" + idx + "])"; break;
+          default: s = b + "[" + idx + "]"; break;
+        }
         if (e->args.size() > 1) s = "(" + val(e->args[1]) + " ? " + s + " : " + c_.lit(0, e->dtype) + ")";
         break;
       }
@@ -159,6 +192,7 @@ class Emitter {
     return name;
   }
 
+  DType buffer_dtype(int b) const { return c_.k.buffers.at(b).dtype; }
   // Operand `i` of `e` converted to `t`.
   std::string arg(const ir::Expr& e, size_t i, DType t) { return c_.cast(val(e.args[i]), e.args[i]->dtype, t); }
 
@@ -345,7 +379,14 @@ void emit_stores(Emitter& em, const ir::Phase& ph, const std::string& I, std::os
   for (const auto& s : ph.stores) {
     std::string idx = em.val(s.index);
     std::string v = em.val(s.value);
-    os << I << "kf_b" << s.buffer << "[" << idx << "] = " << v << ";\n";
+    const std::string b = "kf_b" + std::to_string(s.buffer);
+    switch (em.buffer_dtype(s.buffer)) {  // narrow values are already rounded: exact
+      case DType::F16: os << I << "KF_ST_F16(" << b << ", " << idx << ", " << v << ");\n"; break;
+      case DType::BF16: os << I << b << "[" << idx << "] = kf_f32_to_bf16(" << v << ");\n"; break;
+      case DType::U8:
+      case DType::I8: os << I << b << "[" << idx << "] = (" << mem_ctype(em.buffer_dtype(s.buffer)) << ")(" << v << ");\n"; break;
+      default: os << I << b << "[" << idx << "] = " << v << ";\n"; break;
+    }
   }
 }
 
@@ -355,7 +396,7 @@ std::string kernel_args(Ctx& c) {
   for (size_t i = 0; i < c.k.buffers.size(); ++i) {
     const auto& b = c.k.buffers[i];
     c.note(b.dtype);
-    args += std::string(i ? ", " : "") + c.d.global_qual + (b.output ? "" : "const ") + ctype(b.dtype) + "* kf_b" +
+    args += std::string(i ? ", " : "") + c.d.global_qual + (b.output ? "" : "const ") + mem_ctype(b.dtype) + "* kf_b" +
             std::to_string(i);
   }
   return args + (args.empty() ? "" : ", ") + "const kf_params kf_p";

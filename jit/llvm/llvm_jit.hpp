@@ -120,6 +120,7 @@ class ExprEmitter {
 
   /// Kernel-IR cast semantics (float -> int: truncate, NaN/out of range give the minimum).
   llvm::Value* convert(llvm::Value* v, DType from, DType to);
+  llvm::Value* round_narrow(llvm::Value* v, DType to);
   llvm::Value* truth(llvm::Value* v, DType dt);  ///< value != 0 as i1 (NaN is true)
   void store(int buffer, llvm::Value* index, llvm::Value* value);
 

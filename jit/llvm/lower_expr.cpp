@@ -21,18 +21,26 @@ namespace kfuse::detail::llvmjit {
 using llvm::Value;
 
 llvm::Type* reg_type(llvm::LLVMContext& c, DType dt) {
-  switch (dt) {
+  switch (compute_type(dt)) {  // narrow dtypes live in registers as their compute type
     case DType::Bool: return llvm::Type::getInt1Ty(c);
     case DType::I32: return llvm::Type::getInt32Ty(c);
     case DType::I64: return llvm::Type::getInt64Ty(c);
     case DType::F32: return llvm::Type::getFloatTy(c);
     case DType::F64: return llvm::Type::getDoubleTy(c);
+    default: break;  // narrow: never a compute type
   }
   return nullptr;
 }
 
 llvm::Type* mem_type(llvm::LLVMContext& c, DType dt) {
-  return dt == DType::Bool ? llvm::Type::getInt8Ty(c) : reg_type(c, dt);
+  switch (dt) {
+    case DType::Bool:
+    case DType::U8:
+    case DType::I8: return llvm::Type::getInt8Ty(c);
+    case DType::F16: return llvm::Type::getHalfTy(c);
+    case DType::BF16: return llvm::Type::getInt16Ty(c);  // bit manipulation: exact, vectorises
+    default: return reg_type(c, dt);
+  }
 }
 
 namespace {
@@ -57,8 +65,32 @@ Value* ExprEmitter::truth(Value* v, DType dt) {
   return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
 }
 
+// A compute-type value rounded to the narrow dtype `to` (still in the compute type): u8/i8
+// wrap, f16 rounds with the hardware conversion (F16C), bf16 with an exact integer sequence
+// (round to nearest even; NaN: quiet, keeping the top payload bits) as kfuse/half.hpp.
+Value* ExprEmitter::round_narrow(Value* v, DType to) {
+  switch (to) {
+    case DType::U8: return b_.CreateAnd(v, b_.getInt32(0xff));
+    case DType::I8: return b_.CreateAShr(b_.CreateShl(v, b_.getInt32(24)), b_.getInt32(24));
+    case DType::F16: return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+    case DType::BF16: {
+      Value* x = b_.CreateBitCast(v, b_.getInt32Ty());
+      Value* odd = b_.CreateAnd(b_.CreateLShr(x, b_.getInt32(16)), b_.getInt32(1));
+      Value* r = b_.CreateAdd(x, b_.CreateAdd(odd, b_.getInt32(0x7fff)));
+      Value* is_nan = b_.CreateFCmpUNO(v, v);
+      r = b_.CreateSelect(is_nan, b_.CreateOr(x, b_.getInt32(0x400000)), r);
+      return b_.CreateBitCast(b_.CreateAnd(r, b_.getInt32(0xffff0000u)), b_.getFloatTy());
+    }
+    default: return v;
+  }
+}
+
 Value* ExprEmitter::convert(Value* v, DType from, DType to) {
   if (from == to) return v;
+  if (is_narrow(from) || is_narrow(to)) {  // through the compute types (widen_narrow.hpp)
+    v = convert(v, compute_type(from), compute_type(to));
+    return is_narrow(to) ? round_narrow(v, to) : v;
+  }
   llvm::Type* t = reg_type(b_.getContext(), to);
   if (to == DType::Bool) return truth(v, from);
   if (from == DType::Bool) return is_float(to) ? b_.CreateUIToFP(v, t) : b_.CreateZExt(v, t);
@@ -141,7 +173,15 @@ Value* ExprEmitter::emit_load(const ir::Expr& e) {
   auto do_load = [&]() -> Value* {
     Value* p = b_.CreateInBoundsGEP(mt, buffers.at(e.index), idx);
     Value* v = b_.CreateLoad(mt, p);
-    return e.dtype == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+    switch (e.dtype) {
+      case DType::Bool: return b_.CreateICmpNE(v, b_.getInt8(0));
+      case DType::U8: return b_.CreateZExt(v, b_.getInt32Ty());
+      case DType::I8: return b_.CreateSExt(v, b_.getInt32Ty());
+      case DType::F16: return b_.CreateFPExt(v, b_.getFloatTy());
+      case DType::BF16:
+        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), b_.getInt32(16)), b_.getFloatTy());
+      default: return v;
+    }
   };
   if (e.args.size() < 2) return do_load();
   // Masked: the memory access happens only when the mask holds (a branch the vectoriser turns
@@ -168,7 +208,15 @@ Value* ExprEmitter::emit_load(const ir::Expr& e) {
 void ExprEmitter::store(int buffer, Value* index, Value* value) {
   DType dt = k_.buffers.at(buffer).dtype;
   llvm::Type* mt = mem_type(b_.getContext(), dt);
-  if (dt == DType::Bool) value = b_.CreateZExt(value, mt);
+  // Narrow values are already rounded (widen_narrow.hpp): these conversions are exact.
+  switch (dt) {
+    case DType::Bool: value = b_.CreateZExt(value, mt); break;
+    case DType::U8:
+    case DType::I8: value = b_.CreateTrunc(value, mt); break;
+    case DType::F16: value = b_.CreateFPTrunc(value, mt); break;
+    case DType::BF16: value = b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(value, b_.getInt32Ty()), b_.getInt32(16)), mt); break;
+    default: break;
+  }
   b_.CreateStore(value, b_.CreateInBoundsGEP(mt, buffers.at(buffer), index));
 }
 

@@ -84,8 +84,12 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b) {
 // Whether `v` (integral) is a value of the integer dtype `t`. The bounds are powers of two, exact
 // in a double; 2^63 itself rounds from INT64_MAX and is out of range.
 bool fits_integer(double v, DType t) {
-  double lim = t == DType::I32 ? 2147483648.0 : 9223372036854775808.0;
-  return v >= -lim && v < lim;
+  switch (t) {
+    case DType::U8: return v >= 0 && v < 256;
+    case DType::I8: return v >= -128 && v < 128;
+    case DType::I32: return v >= -2147483648.0 && v < 2147483648.0;
+    default: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  }
 }
 
 // The dtype of `tensor op scalar`: the scalar is weak (promote_with_scalar). A double with an

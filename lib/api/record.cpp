@@ -1,5 +1,6 @@
 #include "record.hpp"
 
+#include "eval/reference_eval.hpp"
 #include "graph/intern.hpp"
 
 #include <algorithm>
@@ -72,14 +73,14 @@ Tensor make_const(double value, DType dtype, const Shape& shape, Device dev) {
   else if (is_integer(dtype)) {
     int64_t i = 0;
     convert_to(&value, DType::F64, &i, DType::I64, 1);
-    if (dtype == DType::I32) {
-      int32_t j = 0;
-      convert_to(&i, DType::I64, &j, DType::I32, 1);
-      i = j;
+    if (dtype != DType::I64) {  // an integral value wraps (a constant 300 is 44 in u8)
+      int64_t buf = 0;
+      convert_to(&i, DType::I64, &buf, dtype, 1);
+      convert_to(&buf, dtype, &i, DType::I64, 1);
     }
     v = static_cast<double>(i);
-  } else if (dtype == DType::F32) {
-    v = static_cast<double>(static_cast<float>(value));
+  } else if (dtype != DType::F64) {
+    v = round_to_dtype(value, dtype);
   }
   // Looked up from borrowed parts: a constant recorded before (every `x * 1.5` in a loop)
   // allocates nothing.

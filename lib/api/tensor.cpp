@@ -112,10 +112,18 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_
 namespace detail {
 
 namespace {
-template <typename T>
-double load_as_double(const void* p, int64_t i) {
-  return static_cast<double>(static_cast<const T*>(p)[i]);
-}
+// The C++ storage type of each dtype (bool is stored as one byte, 0 or 1).
+template <DType D> struct storage;
+template <> struct storage<DType::Bool> { using type = uint8_t; };
+template <> struct storage<DType::I32> { using type = int32_t; };
+template <> struct storage<DType::I64> { using type = int64_t; };
+template <> struct storage<DType::F32> { using type = float; };
+template <> struct storage<DType::F64> { using type = double; };
+template <> struct storage<DType::U8> { using type = uint8_t; };
+template <> struct storage<DType::I8> { using type = int8_t; };
+template <> struct storage<DType::F16> { using type = half; };
+template <> struct storage<DType::BF16> { using type = bfloat16; };
+template <DType D> using storage_t = typename storage<D>::type;
 
 // float -> integer: truncation; NaN and out-of-range give the minimum (x86 cvtt semantics,
 // without the undefined behaviour of a C++ cast).
@@ -127,29 +135,48 @@ I float_to_int(double v) {
   return static_cast<I>(v);
 }
 
-template <typename S, typename D>
-void convert_typed(const S* src, D* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D> && !std::is_same_v<D, uint8_t>) {
-      dst[i] = float_to_int<D>(static_cast<double>(src[i]));
-    } else if constexpr (std::is_same_v<D, uint8_t>) {  // bool
-      dst[i] = src[i] != S(0) ? 1 : 0;
-    } else if constexpr (std::is_integral_v<S> && std::is_integral_v<D>) {
-      dst[i] = static_cast<D>(static_cast<std::make_unsigned_t<D>>(src[i]));  // wraps
-    } else {
-      dst[i] = static_cast<D>(src[i]);
-    }
+// A value as C++ arithmetic: f16/bf16 widen exactly to float, the rest are themselves.
+template <typename T>
+auto arith(T x) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return static_cast<float>(x);
+  else return x;
+}
+
+// One element S -> D with the cast rules of README "Dtypes": -> bool tests != 0; float -> i64
+// truncates (NaN/out of range: the minimum); float -> i32/u8/i8 goes through that rule for i32
+// and then wraps; integer -> integer wraps; -> f16/bf16 rounds through f32.
+template <DType S, DType D>
+storage_t<D> convert_one(storage_t<S> x) {
+  using Dt = storage_t<D>;
+  const auto a = arith(x);
+  if constexpr (D == DType::Bool) {
+    return a != decltype(a)(0) ? 1 : 0;
+  } else if constexpr (is_float(S) && !is_float(D)) {
+    if constexpr (D == DType::I64) return float_to_int<int64_t>(static_cast<double>(a));
+    else return static_cast<Dt>(static_cast<uint32_t>(float_to_int<int32_t>(static_cast<double>(a))));
+  } else if constexpr (!is_float(S) && !is_float(D)) {
+    return static_cast<Dt>(static_cast<std::make_unsigned_t<Dt>>(a));  // wraps
+  } else if constexpr (D == DType::F16 || D == DType::BF16) {
+    return Dt(static_cast<float>(a));
+  } else {
+    return static_cast<Dt>(a);
   }
 }
 
-template <typename S>
-void convert_from(const S* src, void* dst, DType dt, int64_t n) {
+template <DType S, DType D>
+void convert_typed(const void* src, void* dst, int64_t n) {
+  const auto* s = static_cast<const storage_t<S>*>(src);
+  auto* d = static_cast<storage_t<D>*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = convert_one<S, D>(s[i]);
+}
+
+template <DType S>
+void convert_from(const void* src, void* dst, DType dt, int64_t n) {
   switch (dt) {
-    case DType::Bool: return convert_typed(src, static_cast<uint8_t*>(dst), n);
-    case DType::I32: return convert_typed(src, static_cast<int32_t*>(dst), n);
-    case DType::I64: return convert_typed(src, static_cast<int64_t*>(dst), n);
-    case DType::F32: return convert_typed(src, static_cast<float*>(dst), n);
-    case DType::F64: return convert_typed(src, static_cast<double*>(dst), n);
+#define KFUSE_X(e, nm, sz, c) \
+  case DType::e: return convert_typed<S, DType::e>(src, dst, n);
+    KFUSE_DTYPES(KFUSE_X)
+#undef KFUSE_X
   }
 }
 }  // namespace
@@ -160,11 +187,10 @@ void convert_to(const void* src, DType src_t, void* dst, DType dst_t, int64_t n)
     return;
   }
   switch (src_t) {
-    case DType::Bool: return convert_from(static_cast<const uint8_t*>(src), dst, dst_t, n);
-    case DType::I32: return convert_from(static_cast<const int32_t*>(src), dst, dst_t, n);
-    case DType::I64: return convert_from(static_cast<const int64_t*>(src), dst, dst_t, n);
-    case DType::F32: return convert_from(static_cast<const float*>(src), dst, dst_t, n);
-    case DType::F64: return convert_from(static_cast<const double*>(src), dst, dst_t, n);
+#define KFUSE_X(e, nm, sz, c) \
+  case DType::e: return convert_from<DType::e>(src, dst, dst_t, n);
+    KFUSE_DTYPES(KFUSE_X)
+#undef KFUSE_X
   }
 }
 

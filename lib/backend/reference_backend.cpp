@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "../eval/exact_value.hpp"
+#include "../eval/reference_eval.hpp"
 #include "core/random.hpp"
 #include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
@@ -27,8 +28,9 @@ namespace {
 using ir::ExprKind;
 using ir::ExprRef;
 
-// The interpreter rounds every f32 result, as compiled f32 code does (the evaluator keeps doubles).
-Num rounded(Num v, DType dt) { return dt == DType::F32 ? float_num(static_cast<float>(v.f)) : v; }
+// The interpreter rounds every f32 (and f16/bf16) result, as compiled code does (the evaluator
+// keeps doubles).
+Num rounded(Num v, DType dt) { return is_float(dt) && dt != DType::F64 ? float_num(round_to_dtype(v.f, dt)) : v; }
 
 // One flattened expression DAG.
 struct Program {

@@ -5,25 +5,29 @@
 namespace kfuse {
 
 namespace {
-struct DTypeInfo {
-  const char* name;
-  size_t size;
-  DTypeCategory category;
-};
-constexpr DTypeInfo kInfo[] = {
-#define KFUSE_X(e, n, s, c) {n, s, static_cast<DTypeCategory>(c)},
+constexpr const char* kNames[] = {
+#define KFUSE_X(e, n, s, c) n,
     KFUSE_DTYPES(KFUSE_X)
 #undef KFUSE_X
 };
 }  // namespace
 
-const char* dtype_name(DType t) { return kInfo[static_cast<int>(t)].name; }
-size_t dtype_size(DType t) { return kInfo[static_cast<int>(t)].size; }
-DTypeCategory dtype_category(DType t) { return kInfo[static_cast<int>(t)].category; }
+const char* dtype_name(DType t) { return kNames[static_cast<int>(t)]; }
+
+DType compute_type(DType t) {
+  switch (t) {
+    case DType::U8:
+    case DType::I8: return DType::I32;
+    case DType::F16:
+    case DType::BF16: return DType::F32;
+    default: return t;
+  }
+}
 
 DType promote_types(DType a, DType b) {
   auto ca = dtype_category(a), cb = dtype_category(b);
   if (ca != cb) return ca > cb ? a : b;
+  if (a != b && dtype_size(a) == dtype_size(b)) return ca == DTypeCategory::Float ? DType::F32 : DType::I32;  // u8/i8, f16/bf16
   return dtype_size(a) >= dtype_size(b) ? a : b;
 }
 
@@ -32,6 +36,6 @@ DType promote_with_scalar(DType tensor, DTypeCategory scalar_cat) {
   return scalar_cat == DTypeCategory::Float ? kDefaultFloat : DType::I64;
 }
 
-DType to_float_type(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+DType to_float_type(DType t) { return is_float(t) ? t : DType::F32; }
 
 }  // namespace kfuse

@@ -23,10 +23,12 @@ inline uint64_t mix64(uint64_t x) {  // the splitmix64 finaliser
 
 inline uint64_t counter_bits(uint64_t seed, uint64_t i) { return mix64(mix64(seed + kSeedGamma) ^ i); }
 
-/// Uniform in [0, 1) with the precision of `dt` (24 bits for f32, 53 for f64).
+/// Uniform in [0, 1) with the precision of `dt` (24 bits for f32, 53 for f64, 11 for f16, 8 for
+/// bf16: fewer bits than the significand, so rounding to `dt` never reaches 1).
 inline double counter_uniform(uint64_t seed, uint64_t i, DType dt) {
   uint64_t b = counter_bits(seed, i);
-  return dt == DType::F32 ? static_cast<double>(b >> 40) * 0x1p-24 : static_cast<double>(b >> 11) * 0x1p-53;
+  const int bits = dt == DType::F32 ? 24 : dt == DType::F16 ? 11 : dt == DType::BF16 ? 8 : 53;
+  return static_cast<double>(b >> (64 - bits)) * std::ldexp(1.0, -bits);
 }
 
 /// Standard normal by Box-Muller over the uniforms of counters 2i and 2i+1.

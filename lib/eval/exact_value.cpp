@@ -12,6 +12,8 @@ int64_t wrap_to(uint64_t v, DType dt) {
   switch (dt) {
     case DType::Bool: return v != 0;
     case DType::I32: return static_cast<int32_t>(static_cast<uint32_t>(v));
+    case DType::U8: return static_cast<uint8_t>(v);
+    case DType::I8: return static_cast<int8_t>(static_cast<uint8_t>(v));
     default: return static_cast<int64_t>(v);
   }
 }
@@ -27,11 +29,12 @@ Num num_from_double(double v, DType dt) {
 Num num_cast(Num v, DType from, DType to) {
   if (to == DType::Bool) return int_num(num_truth(v, from));
   if (is_float(from)) {
+    if (to == DType::F16 || to == DType::BF16) return float_num(round_to_dtype(v.f, to));
     if (is_float(to)) return v;
-    if (to == DType::I32) {
+    if (to != DType::I64) {  // i32, u8, i8: the i32 rule, then wrap
       int32_t t;
       convert_to(&v.f, DType::F64, &t, DType::I32, 1);
-      return int_num(t);
+      return int_num(wrap_to(static_cast<uint64_t>(static_cast<int64_t>(t)), to));
     }
     int64_t t;
     convert_to(&v.f, DType::F64, &t, DType::I64, 1);
@@ -39,6 +42,7 @@ Num num_cast(Num v, DType from, DType to) {
   }
   if (to == DType::F32) return float_num(static_cast<float>(v.i));
   if (to == DType::F64) return float_num(static_cast<double>(v.i));
+  if (is_float(to)) return float_num(round_to_dtype(static_cast<float>(v.i), to));  // f16/bf16 via f32
   return int_num(wrap_to(static_cast<uint64_t>(v.i), to));
 }
 
@@ -105,6 +109,10 @@ Num load_num(const void* p, DType dt, int64_t i) {
     case DType::I64: return int_num(static_cast<const int64_t*>(p)[i]);
     case DType::F32: return float_num(static_cast<const float*>(p)[i]);
     case DType::F64: return float_num(static_cast<const double*>(p)[i]);
+    case DType::U8: return int_num(static_cast<const uint8_t*>(p)[i]);
+    case DType::I8: return int_num(static_cast<const int8_t*>(p)[i]);
+    case DType::F16: return float_num(static_cast<double>(static_cast<const half*>(p)[i]));
+    case DType::BF16: return float_num(static_cast<double>(static_cast<const bfloat16*>(p)[i]));
   }
   throw InternalError("load_num: bad dtype");
 }
@@ -116,6 +124,10 @@ void store_num(void* p, DType dt, int64_t i, Num v) {
     case DType::I64: static_cast<int64_t*>(p)[i] = v.i; break;
     case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v.f); break;
     case DType::F64: static_cast<double*>(p)[i] = v.f; break;
+    case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v.i); break;
+    case DType::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<uint8_t>(v.i)); break;
+    case DType::F16: static_cast<half*>(p)[i] = half(v.f); break;  // through f32, as num_cast
+    case DType::BF16: static_cast<bfloat16*>(p)[i] = bfloat16(v.f); break;
   }
 }
 

@@ -168,6 +168,8 @@ Values matmul_ref(const Node& n, const Values& a, const Values& b) {
 
 double round_to_dtype(double v, DType dt) {
   if (dt == DType::F32) return static_cast<double>(static_cast<float>(v));
+  if (dt == DType::F16) return static_cast<double>(half(v));  // through f32 (kfuse/half.hpp)
+  if (dt == DType::BF16) return static_cast<double>(bfloat16(v));
   return num_to_double(num_from_double(v, dt), dt);
 }
 

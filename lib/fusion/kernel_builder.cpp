@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/kernel.hpp"
+#include "ir/widen_narrow.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/pattern.hpp"
 
@@ -143,6 +144,7 @@ CustomKernel KernelBuilder::build(const std::string& name) const {
   k->name = name;
   k->kind = k->reduce.empty() ? "pointwise" : k->outer.empty() ? "global" : "row";
   try {
+    ir::widen_narrow(*k);
     ir::verify_kernel(*k);
   } catch (const InternalError& e) {
     throw UserError(std::string("KernelBuilder: build(): ") + e.what());

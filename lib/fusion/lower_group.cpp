@@ -32,6 +32,7 @@
 
 #include "ir/collapse_reduce.hpp"
 #include "ir/random.hpp"
+#include "ir/widen_narrow.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail {
@@ -195,6 +196,7 @@ class Lowerer {
     }
     if (!once.stores.empty()) k.phases.push_back(once);
     ir::collapse_reduce_dims(k);
+    ir::widen_narrow(k);
     ir::verify_kernel(k);
     return out;
   }
@@ -242,6 +244,7 @@ class Lowerer {
     k.accs = accs_;
     fold.accs = {0};
     k.phases = {fold, once};
+    ir::widen_narrow(k);
     ir::verify_kernel(k);
   }
 

@@ -353,8 +353,10 @@ void verify_kernel(const Kernel& k) {
       if (acc_phase[a] >= 0) fail("accumulator folded in two phases");
       acc_phase[a] = static_cast<int>(p);
     }
-  for (size_t a = 0; a < k.accs.size(); ++a)
+  for (size_t a = 0; a < k.accs.size(); ++a) {
     if (acc_phase[a] < 0) fail("accumulator acc" + std::to_string(a) + " is never folded");
+    if (is_narrow(k.accs[a].dtype)) fail("accumulator acc" + std::to_string(a) + " is narrow (widen_narrow)");
+  }
   std::function<void(const ExprRef&, int, bool)> check = [&](const ExprRef& e, int phase, bool in_reduce) {
     if (!e) fail("null expression");
     switch (e->kind) {
@@ -368,6 +370,7 @@ void verify_kernel(const Kernel& k) {
         if (e->index < 0 || e->index >= static_cast<int>(k.params.size())) fail("param id out of range");
         break;
       case ExprKind::Acc:
+        if (is_narrow(e->dtype)) fail(std::string("an accumulator read as ") + dtype_name(e->dtype));
         if (e->index < 0 || e->index >= static_cast<int>(k.accs.size())) fail("acc id out of range");
         if (acc_phase[e->index] >= phase) fail("acc" + std::to_string(e->index) + " read before its phase completes");
         break;
@@ -382,6 +385,16 @@ void verify_kernel(const Kernel& k) {
         if (!is_float(e->dtype)) fail("rand of a non-float dtype");
         if (e->args.size() != 2 || e->args[0]->dtype != DType::I64 || e->args[1]->dtype != DType::I64)
           fail("rand needs i64 seed and counter operands");
+        break;
+      case ExprKind::Op:  // narrow dtypes: computed in their compute type (widen_narrow.hpp)
+        if (e->op != Op::Cast) {
+          if (is_narrow(e->dtype)) fail(std::string(op_name(e->op)) + " computes in " + dtype_name(e->dtype));
+          for (const auto& a : e->args)
+            if (is_narrow(a->dtype)) fail(std::string(op_name(e->op)) + " has an operand of " + dtype_name(a->dtype));
+        }
+        break;
+      case ExprKind::Const:
+        if (is_narrow(e->dtype)) fail(std::string("a constant of ") + dtype_name(e->dtype));
         break;
       default: break;
     }

@@ -8,6 +8,7 @@
 
 #include "../../jit/gpu/gpu_render.hpp"
 #include "test_gpu_kernels.hpp"
+#include "ir/widen_narrow.hpp"
 #ifdef KFUSE_HAVE_CUDA
 #include "../../jit/cuda/cuda_runtime.hpp"
 #endif
@@ -61,6 +62,26 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
   std::vector<GpuCase> cases = all_cases();
   // the tiled GEMM of the dtypes all_cases() does not run (register micro-tiles must not spill)
   for (DType t : {DType::F64, DType::I32}) cases.push_back(gemm_case({t, 1, 40, true, false, {}, {true}, true}, {}));
+  {  // loads, stores and rounding casts of the narrow dtypes (f16 through the PTX conversions)
+    GpuCase c;
+    Kernel& k = c.k;
+    k.name = "pw_narrow";
+    k.kind = "pointwise";
+    k.params = {{"outer0", 0}};
+    k.outer = {param(0)};
+    Phase ph;
+    const DType ts[] = {DType::F16, DType::BF16, DType::U8, DType::I8};
+    for (DType t : ts) k.buffers.push_back({"in" + std::to_string(k.buffers.size()), t, false});
+    for (int i = 0; i < 4; ++i) {
+      ExprRef x = load(i, ts[i], O(0));
+      ph.stores.push_back({add_out(k, ts[i]), O(0), bin(Op::Add, ts[i], x, x)});
+      ph.stores.push_back({add_out(k, DType::F32), O(0), un(Op::Exp, DType::F32, un(Op::Cast, DType::F32, x))});
+    }
+    k.phases = {ph};
+    ir::widen_narrow(k);
+    ir::verify_kernel(k);
+    cases.push_back(c);
+  }
   for (const GpuCase& c : cases) {
     g::Rendered r = g::render(c.k, g::cuda_dialect());
     for (const char* arch : {"sm_80", "sm_90"}) {
