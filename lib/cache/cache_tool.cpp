@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "cache/disk_cache.hpp"
 #include "kfuse/options.hpp"
+#include "kfuse/profile.hpp"
 
 namespace kfuse::detail::cache {
 
@@ -275,6 +276,33 @@ struct Ctx {
   const ToolHooks& hooks;
   DiskCache open() const { return DiskCache(dir, options().cache_max_bytes, false); }
 };
+
+// The machine model kept beside the kernel cache (kfuse::machine()): printed, measured when
+// missing or measured on another CPU, re-measured on request.
+int cmd_machine(Ctx& c, bool remeasure, const std::vector<std::string>& devices) {
+  MachineOptions mo;
+  mo.remeasure = remeasure;
+  for (const std::string& d : devices) {
+    auto colon = d.find(':');
+    const std::string kind = d.substr(0, colon);
+    const int index = colon == std::string::npos ? 0 : std::atoi(d.c_str() + colon + 1);
+    if (kind == "opencl") mo.devices.push_back(Device::opencl(index));
+    else if (kind == "cuda") mo.devices.push_back(Device::cuda(index));
+    else {
+      c.err << "kfuse-cache machine: --device " << d << " is not opencl[:N] or cuda[:N]\n";
+      return 2;
+    }
+  }
+  if (options().cache_dir != c.dir) {  // --dir: the model lives beside that cache
+    Options o = options();
+    o.cache_dir = c.dir;
+    set_options(o);
+  }
+  const MachineModel& m = machine(mo);
+  if (c.json) c.out << m.to_json() << "\n";
+  else c.out << m.text() << "file: " << machine_path() << "\n";
+  return 0;
+}
 
 int cmd_path(Ctx& c) {
   DiskCache dc = c.open();
@@ -630,6 +658,12 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
   add_json(prune);
   auto* clear = app.add_subcommand("clear", "remove every entry");
   add_json(clear);
+  bool remeasure = false;
+  std::vector<std::string> devices;
+  auto* mach = app.add_subcommand("machine", "the machine model: bandwidth and FMA roofs (measured once, kept here)");
+  mach->add_flag("--remeasure", remeasure, "measure again (about 1 s)");
+  mach->add_option("--device", devices, "also measure a GPU device: opencl[:N] or cuda[:N]");
+  add_json(mach);
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
@@ -652,6 +686,7 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
     if (verify->parsed()) return cmd_verify(c, remove);
     if (prune->parsed()) return cmd_prune(c, max_bytes, older);
     if (clear->parsed()) return cmd_clear(c);
+    if (mach->parsed()) return cmd_machine(c, remeasure, devices);
   } catch (const std::exception& e) {
     err << "kfuse-cache: " << e.what() << "\n";
     return 1;

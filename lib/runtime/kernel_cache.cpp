@@ -11,6 +11,7 @@
 #include "kfuse/error.hpp"
 #include "kfuse/stats.hpp"
 #include "kfuse/options.hpp"
+#include "prof/recorder.hpp"
 #include "stats_impl.hpp"
 
 namespace kfuse::detail {
@@ -151,7 +152,11 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
     bump(global_counters().cache_misses);
     std::shared_ptr<DiskCache> disk = mode == Mode::Disk ? disk_for(opts) : nullptr;
     if (disk) {
-      if (auto ck = load_from_disk(*disk, be, k, key)) return {ck, {}};
+      const double t0 = prof::on() ? prof::now_s() : 0;
+      if (auto ck = load_from_disk(*disk, be, k, key)) {
+        if (t0 != 0) prof::record_compile(k.name, be.name(), true, t0, prof::now_s() - t0);
+        return {ck, {}};
+      }
     }
     log("cache", "miss " + key.stem + " " + key.hex() + " (" + be.name() + ", " + f.target + "): compiling");
     auto t0 = std::chrono::steady_clock::now();
@@ -161,6 +166,9 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
       bump(global_counters().kernels_compiled);
       bump(global_counters().compile_ns, static_cast<uint64_t>(ns));
       if (r.kernel->compile_ms <= 0) r.kernel->compile_ms = static_cast<double>(ns) / 1e6;
+      if (prof::on())
+        prof::record_compile(k.name, be.name(), false,
+                             std::chrono::duration<double>(t0.time_since_epoch()).count(), static_cast<double>(ns) / 1e9);
       if (disk) store_to_disk(*disk, be, k, f, key, *r.kernel, prov);
     }
     return r;
