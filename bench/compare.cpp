@@ -346,10 +346,13 @@ std::string profiled_fraction(Impl& im, const kfuse::CpuRoofs& roofs, int thread
   });
   double kt = 0, bound = 0;
   for (const auto& l : p.launches) kt += l.seconds, bound += l.bound_seconds;
-  char b[128];
-  std::snprintf(b, sizeof b, "profiler: %.0f%% of roof in kernels, %.0f%% per call (bench %.0f%%, %dT)",
+  char b[256];
+  const double n = static_cast<double>(std::max<size_t>(1, p.launches.size()));
+  std::snprintf(b, sizeof b,
+                "profiler: %.0f%% of roof in kernels, %.0f%% per call (bench %.0f%%, %dT; %zu launches, %.1f us kernel, "
+                "%.1f us bound each)",
                 kt > 0 ? 100 * bound / kt : 0.0, p.eval_seconds > 0 ? 100 * bound / p.eval_seconds : 0.0, 100 * r.frac,
-                threads);
+                threads, p.launches.size(), kt / n * 1e6, bound / n * 1e6);
   return b;
 }
 
