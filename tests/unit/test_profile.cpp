@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include <kfuse/cache.hpp>
 #include <kfuse/explain.hpp>
 #include <kfuse/kfuse.hpp>
 #include <kfuse/profile.hpp>
 
+#include "cache/cache_tool.hpp"
 #include "profile_test_util.hpp"
 #include "test_util.hpp"
 
@@ -213,6 +215,16 @@ TEST(Machine, ModelRoundTripsThroughJsonAndRejectsOtherFiles) {
   EXPECT_THROW(MachineModel::from_json("{\"entries\": []}"), UserError);
   EXPECT_THROW(MachineModel::from_json("not json"), UserError);
   EXPECT_NE(m.text().find("test CPU"), std::string::npos);
+}
+
+TEST(Machine, CacheToolPrintsTheModel) {
+  set_machine(fake_machine());  // the process's model: nothing is measured
+  std::ostringstream out, err;
+  ASSERT_EQ(detail::cache::run_cache_tool({"machine", "--json"}, out, err), 0) << err.str();
+  EXPECT_EQ(MachineModel::from_json(out.str()).cpu, "test CPU");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(detail::cache::run_cache_tool({"machine", "--device", "tpu:0"}, out2, err2), 2);
+  EXPECT_NE(err2.str().find("opencl[:N] or cuda[:N]"), std::string::npos);
 }
 
 TEST(Machine, QuickMeasurementIsPositiveAndShort) {
