@@ -1,6 +1,6 @@
 // kfuse_compare: kfuse (each backend) against LibTorch, oneDNN, Eigen and (GEMM) OpenBLAS on the
-// workloads of PERFORMANCE.md, with a STREAM-style triad ceiling measured in the same run and,
-// for the GEMM workloads, the FMA peak (bench/fma_peak.cpp).
+// workloads of PERFORMANCE.md, with the library's roofline ceiling (kfuse::Roof: read and write
+// bandwidth, or for the GEMM workloads the FMA peak; lib/prof) measured in the same run.
 //
 //   kfuse_compare [--quick] [--filter SUBSTR[|SUBSTR...]] [--json FILE] [--threads 1,2]
 //                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen,openblas]
@@ -22,11 +22,10 @@
 #include <vector>
 #include <unistd.h>  // sysconf: the L3 size
 
-#include "fma_peak.hpp"
 #include "harness.hpp"
+#include "kfuse/profile.hpp"
 #include "kfuse_impl.hpp"
 #include "peers/peers.hpp"
-#include "triad.hpp"
 #include "workload.hpp"
 
 using namespace kbench;
@@ -66,6 +65,7 @@ struct Cli {
   double min_time = -1;
   int max_reps = -1;
   int64_t scale = 1;  // rows (or elements) of the 16M+ workloads multiplied by this
+  bool profile = false;  // kfuse rows: also the profiler's roofline fraction (same roofs)
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -91,6 +91,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "  --scale N            multiply the rows (1-D: elements) of the 16M+ workloads by N, to measure\n"
       "                       out of cache where the L3 holds them (e.g. 8 on a 480 MiB L3)\n"
       "  --strict             exit 1 when any result fails verification or errors\n"
+      "  --profile            kfuse rows: the profiler's roofline fraction beside the bench's (same roofs)\n"
       "  --list               list the workloads and exit\n");
   std::exit(rc);
 }
@@ -108,6 +109,7 @@ Cli parse(int argc, char** argv) {
     };
     if (a == "--quick") c.quick = true;
     else if (a == "--strict") c.strict = true;
+    else if (a == "--profile") c.profile = true;
     else if (a == "--list") c.list = true;
     else if (a == "--filter") c.filters = split(val(), '|');
     else if (a == "--json") c.json = val();
@@ -329,8 +331,34 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
   }
 }
 
+// --profile: the row's calls again under kfuse::profile, with the roofs the bench just measured
+// as the profiler's machine model, so both fractions have the same ceiling; they differ by the
+// call's time outside kernels (recording, dispatch).
+std::string profiled_fraction(Impl& im, const kfuse::CpuRoofs& roofs, int threads, const Row& r) {
+  kfuse::MachineModel m;
+  m.cpu = "kfuse_compare roofs";
+  m.cpu_roofs = {roofs};
+  m.cpu_roofs[0].threads = 1;  // the roofs of `threads` whatever count the profile asks for
+  kfuse::set_machine(m);
+  const int calls = std::clamp(static_cast<int>(0.2 / std::max(r.st.median, 1e-6)), 3, 200);
+  kfuse::Profile p = kfuse::profile([&] {
+    for (int i = 0; i < calls; ++i) im.run();
+  });
+  double kt = 0, bound = 0;
+  for (const auto& l : p.launches) kt += l.seconds, bound += l.bound_seconds;
+  char b[256];
+  const double n = static_cast<double>(std::max<size_t>(1, p.launches.size()));
+  std::snprintf(b, sizeof b,
+                "profiler: %.0f%% of roof in kernels, %.0f%% per call (bench %.0f%%, %dT; %zu launches, %.1f us kernel, "
+                "%.1f us bound each)",
+                kt > 0 ? 100 * bound / kt : 0.0, p.eval_seconds > 0 ? 100 * bound / p.eval_seconds : 0.0, 100 * r.frac,
+                threads, p.launches.size(), kt / n * 1e6, bound / n * 1e6);
+  return b;
+}
+
 // Verifies, then times one implementation. `after` fills implementation-specific fields.
-// `ceiling`: the triad GB/s, or for GEMM workloads the FMA peak GFLOP/s, with `threads` threads.
+// `ceiling`: the roof's GB/s for the workload's read/write mix, or for GEMM workloads the FMA peak
+// GFLOP/s, with `threads` threads.
 Row run_impl(Impl& im, const Workload& w, const Reference& ref, int threads, double ceiling,
              const TimingConfig& cfg, const std::function<void(Row&)>& after = {}) {
   Row r;
@@ -413,8 +441,6 @@ int main(int argc, char** argv) {
   }
   if (cli.min_time >= 0) cfg.min_time_s = cli.min_time;
   if (cli.max_reps > 0) cfg.max_reps = cli.max_reps;
-  const int64_t triad_n = cli.quick ? (int64_t{1} << 22) : (int64_t{1} << 25);
-  const int triad_passes = cli.quick ? 3 : 5;
 
   const kfuse::Options base = kfuse::options();
   const std::string machine = machine_description();
@@ -448,26 +474,24 @@ int main(int argc, char** argv) {
     std::printf("missing peers are skipped; install them with scripts/bench.sh --install-peers\n");
   std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n",
               cfg.min_reps, cfg.min_time_s);
-  std::printf("ceiling: STREAM triad (%s, %s floats per array, best of %d), re-measured per workload\n",
-              triad_kind(), count_str(triad_n).c_str(), triad_passes);
-  // A working set the L3 holds runs from it between samples (the triad's 384 MiB streams to DRAM).
+  // One definition of a ceiling with the profiler (kfuse::Roof, lib/prof/machine.cpp): reads at
+  // the read bandwidth plus writes at the (streaming) write bandwidth, or the FMA peak.
+  std::printf("ceiling: kfuse::Roof: reads / read GB/s + writes / write GB/s (%s), probes of kfuse::machine(), "
+              "re-measured per workload\n",
+              kfuse::probe::stream_kind());
+  // A working set the L3 holds runs from it between samples (the probes' 192 MiB stream to DRAM on most machines).
   const double l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
   if (l3_bytes > 0) std::printf("L3: %s\n", fmt_bytes(l3_bytes).c_str());
   std::vector<std::pair<int, double>> ceilings0;
   for (int t : cli.threads) {
-    double g = triad_gbps(t, triad_n, triad_passes);
-    ceilings0.push_back({t, g});
-    std::printf("  triad %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", g);
+    kfuse::CpuRoofs c = kfuse::measure_cpu_roofs(t, cli.quick);
+    ceilings0.push_back({t, c.triad_gbps});
+    std::printf("  %d thread%s: read %.1f GB/s, write %.1f GB/s (streaming %.1f), triad %.1f GB/s, FMA peak %.1f GFLOP/s\n",
+                t, t > 1 ? "s" : "", c.read_gbps, c.write_gbps, c.write_nt_gbps, c.triad_gbps, c.fma_f32_gflops);
   }
-  // The compute ceiling of the GEMM rows, measured alike (and again before each GEMM workload).
-  const int peak_trials = cli.quick ? 2 : 5;
-  const int64_t peak_iters = cli.quick ? 2'000'000 : 10'000'000;
-  std::printf("compute ceiling: FMA peak, %s, independent FMAs in registers, best of %d\n", fma_peak_kind(),
-              peak_trials);
-  for (int t : cli.threads)
-    std::printf("  FMA peak %d thread%s: %.1f GFLOP/s\n", t, t > 1 ? "s" : "", fma_peak_gflops(t, peak_trials, peak_iters));
-  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median; %%ceil = GB/s / triad "
-              "with the same thread count; kern = kfuse kernels launched per call\n");
+  std::printf("compute ceiling (GEMM rows): FMA peak, %s, independent FMAs in registers\n", kfuse::probe::fma_kind());
+  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median; %%ceil = GB/s / the roof's "
+              "GB/s for the workload's read/write mix, same thread count; kern = kfuse kernels launched per call\n");
 
   std::vector<Row> rows;
   bool any_bad = false;
@@ -515,15 +539,19 @@ int main(int argc, char** argv) {
       continue;
     }
     std::map<int, double> ceil;
+    std::map<int, kfuse::CpuRoofs> roofs;
     std::string ceil_txt;
     for (int t : cli.threads) {
-      char b[64];
+      char b[96];
+      roofs[t] = kfuse::measure_cpu_roofs(t, cli.quick);
+      kfuse::Roof roof = kfuse::roof_of(roofs[t], kfuse::DType::F32);
       if (w.gemm()) {
-        ceil[t] = fma_peak_gflops(t, peak_trials, peak_iters);
+        ceil[t] = roof.peak_gflops;
         std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
       } else {
-        ceil[t] = triad_gbps(t, triad_n, triad_passes);
-        std::snprintf(b, sizeof b, "%s%dT %.1f GB/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+        ceil[t] = roof.gbps(w.read_bytes, w.write_bytes);
+        std::snprintf(b, sizeof b, "%s%dT %.1f GB/s (read %.1f, write %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],
+                      roof.read_gbps, roof.write_gbps);
       }
       ceil_txt += b;
     }
@@ -533,10 +561,10 @@ int main(int argc, char** argv) {
                   w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows), fmt_time(now_s() - t0).c_str(),
                   ceil_txt.c_str());
     else
-      std::printf("   compulsory %s; fp64 reference in %s; triad %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
+      std::printf("   compulsory %s; fp64 reference in %s; ceiling %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
                   fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
     if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes)
-      std::printf("   (fits the %s L3: rows may run from cache, above the DRAM triad; --scale measures out of cache)\n",
+      std::printf("   (fits the %s L3: rows may run from cache, above the DRAM ceiling; --scale measures out of cache)\n",
                   fmt_bytes(l3_bytes).c_str());
     print_header();
 
@@ -570,6 +598,7 @@ int main(int argc, char** argv) {
           if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
           if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
           if (!p.error.empty()) n += " (" + p.error + ")";
+          if (cli.profile && r.status == "ok") n += "; " + profiled_fraction(im, roofs[t], t, r);
           r.note = r.note.empty() ? n : r.note + "; " + n;
         };
         Row r = run_impl(im, w, ref, t, ceil[t], cfg, after);

@@ -1,7 +1,7 @@
 // kfuse_gemm: f32 GEMM of the xbyak backend (a hand-built contraction kernel run through the
 // backend directly, until the planner emits contractions for matmul) against OpenBLAS
 // (cblas_sgemm) and oneDNN (dnnl_sgemm) where installed, with the FMA peak of this machine
-// measured in the same run (bench/fma_peak.cpp, shared with kfuse_compare).
+// measured in the same run (kfuse::probe, lib/prof/probes.cpp: the probe of kfuse::machine()).
 //
 //   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024]
 // Prints per shape and thread count: the median ms over the runs, GFLOP/s and % of the measured
@@ -20,7 +20,7 @@
 #include "ir/kernel.hpp"
 #include "kfuse/options.hpp"
 
-#include "fma_peak.hpp"
+#include "kfuse/profile.hpp"
 
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS
 extern "C" {
@@ -110,10 +110,10 @@ int main(int argc, char** argv) {
     std::printf("xbyak backend unavailable (no AVX2/FMA)\n");
     return 0;
   }
-  std::printf("FMA peak (%s, measured now):", kbench::fma_peak_kind());
+  std::printf("FMA peak (%s, measured now):", kfuse::probe::fma_kind());
   std::vector<double> peak;
   for (int t : threads) {
-    peak.push_back(kbench::fma_peak_gflops(t));
+    peak.push_back(kfuse::probe::fma_peak_gflops(kfuse::DType::F32, t));
     std::printf("  %d thread%s %.1f GFLOP/s", t, t > 1 ? "s" : "", peak.back());
   }
   std::printf("\n%-26s %3s %-9s %10s %9s %7s  %s\n", "shape [M,K]x[K,N]", "thr", "impl", "median ms", "GFLOP/s",

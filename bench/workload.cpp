@@ -73,7 +73,9 @@ void make_inputs(Workload& w, uint64_t seed) {
   }
   double in_bytes = 0;
   for (auto& v : w.inputs) in_bytes += 4.0 * static_cast<double>(v.size());
-  w.compulsory_bytes = in_bytes + 4.0 * static_cast<double>(w.out_numel);
+  w.read_bytes = in_bytes;
+  w.write_bytes = 4.0 * static_cast<double>(w.out_numel);
+  w.compulsory_bytes = w.read_bytes + w.write_bytes;
   w.flops = w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
 }
 

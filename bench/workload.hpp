@@ -33,7 +33,7 @@ enum class Kind {
 enum class Target {
   None,
   FasterThanBestPeer4x,   // log_softmax [4096,10]: >= 4x faster than the best peer
-  Ceiling75,              // log_softmax / layer_norm [32768,512]: >= 75% of the triad ceiling
+  Ceiling75,              // log_softmax / layer_norm [32768,512]: >= 75% of the ceiling
   Chain16M,               // element-wise at 16M: >= 90% ceiling, >= Eigen, natural >= 4x LibTorch natural
   Ceiling90,              // sums over [4096,4096]: >= 90% of the ceiling
   Under1us,               // 10-op chain on 8 floats: <= 1 us
@@ -54,6 +54,7 @@ struct Workload {
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;
   double compulsory_bytes = 0;  // inputs read once + output written once
+  double read_bytes = 0, write_bytes = 0;  // its two parts (the ceiling weighs them apart)
   double flops = 0;             // GEMM workloads: 2 M N K (0: a memory-bound workload)
 
   int64_t numel() const { return rows * cols; }

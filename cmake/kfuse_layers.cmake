@@ -8,7 +8,7 @@
 # interface, the CPU thread pool); the LLVM flags live on the LLVM backend's target alone.
 set(KFUSE_STAGES
   lib/core lib/ir lib/graph lib/eval lib/passes lib/plugin lib/fusion lib/backend lib/cache
-  lib/runtime lib/api
+  lib/prof lib/runtime lib/api
   jit/common jit/gpu jit/xbyak jit/llvm jit/opencl jit/cuda)
 set(KFUSE_STAGE_lib/core)                      # dtype, shape, device, options, log
 set(KFUSE_STAGE_lib/ir lib/core)               # kernel IR and its analyses
@@ -19,7 +19,8 @@ set(KFUSE_STAGE_lib/plugin lib/core)           # the plugin loader (dlopen, ABI 
 set(KFUSE_STAGE_lib/fusion lib/core lib/graph lib/ir lib/eval lib/plugin)  # patterns + partition + lowering
 set(KFUSE_STAGE_lib/backend lib/core lib/ir lib/eval)  # the contract, registry, reference backend, thread pool
 set(KFUSE_STAGE_lib/cache lib/core lib/ir lib/backend)
-set(KFUSE_STAGE_lib/runtime lib/core lib/graph lib/ir lib/eval lib/passes lib/plugin lib/fusion lib/backend lib/cache)
+set(KFUSE_STAGE_lib/prof lib/core)                 # machine model, profiler records and writers
+set(KFUSE_STAGE_lib/runtime lib/core lib/graph lib/ir lib/eval lib/passes lib/plugin lib/fusion lib/backend lib/cache lib/prof)
 set(KFUSE_STAGE_lib/api lib/core lib/graph lib/ir lib/eval lib/passes lib/fusion lib/backend lib/runtime)
 set(KFUSE_STAGE_jit/common)
 set(KFUSE_STAGE_jit/gpu lib/core lib/ir)

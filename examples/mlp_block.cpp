@@ -2,9 +2,15 @@
 // (batch 512, 1024 -> 4096). The matmul, bias and GELU are one contraction kernel (the GEMM with
 // its epilogue); layer_norm is a row kernel after it. Prints the plan and the time of an
 // evaluation beside it, and checks the last rows (edge tiles) against the fp64 reference.
-// Usage: kfuse_mlp_block [batch] [in] [hidden] [repetitions]
+// --profile=PREFIX runs the evaluations under kfuse::Profiler, prints its table and writes
+// PREFIX.txt/.json/.trace.json/.svg (the roofline chart).
+// Usage: kfuse_mlp_block [--profile=PREFIX] [batch] [in] [hidden] [repetitions]
 #include <kfuse/kfuse.hpp>
+#include <kfuse/profile.hpp>
 #include <kfuse/reference.hpp>
+
+#include <memory>
+#include <string>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +23,15 @@
 
 int main(int argc, char** argv) {
   using namespace kfuse;
+  std::string profile_prefix;
+  std::vector<char*> pos;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--profile=", 0) == 0) profile_prefix = a.substr(10);
+    else pos.push_back(argv[i]);
+  }
+  argc = static_cast<int>(pos.size());
+  argv = pos.data();
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t in = argc > 2 ? std::atoll(argv[2]) : 1024;
   const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 4096;
@@ -48,6 +63,8 @@ int main(int argc, char** argv) {
   // as a model's forward pass would be (the same expression on the same tensor is the same,
   // already evaluated node), find the plan and the kernels in the cache.
   using clk = std::chrono::steady_clock;
+  std::unique_ptr<Profiler> profiler;
+  if (!profile_prefix.empty()) profiler = std::make_unique<Profiler>();  // the machine model is read first
   auto t0 = clk::now();
   y.eval();
   const double first = std::chrono::duration<double>(clk::now() - t0).count();
@@ -58,6 +75,11 @@ int main(int argc, char** argv) {
     t0 = clk::now();
     block(inputs[static_cast<size_t>(r)]).eval();
     times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
+  }
+  if (profiler) {
+    Profile p = profiler->stop();
+    p.write(profile_prefix);
+    std::printf("%s(%s.txt, .json, .trace.json, .svg)\n\n", p.table().c_str(), profile_prefix.c_str());
   }
   std::sort(times.begin(), times.end());
   const int threads = options().num_threads > 0 ? options().num_threads

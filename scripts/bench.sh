@@ -12,7 +12,7 @@
 #   scripts/bench.sh --json bench.json                 # full run, 1 and 2 threads
 #   scripts/bench.sh --quick --filter log_softmax      # smoke run
 #   scripts/bench.sh --filter "[4096,10]" --backends xbyak,reference --threads 1
-# Run on an otherwise idle machine: every number is compared with a triad ceiling measured in the
+# Run on an otherwise idle machine: every number is compared with a roofline ceiling measured in the
 # same run, but other processes on the cores still distort medians (spread column).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

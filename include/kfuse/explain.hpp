@@ -19,6 +19,8 @@ struct KernelReport {
   std::vector<std::string> inputs;   ///< "%3 f32[4096, 10]"
   std::vector<std::string> outputs;
   int64_t min_bytes = 0;             ///< compulsory traffic: inputs read once + outputs written once
+  int64_t read_bytes = 0;            ///< the inputs' part of min_bytes
+  int64_t write_bytes = 0;           ///< the outputs' part
   std::string backend;               ///< backend that ran it, when this structure was evaluated before (else empty)
 };
 

@@ -13,6 +13,8 @@
  *   KFUSE_POOL_MAX_BYTES   freed host buffers kept for reuse (default: an eighth of the
  *                      physical memory, at least 512 MiB)
  *   KFUSE_PLUGINS      colon-separated plugin .so paths loaded at start
+ *   KFUSE_PROFILE      file prefix: profile the whole program, write <prefix>.txt/.json/.trace.json/.svg
+ *                      at exit (kfuse/profile.hpp)
  */
 #pragma once
 #include <cstdint>

@@ -160,6 +160,30 @@ class CudaKernel final : public CompiledKernel {
     cuda::check(rc, "cuLaunchKernel");
   }
 
+  // Device time between events recorded on the stream before and after the launch.
+  double run_timed(const ir::LaunchArgs& args) const override {
+    cuda::Dev& dev = cuda::device(index_);
+    const cuda::Driver& d = cuda::driver();
+    CUevent ev[2] = {nullptr, nullptr};
+    cuda::check(d.EventCreate(&ev[0], CU_EVENT_DEFAULT), "cuEventCreate");
+    CUresult rc = d.EventCreate(&ev[1], CU_EVENT_DEFAULT);
+    float ms = 0;
+    try {
+      cuda::check(rc, "cuEventCreate");
+      cuda::check(d.EventRecord(ev[0], dev.stream), "cuEventRecord");
+      run(args);
+      cuda::check(d.EventRecord(ev[1], dev.stream), "cuEventRecord");
+      cuda::check(d.EventSynchronize(ev[1]), "cuEventSynchronize");
+      cuda::check(d.EventElapsedTime(&ms, ev[0], ev[1]), "cuEventElapsedTime");
+    } catch (...) {
+      for (CUevent e : ev)
+        if (e) d.EventDestroy(e);
+      throw;
+    }
+    for (CUevent e : ev) d.EventDestroy(e);
+    return static_cast<double>(ms) * 1e-3;
+  }
+
  private:
   ir::Kernel k_;
   gpu::Rendered r_;

@@ -61,6 +61,11 @@ Loaded load() {
   sym(d.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   sym(d.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   sym(d.LaunchKernel, "cuLaunchKernel");
+  sym(d.EventCreate, "cuEventCreate");
+  sym(d.EventRecord, "cuEventRecord");
+  sym(d.EventSynchronize, "cuEventSynchronize");
+  sym(d.EventElapsedTime, "cuEventElapsedTime");
+  sym(d.EventDestroy, "cuEventDestroy_v2");
   sym(d.GetErrorName, "cuGetErrorName");
   sym(d.GetErrorString, "cuGetErrorString");
   if (!ok) return l;

@@ -28,6 +28,11 @@ struct Driver {
   decltype(&::cuMemcpyHtoDAsync) MemcpyHtoDAsync = nullptr;
   decltype(&::cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
   decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+  decltype(&::cuEventCreate) EventCreate = nullptr;  // the profiler's device timestamps
+  decltype(&::cuEventRecord) EventRecord = nullptr;
+  decltype(&::cuEventSynchronize) EventSynchronize = nullptr;
+  decltype(&::cuEventElapsedTime) EventElapsedTime = nullptr;
+  decltype(&::cuEventDestroy) EventDestroy = nullptr;
   decltype(&::cuGetErrorName) GetErrorName = nullptr;
   decltype(&::cuGetErrorString) GetErrorString = nullptr;
   // Stream-ordered allocation (CUDA 11.2+); null on older drivers, which take the fallback.

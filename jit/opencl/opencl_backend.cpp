@@ -74,7 +74,8 @@ ClDevice make_device(int index) {
         d.error = "clCreateContext failed (error " + std::to_string(rc) + ")";
         return d;
       }
-      d.queue = clCreateCommandQueue(d.ctx, dev, 0, &rc);
+      // Profiling enabled: the profiler times launches with the events' device timestamps.
+      d.queue = clCreateCommandQueue(d.ctx, dev, CL_QUEUE_PROFILING_ENABLE, &rc);
       if (rc != CL_SUCCESS) {
         d.error = "clCreateCommandQueue failed (error " + std::to_string(rc) + ")";
         return d;
@@ -148,7 +149,33 @@ class OpenCLKernel final : public CompiledKernel {
     clReleaseProgram(prog_);
   }
 
-  void run(const ir::LaunchArgs& args) const override {
+  void run(const ir::LaunchArgs& args) const override { launch(args, nullptr); }
+
+  // Device time of the launch: from the first stage's start to the last stage's end (profiling
+  // events of the in-order queue), waiting for it to complete.
+  double run_timed(const ir::LaunchArgs& args) const override {
+    std::vector<cl_event> evs;
+    try {
+      launch(args, &evs);
+    } catch (...) {
+      for (cl_event e : evs) clReleaseEvent(e);
+      throw;
+    }
+    if (evs.empty()) return 0;
+    double s = 0;
+    cl_int rc = clWaitForEvents(static_cast<cl_uint>(evs.size()), evs.data());
+    cl_ulong t0 = 0, t1 = 0;
+    if (rc == CL_SUCCESS &&
+        clGetEventProfilingInfo(evs.front(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) == CL_SUCCESS &&
+        clGetEventProfilingInfo(evs.back(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) == CL_SUCCESS)
+      s = static_cast<double>(t1 - t0) * 1e-9;
+    for (cl_event e : evs) clReleaseEvent(e);
+    check(rc, "clWaitForEvents");
+    return s;
+  }
+
+ private:
+  void launch(const ir::LaunchArgs& args, std::vector<cl_event>* evs) const {
     if (args.buffers.size() != k_.buffers.size() || args.params.size() != k_.params.size())
       throw InternalError("OpenCL: launch of " + k_.name + " with the wrong number of buffers or params");
     std::vector<int64_t> params(args.params);
@@ -174,8 +201,10 @@ class OpenCLKernel final : public CompiledKernel {
         if (st.uses_scratch) check(clSetKernelArg(kn, a++, sizeof(cl_mem), &scratch), "clSetKernelArg (partials)");
         const int64_t groups = gpu::groups_for(st, gpu::opencl_dialect(), gpu::stage_units(st, k_, args.params));
         size_t local = static_cast<size_t>(st.block), global = static_cast<size_t>(groups) * local;
-        check(clEnqueueNDRangeKernel(dev_.queue, kn, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+        cl_event ev = nullptr;
+        check(clEnqueueNDRangeKernel(dev_.queue, kn, 1, nullptr, &global, &local, 0, nullptr, evs ? &ev : nullptr),
               "clEnqueueNDRangeKernel");
+        if (evs) evs->push_back(ev);
         g_launches.fetch_add(1, std::memory_order_relaxed);
       }
     } catch (...) {
@@ -185,7 +214,6 @@ class OpenCLKernel final : public CompiledKernel {
     if (scratch) dev_.mem->give(scratch, scratch_bytes);
   }
 
- private:
   ir::Kernel k_;
   gpu::Rendered r_;
   ClDevice& dev_;

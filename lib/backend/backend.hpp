@@ -7,6 +7,7 @@
 // the `backend` channel), one whose compiler fails throws BackendError (logged with the
 // compiler's log), and the next backend takes the kernel.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,13 @@ class CompiledKernel {
   /// Runs the kernel over its whole outer domain (the backend parallelises as it sees fit,
   /// through parallel_for for CPU backends). Must be callable from several threads at once.
   virtual void run(const ir::LaunchArgs& args) const = 0;
+  /// run() for the profiler, returning the kernel's seconds: the host clock around run() for
+  /// synchronous (CPU) backends; GPU backends override it with device events.
+  virtual double run_timed(const ir::LaunchArgs& args) const {
+    auto t0 = std::chrono::steady_clock::now();
+    run(args);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   std::string backend;              ///< e.g. "llvm"
   std::string target;               ///< e.g. "x86_64 znver5 +avx512f" or "sm_90"

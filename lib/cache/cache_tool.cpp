@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "cache/disk_cache.hpp"
 #include "kfuse/options.hpp"
+#include "kfuse/profile.hpp"
 
 namespace kfuse::detail::cache {
 
@@ -278,6 +279,66 @@ struct Ctx {
   const ToolHooks& hooks;
   DiskCache open() const { return DiskCache(dir, options().cache_max_bytes, false); }
 };
+
+// The machine model kept beside the kernel cache (kfuse::machine()): printed, measured when
+// missing or measured on another CPU, re-measured on request.
+int cmd_machine(Ctx& c, bool remeasure, const std::vector<std::string>& devices) {
+  MachineOptions mo;
+  mo.remeasure = remeasure;
+  for (const std::string& d : devices) {
+    auto colon = d.find(':');
+    const std::string kind = d.substr(0, colon);
+    const int index = colon == std::string::npos ? 0 : std::atoi(d.c_str() + colon + 1);
+    if (kind == "opencl") mo.devices.push_back(Device::opencl(index));
+    else if (kind == "cuda") mo.devices.push_back(Device::cuda(index));
+    else {
+      c.err << "kfuse-cache machine: --device " << d << " is not opencl[:N] or cuda[:N]\n";
+      return 2;
+    }
+  }
+  if (options().cache_dir != c.dir) {  // --dir: the model lives beside that cache
+    Options o = options();
+    o.cache_dir = c.dir;
+    set_options(o);
+  }
+  const MachineModel& m = machine(mo);
+  if (c.json) c.out << m.to_json() << "\n";
+  else c.out << m.text() << "file: " << machine_path() << "\n";
+  return 0;
+}
+
+// KFUSE_TUNE's choices (<dir>/tune.json, lib/runtime/tune.cpp): which backend won each kernel
+// and by how much.
+int cmd_tuned(Ctx& c) {
+  std::ifstream f(c.dir + "/tune.json");
+  json j = json::object();
+  if (f) j = json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    c.err << "kfuse-cache tuned: " << c.dir << "/tune.json is not a tuning table\n";
+    return 1;
+  }
+  if (c.json) {
+    c.out << j.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& [key, e] : j.items()) {
+    const std::string winner = e.value("winner", "?");
+    const double w = e.contains("seconds") ? e["seconds"].value(winner, 0.0) : 0.0;
+    c.out << key.substr(0, 12) << " " << e.value("kernel", "?") << ": " << winner;
+    char b[96];
+    std::snprintf(b, sizeof b, " %.1f us", w * 1e6);
+    c.out << b;
+    if (e.contains("seconds"))
+      for (const auto& [be, s] : e["seconds"].items())
+        if (be != winner) {
+          std::snprintf(b, sizeof b, "; %s %.1f us (%.2fx)", be.c_str(), s.get<double>() * 1e6, w > 0 ? s.get<double>() / w : 0.0);
+          c.out << b;
+        }
+    c.out << "\n";
+  }
+  c.out << j.size() << " tuned kernel" << (j.size() == 1 ? "" : "s") << " in " << c.dir << "/tune.json\n";
+  return 0;
+}
 
 int cmd_path(Ctx& c) {
   DiskCache dc = c.open();
@@ -633,6 +694,14 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
   add_json(prune);
   auto* clear = app.add_subcommand("clear", "remove every entry");
   add_json(clear);
+  bool remeasure = false;
+  std::vector<std::string> devices;
+  auto* mach = app.add_subcommand("machine", "the machine model: bandwidth and FMA roofs (measured once, kept here)");
+  mach->add_flag("--remeasure", remeasure, "measure again (about 1 s)");
+  mach->add_option("--device", devices, "also measure a GPU device: opencl[:N] or cuda[:N]");
+  add_json(mach);
+  auto* tuned = app.add_subcommand("tuned", "KFUSE_TUNE's choices: the backend that won each kernel and by how much");
+  add_json(tuned);
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
@@ -655,6 +724,8 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
     if (verify->parsed()) return cmd_verify(c, remove);
     if (prune->parsed()) return cmd_prune(c, max_bytes, older);
     if (clear->parsed()) return cmd_clear(c);
+    if (mach->parsed()) return cmd_machine(c, remeasure, devices);
+    if (tuned->parsed()) return cmd_tuned(c);
   } catch (const std::exception& e) {
     err << "kfuse-cache: " << e.what() << "\n";
     return 1;

@@ -1,5 +1,6 @@
 // The kfuse-cache command line (tools/kfuse_cache.cpp is a thin main over this; tests call it
-// directly). Commands: list, show, stats, why-miss, verify, prune, clear, path; `--help` on each.
+// directly). Commands: list, show, stats, why-miss, verify, prune, clear, path, machine (the
+// machine model of lib/prof); `--help` on each.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "fusion/traffic.hpp"
 #include "graph/print_graph.hpp"
 #include "fusion/pattern_registry.hpp"
 #include "runtime/graph_signature.hpp"
@@ -60,14 +61,12 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
     k.pattern = g.pattern;
     k.backend = pk.backend;
     for (const Node* n : g.nodes) k.ops.push_back(name[n] + " " + op_name(n->op));
-    for (const Node* n : g.inputs) {
-      k.inputs.push_back(label(n));
-      k.min_bytes += static_cast<int64_t>(n->numel() * dtype_size(n->dtype));
-    }
-    for (const Node* n : g.outputs) {
-      k.outputs.push_back(label(n));
-      k.min_bytes += static_cast<int64_t>(n->numel() * dtype_size(n->dtype));
-    }
+    for (const Node* n : g.inputs) k.inputs.push_back(label(n));
+    for (const Node* n : g.outputs) k.outputs.push_back(label(n));
+    Traffic t = min_traffic(g);
+    k.read_bytes = t.read_bytes;
+    k.write_bytes = t.write_bytes;
+    k.min_bytes = t.total();
     ex.kernels.push_back(std::move(k));
   }
   ex.patterns = pattern_traces(plan.partition.pattern_attempts, rr);

@@ -1,5 +1,6 @@
 #include "kernel_cache.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include "kfuse/error.hpp"
 #include "kfuse/stats.hpp"
 #include "kfuse/options.hpp"
+#include "prof/recorder.hpp"
+#include "runtime/tune.hpp"
 #include "stats_impl.hpp"
 
 namespace kfuse::detail {
@@ -151,7 +154,11 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
     bump(global_counters().cache_misses);
     std::shared_ptr<DiskCache> disk = mode == Mode::Disk ? disk_for(opts) : nullptr;
     if (disk) {
-      if (auto ck = load_from_disk(*disk, be, k, key)) return {ck, {}};
+      const double t0 = prof::on() ? prof::now_s() : 0;
+      if (auto ck = load_from_disk(*disk, be, k, key)) {
+        if (t0 != 0) prof::record_compile(k.name, be.name(), true, t0, prof::now_s() - t0);
+        return {ck, {}};
+      }
     }
     log("cache", "miss " + key.stem + " " + key.hex() + " (" + be.name() + ", " + f.target + "): compiling");
     auto t0 = std::chrono::steady_clock::now();
@@ -161,6 +168,9 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
       bump(global_counters().kernels_compiled);
       bump(global_counters().compile_ns, static_cast<uint64_t>(ns));
       if (r.kernel->compile_ms <= 0) r.kernel->compile_ms = static_cast<double>(ns) / 1e6;
+      if (prof::on())
+        prof::record_compile(k.name, be.name(), false,
+                             std::chrono::duration<double>(t0.time_since_epoch()).count(), static_cast<double>(ns) / 1e9);
       if (disk) store_to_disk(*disk, be, k, f, key, *r.kernel, prov);
     }
     return r;
@@ -184,6 +194,7 @@ KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk) {
   for (const Node* n : g.nodes) p.ops.push_back(op_name(n->op));
   p.pattern = g.pattern;
   p.specialised = lk.specialised;
+  for (const Node* n : lk.buffer_nodes) p.buffer_numel.push_back(n->numel());
   return p;
 }
 
@@ -191,6 +202,25 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
   std::string text = ir::print_kernel(k);
   std::string dtypes = cache::dtype_signature(k);
   auto chain = backends_for(device);
+  // Measured selection: a remembered winner goes first; KFUSE_TUNE=1 measures one (CPU only:
+  // the candidates run on host buffers).
+  if (chain.size() > 1 && device == Device::cpu()) {
+    const std::string tkey = tune_key(text, dtypes, device, chain);
+    std::string winner = tuned_choice(tkey);
+    if (winner.empty() && tuning_enabled() && prov && !prov->buffer_numel.empty()) {
+      std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>> cands;
+      for (const auto& be : chain) {
+        std::string declined;
+        try {
+          if (auto ck = compile_cached(*be, k, text, dtypes, prov, &declined)) cands.push_back({be->name(), ck});
+        } catch (const BackendError&) {
+        }
+      }
+      if (cands.size() > 1) winner = tune_and_remember(tkey, k, prov->buffer_numel, cands).winner;
+    }
+    for (size_t i = 1; i < chain.size(); ++i)
+      if (chain[i]->name() == winner) std::rotate(chain.begin(), chain.begin() + static_cast<long>(i), chain.begin() + static_cast<long>(i) + 1);
+  }
   std::string why_all;
   for (size_t i = 0; i < chain.size(); ++i) {
     Backend& be = *chain[i];

@@ -24,6 +24,7 @@ struct KernelProvenance {
   std::vector<std::string> ops;          ///< fused ops in topological order
   std::string pattern;                   ///< what formed the group ("lattice", a pattern name)
   std::vector<std::string> specialised;  ///< specialised (compile-time) dims and why
+  std::vector<int64_t> buffer_numel;     ///< elements of each kernel buffer (for KFUSE_TUNE's runs)
 };
 KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk);
 

@@ -5,12 +5,45 @@
 #include <unordered_map>
 
 #include "../eval/reference_eval.hpp"
+#include "fusion/traffic.hpp"
+#include "ir/flops.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 #include "graph/spin_lock.hpp"
 #include "stats_impl.hpp"
 
 namespace kfuse::detail {
+
+namespace {
+
+// The profiler's view of a step, fixed with the program: bytes from the plan's minimum traffic,
+// FLOPs from the kernel IR with this program's launch parameters.
+std::shared_ptr<const prof::StepInfo> step_info(const FusionGroup& g, const PlannedKernel& pk) {
+  auto info = std::make_shared<prof::StepInfo>();
+  if (g.kind == GroupKind::Fused) {
+    info->kernel = pk.lowered.kernel.name;
+    info->kind = pk.lowered.kernel.kind;
+    info->flops = ir::kernel_flops(pk.lowered.kernel, pk.lowered.kernel.param_values());
+  } else {
+    info->kernel = std::string("k_") + op_name(g.nodes.at(0)->op);
+    info->kind = "host";
+  }
+  for (const Node* o : g.outputs) {
+    if (!info->shape.empty()) info->shape += ' ';
+    info->shape += dtype_name(o->dtype);
+    info->shape += shape_str(o->shape);
+  }
+  if (!g.outputs.empty()) {
+    info->dev = g.outputs[0]->device;
+    info->dt = g.outputs[0]->dtype;
+  }
+  Traffic t = min_traffic(g);
+  info->read_bytes = static_cast<double>(t.read_bytes);
+  info->write_bytes = static_cast<double>(t.write_bytes);
+  return info;
+}
+
+}  // namespace
 
 std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignature& sig) {
   auto prog = std::make_shared<Program>();
@@ -41,6 +74,7 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
     const FusionGroup& g = plan.partition.groups[gi];
     Step st;
     st.kind = g.kind;
+    st.info = step_info(g, plan.kernels[gi]);
     if (g.kind == GroupKind::Fused) {
       const PlannedKernel& pk = plan.kernels[gi];
       st.kernel = pk.compiled;
@@ -243,8 +277,16 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
         args.buffers.push_back(temps[t]->data);
       }
       args.params.assign(st.params.begin(), st.params.end());
-      st.kernel->run(args);
+      if (prof::on()) [[unlikely]] {
+        double t0 = prof::now_s();
+        double s = st.kernel->run_timed(args);
+        prof::record_launch(*st.info, st.backend, t0, s);
+      } else {
+        st.kernel->run(args);
+      }
     } else {
+      const bool timed = prof::on();
+      const double t0 = timed ? prof::now_s() : 0;
       std::vector<Values> in_vals;
       std::vector<const Values*> ins;
       for (const ValueRef& v : st.inputs) in_vals.push_back(storage_values(*value(v)));
@@ -253,6 +295,7 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
       const Program::Temp& tp = p.temps[st.outputs[0]];
       auto host = values_storage(evaluate_node(*st.host_node, ins), tp.dtype);
       temps[st.outputs[0]] = tp.device == Device::cpu() ? host : copy_storage(*host, tp.device);
+      if (timed) prof::record_launch(*st.info, st.backend, t0, prof::now_s() - t0);
     }
     bump(global_counters().kernels_launched);
     for (uint32_t t : st.release) temps[t].reset();

@@ -8,6 +8,7 @@
 
 #include "backend/backend.hpp"
 #include "fusion/partition.hpp"
+#include "prof/recorder.hpp"
 #include "runtime/graph_signature.hpp"
 #include "runtime/plan.hpp"
 
@@ -27,6 +28,7 @@ struct Step {
   std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
   std::vector<uint32_t> outputs;           ///< temporaries written
   std::vector<uint32_t> release;           ///< temporaries whose last reader is this step
+  std::shared_ptr<const prof::StepInfo> info;  ///< what the profiler records for it (name, bytes, FLOPs)
 };
 
 struct Program {
