@@ -45,7 +45,9 @@ TEST(BlockCache, SizeClassesWasteAtMostAnEighth) {
     const size_t c = BlockCache::size_class(b);
     EXPECT_GE(c, b);
     EXPECT_GE(c, prev);
-    if (b > 256) EXPECT_LE(static_cast<double>(c), b * 1.125) << b;
+    if (b > 256) {
+      EXPECT_LE(static_cast<double>(c), b * 1.125) << b;
+    }
     EXPECT_EQ(BlockCache::size_class(c), c) << "a class is its own class";
     prev = c;
   }

@@ -13,6 +13,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/factories.hpp"
+#include "kfuse/half.hpp"
 #include "ir/kernel.hpp"
 #include "ir/random.hpp"
 #include "kfuse/error.hpp"
@@ -522,6 +523,14 @@ inline double get(const std::vector<uint8_t>& b, DType t, int64_t i) {
       return reinterpret_cast<const float*>(b.data())[i];
     case DType::F64:
       return reinterpret_cast<const double*>(b.data())[i];
+    case DType::U8:
+      return b[i];
+    case DType::I8:
+      return static_cast<int8_t>(b[i]);
+    case DType::F16:
+      return f16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    case DType::BF16:
+      return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
   }
   return 0;
 }
@@ -550,6 +559,18 @@ inline std::vector<uint8_t> random_buffer(DType t, int64_t n, uint64_t seed, boo
         break;
       case DType::F64:
         reinterpret_cast<double*>(b.data())[i] = v;
+        break;
+      case DType::U8:
+        b[i] = static_cast<uint8_t>(ui(g) + 50);
+        break;
+      case DType::I8:
+        b[i] = static_cast<uint8_t>(static_cast<int8_t>(ui(g)));
+        break;
+      case DType::F16:
+        reinterpret_cast<uint16_t*>(b.data())[i] = float_to_f16_bits(static_cast<float>(v));
+        break;
+      case DType::BF16:
+        reinterpret_cast<uint16_t*>(b.data())[i] = float_to_bf16_bits(static_cast<float>(v));
         break;
     }
   }

@@ -16,6 +16,7 @@
 #include "backend/backend.hpp"
 #include "ir/kernel.hpp"
 #include "kfuse/error.hpp"
+#include "kfuse/half.hpp"
 
 // Defined by jit/llvm/llvm_backend.cpp when the backend is built in (weak: null otherwise).
 extern "C" __attribute__((weak)) void kfuse_llvm_set_test_chunk(int64_t n);
@@ -60,6 +61,10 @@ struct Buf {
       case DType::I64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
       case DType::F32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
       case DType::F64: reinterpret_cast<double*>(p)[i] = v; break;
+      case DType::U8: p[i] = static_cast<uint8_t>(v); break;
+      case DType::I8: p[i] = static_cast<uint8_t>(static_cast<int8_t>(v)); break;
+      case DType::F16: reinterpret_cast<uint16_t*>(p)[i] = float_to_f16_bits(static_cast<float>(v)); break;
+      case DType::BF16: reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16_bits(static_cast<float>(v)); break;
     }
   }
   double get(size_t i) const {
@@ -70,6 +75,10 @@ struct Buf {
       case DType::I64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
       case DType::F32: return reinterpret_cast<const float*>(p)[i];
       case DType::F64: return reinterpret_cast<const double*>(p)[i];
+      case DType::U8: return p[i];
+      case DType::I8: return static_cast<int8_t>(p[i]);
+      case DType::F16: return f16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+      case DType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
     }
     return 0;
   }

@@ -52,7 +52,9 @@ TEST_P(OnBackend, UniformIsTheReferenceBitForBit) {
         reset_counters();
         Tensor r = rand(s, seed, dt);
         EXPECT_EQ(values(r), expected(count_of(s), seed, dt, false));
-        if (GetParam() != "xbyak") EXPECT_EQ(counters().fallbacks, 0u) << "another backend computed it";
+        if (GetParam() != "xbyak") {
+          EXPECT_EQ(counters().fallbacks, 0u) << "another backend computed it";
+        }
       }
     }
 }

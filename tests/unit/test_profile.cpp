@@ -90,7 +90,9 @@ void check_counts_equal_plan(Device dev) {
     }
     EXPECT_EQ(bytes, static_cast<double>(plan_bytes));
     EXPECT_EQ(reads, static_cast<double>(plan_reads));
-    if (w.flops >= 0) EXPECT_EQ(flops, w.flops);
+    if (w.flops >= 0) {
+      EXPECT_EQ(flops, w.flops);
+    }
     EXPECT_GT(flops, 0);
     EXPECT_TRUE(p.compiles.empty());
   }
@@ -196,8 +198,9 @@ TEST(Profile, TableJsonTraceAndSvgParseBack) {
   const std::string prefix = (dir / "run").string();
   p.write(prefix);
   for (const char* ext : {".txt", ".json", ".trace.json", ".svg"}) EXPECT_TRUE(std::filesystem::exists(prefix + ext));
-  if (std::system("command -v xmllint >/dev/null 2>&1") == 0)
+  if (std::system("command -v xmllint >/dev/null 2>&1") == 0) {
     EXPECT_EQ(std::system(("xmllint --noout " + prefix + ".svg").c_str()), 0);
+  }
   EXPECT_THROW(p.write((dir / "missing" / "run").string()), UserError);
   std::filesystem::remove_all(dir);
 }
