@@ -72,9 +72,10 @@ build() {  # dir, [targets...]
   fi
 }
 
-# LeakSanitizer's stop-the-world tracer sometimes crashes at process exit ("Tracer caught signal
-# 11 ... LeakSanitizer has encountered a fatal error") after a test has passed: an intermittent
-# sanitizer-runtime failure, not a leak and not a kfuse error (google/sanitizers#1353). Tests that
+# LeakSanitizer's stop-the-world tracer can crash at process exit ("Tracer caught signal
+# 11 ... LeakSanitizer has encountered a fatal error") after a test has passed: a sanitizer-runtime
+# failure, not a leak and not a kfuse error (google/sanitizers#1353; the known cause is avoided by
+# intercept_tls_get_addr=0 in stage_asan, this is the safety net). Tests that
 # failed ONLY that way (GoogleTest printed PASSED, no ASan/UBSan report, no leak report) are run
 # once more; those that pass then are counted as passed and named. Prints how many recovered.
 rerun_lsan_tracer_crashes() {  # dir, ctest log
@@ -150,7 +151,14 @@ stage_asan() {
   local dir="$PREFIX-asan"
   configure "$dir" "${SAN_FLAGS[@]}" -DKFUSE_SANITIZE=address,undefined
   build "$dir"
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
+  # intercept_tls_get_addr=0: GCC 12's LeakSanitizer follows __tls_get_addr to find the dynamic
+  # TLS of dlopen()ed libraries, and with glibc 2.36 its stop-the-world tracer then crashes at
+  # exit ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error") in processes
+  # where PoCL has loaded its device drivers: reproducibly 3 of 3 for
+  # OpenCLProfile.DeviceRoofsMeasuredWithKfuseKernels, 0 of 3 with this flag (an LLVM
+  # compiler-rt bug fixed upstream, google/sanitizers#1342). Leaks are still detected; only
+  # pointers held solely in another library's dynamic TLS are no longer treated as roots.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:intercept_tls_get_addr=0:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   if [[ -f "$ROOT/scripts/lsan.supp" && -z ${LSAN_OPTIONS:-} ]]; then
     export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
