@@ -156,7 +156,7 @@ stage_asan() {
   # exit ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error") in processes
   # where PoCL has loaded its device drivers: reproducibly 3 of 3 for
   # OpenCLProfile.DeviceRoofsMeasuredWithKfuseKernels, 0 of 3 with this flag (an LLVM
-  # compiler-rt bug, fixed upstream after GCC 12 took its copy: LLVM D147459). Leaks are still detected; only
+  # compiler-rt bug; later compiler-rt versions are reported fixed, LLVM D147459). Leaks are still detected; only
   # pointers held solely in another library's dynamic TLS are no longer treated as roots.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:intercept_tls_get_addr=0:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
