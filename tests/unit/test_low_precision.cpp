@@ -12,6 +12,7 @@
 #include <kfuse/stats.hpp>
 
 #include "backend/backend.hpp"
+#include "forced_backend.hpp"
 #include "random_dag.hpp"
 #include "test_util.hpp"
 
@@ -199,24 +200,23 @@ TEST(LowPrecision, RandStaysBelowOne) {
 
 // ---- every backend ----
 
-class LowPrecisionOn : public ::testing::TestWithParam<std::string> {
+// The backend forced as in tests/forced_backend.hpp; every test must also run kernels there.
+class LowPrecisionOn : public ForcedBackend {
  protected:
   void SetUp() override {
-    if (!detail::find_backend(GetParam())) GTEST_SKIP() << "backend " << GetParam() << " is not built in or unavailable";
-    saved_ = options();
-    Options o = saved_;
-    o.backends = {GetParam()};
-    set_options(o);
+    ForcedBackend::SetUp();
     reset_counters();
   }
   void TearDown() override {
-    if (!detail::find_backend(GetParam())) return;
-    // reference, llvm and the GPU run every kernel themselves; xbyak declines narrow buffers.
-    if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam(); }
-    EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam();
-    set_options(saved_);
+    if (detail::find_backend(GetParam())) {
+      // reference, llvm and the GPU run every kernel themselves; xbyak declines narrow buffers.
+      if (GetParam() != "xbyak") {
+        EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam();
+      }
+      EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam();
+    }
+    ForcedBackend::TearDown();
   }
-  Options saved_;
 };
 
 // Bitwise equality, a NaN matching any NaN.
