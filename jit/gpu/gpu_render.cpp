@@ -1,9 +1,8 @@
-// Over 800 lines: the row/column/global renderer and the tiled GEMM (GemmWriter, gemm_form)
-// share the anonymous-namespace Ctx and expression emitter; the GEMM part is to move to its own
-// file behind an internal header (gpu_render_ctx.hpp) when that header is made.
-// The C-like GPU renderer (see gpu_render.hpp for the strategy). Over 800 lines on purpose: it is
-// ONE renderer for every C-like dialect (DESIGN rule 5), in sections (dialect-independent text,
-// expressions, accumulators, strategy, kernel bodies, dialect tables) that share private helpers.
+// The C-like GPU renderer (see gpu_render.hpp for the strategy). Over 800 lines because it is ONE
+// renderer for every C-like dialect, in sections (dialect-independent text, expressions,
+// accumulators, strategy, kernel bodies, the tiled GEMM, dialect tables) that share the
+// anonymous-namespace Ctx and expression emitter; splitting it (the GEMM writer first) needs
+// that state behind an internal header first.
 // Expressions are emitted in SSA
 // form: every non-leaf node of a phase's DAG becomes one typed temporary, so shared
 // subexpressions are computed once per point and masked loads never touch memory.
