@@ -93,7 +93,7 @@ constexpr int64_t kRowWays = 4;
 class XbyakKernel final : public CompiledKernel {
  public:
   XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n)
-      : k_(k), plan_(std::move(plan)), mem_(code, n) {
+      : k_(k), plan_(std::move(plan)), mem_(code, n, k.name) {
     for (const auto& ph : k_.phases)  // once here, not per launch
       stored_per_point_ += static_cast<int64_t>(ph.stores.size()) *
                            (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <bitset>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -109,7 +111,22 @@ Arena& arena() {
 
 }  // namespace
 
-ExecMem::ExecMem(const uint8_t* code, size_t n) {
+void perf_map_note(const void* start, size_t n, const std::string& name) {
+  static const bool on = [] {
+    const char* v = std::getenv("KFUSE_PERF_MAP");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  if (!on) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+  if (std::FILE* f = std::fopen(path.c_str(), "a")) {
+    std::fprintf(f, "%zx %zx %s\n", reinterpret_cast<size_t>(start), n, name.c_str());
+    std::fclose(f);
+  }
+}
+
+ExecMem::ExecMem(const uint8_t* code, size_t n, const std::string& name) {
   pages_ = (n + page_size() - 1) / page_size();
   if (pages_ == 0) pages_ = 1;
   mem_ = arena().take(pages_);
@@ -118,6 +135,7 @@ ExecMem::ExecMem(const uint8_t* code, size_t n) {
     arena().give(mem_, pages_);
     throw BackendError("xbyak: mprotect(read+execute) failed");
   }
+  perf_map_note(mem_, n, name);
 }
 
 ExecMem::~ExecMem() { arena().give(mem_, pages_); }

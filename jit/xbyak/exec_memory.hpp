@@ -9,13 +9,15 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace kfuse::detail::xb {
 
 class ExecMem {
  public:
   /// Copies `n` bytes of code to fresh pages and makes them read+execute. Throws BackendError.
-  ExecMem(const uint8_t* code, size_t n);
+  /// `name` labels the code in the perf map when KFUSE_PERF_MAP=1 (perf_map_note).
+  ExecMem(const uint8_t* code, size_t n, const std::string& name = "kfuse_xbyak");
   ~ExecMem();
   ExecMem(const ExecMem&) = delete;
   ExecMem& operator=(const ExecMem&) = delete;
@@ -25,6 +27,11 @@ class ExecMem {
   uint8_t* mem_ = nullptr;
   size_t pages_ = 0;
 };
+
+/// With KFUSE_PERF_MAP=1, appends "start size name" to /tmp/perf-<pid>.map, the file `perf
+/// report` reads to name JIT code (else perf shows bare addresses under "[JIT]"). Entries are never
+/// removed: perf reads the file after the process ends, and reused pages get a newer line.
+void perf_map_note(const void* start, size_t n, const std::string& name);
 
 /// Pages the arena holds mapped now (in use or free), for tests.
 size_t exec_arena_mapped_pages();

@@ -22,6 +22,12 @@ struct GemmPlan {
   int64_t K = 0;               ///< the reduce extent
   int a_buf = 0, b_buf = 0;    ///< input buffers of A and B
   ir::ExprRef a_idx, b_idx;    ///< their load indices (affine in batch, M/N and K vars)
+  /// The dtype A and B are stored in: packing converts them to f32 exactly (a Cast to f32 of
+  /// the load in the IR). Any dtype but f32 or a prologue takes the packed path.
+  DType a_dt = DType::F32, b_dt = DType::F32;
+  /// Element-wise prologues pa, pb (null: none): pointwise kernels over one f32 buffer of
+  /// param(0) elements, in0 -> out0, applied in place to each packed panel (README "Matmul").
+  std::shared_ptr<const ir::Kernel> a_pro, b_pro;
   /// C: where the microkernel accumulates. Direct (epi null): the one store of Acc(0) itself.
   /// In place (epi set, c_buf >= 0): the one f32 output, then the epilogue rewrites it. Temp
   /// (c_buf < 0): a per-task scratch block, then the epilogue writes every output from it.

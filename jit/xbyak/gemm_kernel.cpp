@@ -163,7 +163,9 @@ UkrFn make_ukr(std::unique_ptr<ExecMem>& mem, int mr, int nv, bool packed) {
   uint8_t* top = buf.data() + (4096 - reinterpret_cast<uintptr_t>(buf.data()) % 4096) % 4096;
   UkrGen<Vmm> g(top, kBytes, mr, nv, packed);
   g.ready();
-  mem = std::make_unique<ExecMem>(g.getCode(), g.getSize());
+  mem = std::make_unique<ExecMem>(g.getCode(), g.getSize(),
+                                  std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
+                                      std::to_string(mr) + "x" + std::to_string(nv));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mem->entry()));
 }
 

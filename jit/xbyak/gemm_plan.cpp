@@ -86,6 +86,76 @@ ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<co
   return r;
 }
 
+// The one load under an operand expression (element-wise ops and constants around it), or null.
+const ir::Expr* operand_load(const ir::Expr* e) {
+  if (e->kind == ExprKind::Load) return e;
+  if (e->kind == ExprKind::Const) return nullptr;
+  if (e->kind != ExprKind::Op) decline("operand expression of kind " + std::to_string(int(e->kind)));
+  const ir::Expr* found = nullptr;
+  for (const auto& a : e->args)
+    if (const ir::Expr* l = operand_load(a.get())) {
+      if (found && found != l) decline("operand expression " + std::string(op_name(e->op)) + " reads two loads");
+      found = l;
+    }
+  return found;
+}
+
+// The operand expression with its load (through the Cast to f32 when the buffer is narrower or
+// wider) replaced by `with`, the f32 value packing produced.
+ExprRef replace_operand_load(const ExprRef& e, const ir::Expr* ld, const ExprRef& with,
+                             std::unordered_map<const ir::Expr*, ExprRef>& memo) {
+  if (ld->dtype != DType::F32 && e->kind == ExprKind::Op && e->op == Op::Cast && e->dtype == DType::F32 &&
+      e->args[0].get() == ld)
+    return with;
+  if (e.get() == ld) {
+    if (ld->dtype != DType::F32)
+      decline(std::string("a ") + dtype_name(ld->dtype) + " operand used other than through a cast to f32");
+    return with;
+  }
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  std::vector<ExprRef> args;
+  for (const auto& a : e->args) args.push_back(replace_operand_load(a, ld, with, memo));
+  auto c = std::make_shared<ir::Expr>(*e);
+  c->args = std::move(args);
+  memo.emplace(e.get(), c);
+  return c;
+}
+
+// The prologue kernel of an operand expression around its load, or null for the plain f32 load.
+std::shared_ptr<const ir::Kernel> prologue_kernel(const std::string& name, const ExprRef& e, const ir::Expr* ld) {
+  if (e.get() == ld && ld->dtype == DType::F32) return nullptr;
+  auto pro = std::make_shared<ir::Kernel>();
+  pro->name = name;
+  pro->kind = "pointwise";
+  pro->buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
+  pro->params = {{"outer0", 0}};
+  pro->outer = {ir::param(0)};
+  const ExprRef i = ir::var(ir::Space::Outer, 0);
+  std::unordered_map<const ir::Expr*, ExprRef> memo;
+  ExprRef v = replace_operand_load(e, ld, ir::load(0, DType::F32, i), memo);
+  if (v->kind == ExprKind::Load) return nullptr;  // only the conversion: packing does it
+  if (v->dtype != DType::F32) decline("operand expression of dtype " + std::string(dtype_name(v->dtype)));
+  ir::Phase ph;
+  ph.stores.push_back({1, i, v});
+  pro->phases.push_back(std::move(ph));
+  return pro;
+}
+
+bool reads_buffer(const ir::Expr* e, int b) {
+  if (e->kind == ExprKind::Load && e->index == b) return true;
+  for (const auto& a : e->args)
+    if (reads_buffer(a.get(), b)) return true;
+  return false;
+}
+
+bool packable_dtype(DType d) {
+  switch (d) {
+    case DType::F32: case DType::F64: case DType::F16: case DType::BF16: case DType::I8: case DType::U8:
+    case DType::I32: case DType::I64: return true;
+    default: return false;
+  }
+}
+
 void check_no_reduce_var(const ir::Expr* e, const char* what) {
   if (mentions(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
 }
@@ -136,21 +206,27 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     const ExprRef* fa = &v->args[0];
     const ExprRef* fb = &v->args[1];
     if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim)) std::swap(fa, fb);
-    for (const ExprRef* f : {fa, fb}) {
-      const ir::Expr& l = **f;
-      if (l.kind != ExprKind::Load)
-        decline("operand expression " + std::string(l.kind == ExprKind::Op ? op_name(l.op) : "?") +
-                " around a load (only plain loads of A and B)");
-      if (l.args.size() > 1) decline("masked operand load");
-      if (l.dtype != DType::F32 || k.buffers[l.index].dtype != DType::F32) decline("operand is not f32");
-      if (!affine(l.args[0].get())) decline("operand index is not affine in the loop indices");
+    const ir::Expr* loads[2];
+    for (int side = 0; side < 2; ++side) {
+      const ExprRef& f = side == 0 ? *fa : *fb;
+      const ir::Expr* l = operand_load(f.get());
+      if (!l) decline("an operand without a load");
+      if (l->args.size() > 1) decline("masked operand load");
+      if (!packable_dtype(l->dtype) || k.buffers[l->index].dtype != l->dtype)
+        decline(std::string(dtype_name(l->dtype)) + " operand");
+      if (!affine(l->args[0].get())) decline("operand index is not affine in the loop indices");
+      loads[side] = l;
     }
     if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim))
       decline("an operand depends on both M and N");
-    plan.a_buf = (*fa)->index;
-    plan.b_buf = (*fb)->index;
-    plan.a_idx = (*fa)->args[0];
-    plan.b_idx = (*fb)->args[0];
+    plan.a_buf = loads[0]->index;
+    plan.b_buf = loads[1]->index;
+    plan.a_idx = loads[0]->args[0];
+    plan.b_idx = loads[1]->args[0];
+    plan.a_dt = loads[0]->dtype;
+    plan.b_dt = loads[1]->dtype;
+    plan.a_pro = prologue_kernel(k.name + "_prologue_a", *fa, loads[0]);
+    plan.b_pro = prologue_kernel(k.name + "_prologue_b", *fb, loads[1]);
 
     const auto& stores = k.phases[1].stores;
     for (const auto& s : stores) {
@@ -172,6 +248,13 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     epi->name = k.name + "_epilogue";
     epi->kind = "pointwise";
     epi->buffers.assign(k.buffers.begin(), k.buffers.begin() + nin);
+    // Operand buffers the epilogue does not read keep their slot with an f32 type: the pointwise
+    // emitter declines any kernel naming a buffer it cannot load (f16 weights, say).
+    for (int b : {plan.a_buf, plan.b_buf}) {
+      bool read = false;
+      for (const auto& s : stores) read |= reads_buffer(s.value.get(), b);
+      if (!read) epi->buffers[b].dtype = DType::F32;
+    }
     epi->buffers.push_back({"acc", DType::F32, false});
     epi->buffers.insert(epi->buffers.end(), k.buffers.begin() + nin, k.buffers.end());
     epi->params = k.params;

@@ -20,6 +20,7 @@
 #include "backend/thread_pool.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
+#include "kfuse/half.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -90,6 +91,29 @@ __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_ks,
   }
 }
 
+// Element loaders of the packers: 8 consecutive elements (or one) of a stored dtype as f32,
+// exactly as a Cast to f32 gives them (f16 through F16C, bf16 by a 16-bit shift).
+struct LoadF32 {
+  using T = float;
+  __attribute__((target("avx2"))) static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
+  static float one(const T* p) { return *p; }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float one(const T* p) { return f16_bits_to_float(*p); }
+};
+struct LoadBF16 {
+  using T = uint16_t;
+  __attribute__((target("avx2"))) static __m256 load8(const T* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static float one(const T* p) { return bf16_bits_to_float(*p); }
+};
+
 // Transposes 8 rows of 8 floats in place: r[j] becomes column j.
 __attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -115,7 +139,9 @@ __attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
 // of 8 its last 2..7 lanes land on the next k's first rows, which the next store (k ascending)
 // rewrites, or past the sliver (scratch() keeps slack; the next sliver rewrites them). k past the
 // last multiple of 8 is copied element by element.
-__attribute__((target("avx2"))) void pack_a_rows(float* dst, const float* a, int64_t row, int mr, int64_t kc) {
+template <class L>
+__attribute__((target("avx2,f16c"))) void pack_a_rows(float* dst, const typename L::T* a, int64_t row, int mr,
+                                                      int64_t kc) {
   const int64_t kv = kc / 8 * 8;
   __m256 blk[2][8];
   const int chunks = (mr + 7) / 8;
@@ -123,7 +149,7 @@ __attribute__((target("avx2"))) void pack_a_rows(float* dst, const float* a, int
     for (int c = 0; c < chunks; ++c) {
       for (int i = 0; i < 8; ++i) {
         const int r = c * 8 + i;
-        blk[c][i] = r < mr ? _mm256_loadu_ps(a + r * row + k0) : _mm256_setzero_ps();
+        blk[c][i] = r < mr ? L::load8(a + r * row + k0) : _mm256_setzero_ps();
       }
       transpose8(blk[c]);
     }
@@ -131,28 +157,53 @@ __attribute__((target("avx2"))) void pack_a_rows(float* dst, const float* a, int
       for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(dst + (k0 + k) * mr + c * 8, blk[c][k]);
   }
   for (int64_t k = kv; k < kc; ++k)
-    for (int i = 0; i < mr; ++i) dst[k * mr + i] = a[i * row + k];
+    for (int i = 0; i < mr; ++i) dst[k * mr + i] = L::one(a + i * row + k);
 }
 
 // One full NR-wide sliver of B with unit stride along K (column-major B, e.g. x @ w.T): 8 x 8
 // blocks transposed in registers, so that each k's NR floats are contiguous.
-__attribute__((target("avx2"))) void pack_b_cols(float* dst, const float* b, int64_t col, int nr, int64_t kc) {
+template <class L>
+__attribute__((target("avx2,f16c"))) void pack_b_cols(float* dst, const typename L::T* b, int64_t col, int nr,
+                                                      int64_t kc) {
   const int64_t kv = kc / 8 * 8;
   __m256 blk[8];
   for (int j0 = 0; j0 < nr; j0 += 8) {
     for (int64_t k0 = 0; k0 < kv; k0 += 8) {
-      for (int j = 0; j < 8; ++j) blk[j] = _mm256_loadu_ps(b + (j0 + j) * col + k0);
+      for (int j = 0; j < 8; ++j) blk[j] = L::load8(b + (j0 + j) * col + k0);
       transpose8(blk);
       for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (k0 + k) * nr + j0, blk[k]);
     }
     for (int64_t k = kv; k < kc; ++k)
-      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = b[(j0 + j) * col + k];
+      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = L::one(b + (j0 + j) * col + k);
   }
 }
 
-// NR floats of B with unit stride along N (row-major B): whole vectors, no library call.
-__attribute__((target("avx2"))) inline void copy_row(float* dst, const float* src, int nr) {
-  for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(dst + j, _mm256_loadu_ps(src + j));
+// NR elements of B with unit stride along N (row-major B): whole vectors, no library call.
+template <class L>
+__attribute__((target("avx2,f16c"))) inline void copy_row(float* dst, const typename L::T* src, int nr) {
+  for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(dst + j, L::load8(src + j));
+}
+
+// Element i of a buffer of dtype dt as f32, exactly as a Cast to f32 gives it (one rounding
+// for f64 and 64-bit integers, exact otherwise).
+using ToF32 = float (*)(const void*, int64_t);
+template <class T>
+float to_f32(const void* p, int64_t i) {
+  return static_cast<float>(static_cast<const T*>(p)[i]);
+}
+float f16_to_f32(const void* p, int64_t i) { return f16_bits_to_float(static_cast<const uint16_t*>(p)[i]); }
+float bf16_to_f32(const void* p, int64_t i) { return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]); }
+ToF32 converter(DType dt) {
+  switch (dt) {
+    case DType::F64: return to_f32<double>;
+    case DType::F16: return f16_to_f32;
+    case DType::BF16: return bf16_to_f32;
+    case DType::I8: return to_f32<int8_t>;
+    case DType::U8: return to_f32<uint8_t>;
+    case DType::I32: return to_f32<int32_t>;
+    case DType::I64: return to_f32<int64_t>;
+    default: return nullptr;  // f32: the vector paths
+  }
 }
 
 }  // namespace
@@ -181,7 +232,39 @@ class GemmKernel final : public CompiledKernel {
  public:
   GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa)
       : k_(k), p_(std::move(plan)), u_(gemm_ukrs(isa)), blk_(gemm_blocking(u_)),
-        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)) {}
+        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)) {
+    cvt_[0] = converter(p_.a_dt);
+    cvt_[1] = converter(p_.b_dt);
+    es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
+    es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
+    plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
+  }
+
+  // Compiles the operand prologues with the pointwise emitter; false (and why) when it declines.
+  bool compile_prologues(Isa isa, std::string* why) {
+    const std::shared_ptr<const ir::Kernel>* pros[2] = {&p_.a_pro, &p_.b_pro};
+    for (int side = 0; side < 2; ++side) {
+      const auto& pro = *pros[side];
+      if (!pro) continue;
+      Plan plan;
+      std::string w = analyze(*pro, plan);
+      if (w.empty() && (plan.mode != Mode::Pointwise || plan.scalar)) w = "not a pointwise kernel";
+      Code code;
+      if (w.empty()) {
+        try {
+          code = emit(*pro, plan, isa);
+        } catch (const DeclineError& e) {
+          w = e.what();
+        }
+      }
+      if (!w.empty()) {
+        *why = std::string("xbyak: contraction prologue of ") + (side ? "B" : "A") + ": " + w;
+        return false;
+      }
+      pro_mem_[side] = std::make_unique<ExecMem>(code.bytes.data(), code.bytes.size(), pro->name);
+    }
+    return true;
+  }
 
   // Compiles the epilogue kernel with the pointwise emitter; false (and why) when it declines.
   bool compile_epilogue(Isa isa, std::string* why, Code* code) {
@@ -199,7 +282,7 @@ class GemmKernel final : public CompiledKernel {
       *why = "xbyak: contraction epilogue: " + w;
       return false;
     }
-    epi_mem_ = std::make_unique<ExecMem>(code->bytes.data(), code->bytes.size());
+    epi_mem_ = std::make_unique<ExecMem>(code->bytes.data(), code->bytes.size(), p_.epi->name + "_epilogue");
     return true;
   }
 
@@ -224,8 +307,8 @@ class GemmKernel final : public CompiledKernel {
     L.a = strides(p_.a_idx, args.params, nb, nb, kMaxOuterDims);
     L.b = strides(p_.b_idx, args.params, nb, kMaxOuterDims, nb + 1);
     if (p_.c_buf >= 0) L.c = strides(p_.c_idx, args.params, nb, nb, nb + 1);
-    L.a_base = static_cast<const float*>(args.buffers[p_.a_buf]);
-    L.b_base = static_cast<const float*>(args.buffers[p_.b_buf]);
+    L.a_base = static_cast<const char*>(args.buffers[p_.a_buf]);
+    L.b_base = static_cast<const char*>(args.buffers[p_.b_buf]);
     L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
 
     // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads.
@@ -265,8 +348,8 @@ class GemmKernel final : public CompiledKernel {
     int nb;
     int64_t ext[kMaxOuterDims];
     Strides a, b, c;
-    const float* a_base;
-    const float* b_base;
+    const char* a_base;  // (bytes: the operands may be stored in any packable dtype)
+    const char* b_base;
     float* c_base;
     int64_t per_m, per_n;
     GemmBlocking blk;
@@ -274,8 +357,8 @@ class GemmKernel final : public CompiledKernel {
   };
   // One task's view: operands of its batch, its C.
   struct Task {
-    const float* a;
-    const float* b;
+    const void* a;  // f32 when plain_ (the GEMV and direct paths read them in place)
+    const void* b;
     float* c;       // C(m, n) = c + m * c_rs + n (global m, n; temp C: offset back by the task origin)
     int64_t c_rs;
     float* acc_ptr; // the epilogue's accumulator buffer pointer
@@ -302,44 +385,104 @@ class GemmKernel final : public CompiledKernel {
   }
 
   // Packs rows [m, m + mr) x k [k0, k0 + kc) of A as MR-tall slivers (zero rows past mr).
-  void pack_a(float* dst, const float* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc) const {
+  // Applies operand side's prologue (if any) in place to n packed floats.
+  void prologue(int side, float* p, int64_t n) const {
+    if (!pro_mem_[side]) return;
+    void* bufs[2] = {p, p};
+    const int64_t params[1] = {n};
+    Frame f{};
+    f.bufs = bufs;
+    f.params = params;
+    f.row_begin = 0;
+    f.row_end = 1;
+    f.ext[0] = n;
+    f.lo = 0;
+    f.hi = n;
+    f.ways = 1;
+    reinterpret_cast<void (*)(Frame*)>(const_cast<void*>(pro_mem_[side]->entry()))(&f);
+  }
+
+  // Calls f(Loader{}) for a dtype the vector packers read; false for the others (the converter).
+  template <class F>
+  bool with_loader(DType dt, F&& f) const {
+    switch (dt) {
+      case DType::F32: f(LoadF32{}); return true;
+      case DType::F16: if (!f16c_) return false; f(LoadF16{}); return true;
+      case DType::BF16: f(LoadBF16{}); return true;
+      default: return false;
+    }
+  }
+
+  // Other dtypes, element by element through the converter: slivers `w` wide of the operand's
+  // M (A) or N (B) range [i, i + count) (stride `is`), k [k0, k0 + kc) (stride `ks`), zero-padded.
+  static void pack_converted(float* dst, ToF32 cvt, const void* src, int64_t i, int64_t count, int w, int64_t is,
+                             int64_t k0, int64_t kc, int64_t ks) {
+    for (int64_t i0 = 0; i0 < count; i0 += w, dst += kc * w) {
+      const int64_t live = std::min<int64_t>(w, count - i0);
+      for (int64_t k = 0; k < kc; ++k) {
+        for (int64_t j = 0; j < live; ++j) dst[k * w + j] = cvt(src, (i + i0 + j) * is + (k0 + k) * ks);
+        for (int64_t j = live; j < w; ++j) dst[k * w + j] = 0.0f;
+      }
+    }
+  }
+
+  void pack_a(float* dst, const void* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc) const {
+    if (with_loader(p_.a_dt, [&](auto l) { pack_a_t<decltype(l)>(dst, a, s, m, mr, k0, kc); })) return;
+    pack_converted(dst, cvt_[0], a, m, mr, u_.mr, s.row, k0, kc, s.col);
+  }
+  template <class L>
+  void pack_a_t(float* dst, const void* av, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc) const {
     const int MR = u_.mr;
+    const auto* a = static_cast<const typename L::T*>(av);
     for (int64_t i0 = 0; i0 < mr; i0 += MR, dst += kc * MR) {
       const int64_t rows = std::min<int64_t>(MR, mr - i0);
       if (rows == MR && s.col == 1 && MR <= 16) {
-        pack_a_rows(dst, a + (m + i0) * s.row + k0, s.row, MR, kc);
+        pack_a_rows<L>(dst, a + (m + i0) * s.row + k0, s.row, MR, kc);
         continue;
       }
       for (int64_t i = 0; i < rows; ++i) {
-        const float* src = a + (m + i0 + i) * s.row + k0 * s.col;
-        if (s.col == 1)
-          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
-        else
-          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k * s.col];
+        const auto* src = a + (m + i0 + i) * s.row + k0 * s.col;
+        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = L::one(src + k * s.col);
       }
       for (int64_t i = rows; i < MR; ++i)
         for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
     }
   }
   // Packs k [k0, k0 + kc) x columns [n, n + nr) of B as NR-wide slivers (zero columns past nr).
-  void pack_b(float* dst, const float* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr) const {
+  void pack_b(float* dst, const void* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr) const {
+    if (with_loader(p_.b_dt, [&](auto l) { pack_b_t<decltype(l)>(dst, b, s, k0, kc, n, nr); })) return;
+    pack_converted(dst, cvt_[1], b, n, nr, u_.nr, s.col, k0, kc, s.row);
+  }
+  template <class L>
+  void pack_b_t(float* dst, const void* bv, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr) const {
     const int NR = u_.nr;
+    const auto* b = static_cast<const typename L::T*>(bv);
+    if (s.col == 1) {
+      // Row-major B: one pass along each of B's rows, scattered into the slivers (sliver j0 starts
+      // at dst + j0 * kc). Walking sliver by sliver read 64 bytes per row at a stride of N floats,
+      // a new page for every k once N >= 1024: 15% of the [512,1024]x[1024,4096] GEMM went there.
+      const int64_t full = nr / NR * NR, cols = nr - full;
+      for (int64_t k = 0; k < kc; ++k) {
+        const auto* src = b + (k0 + k) * s.row + n;
+        for (int64_t j0 = 0; j0 < full; j0 += NR) copy_row<L>(dst + j0 * kc + k * NR, src + j0, NR);
+        if (cols > 0) {
+          float* d = dst + full * kc + k * NR;
+          for (int64_t j = 0; j < cols; ++j) d[j] = L::one(src + full + j);
+          std::fill(d + cols, d + NR, 0.0f);
+        }
+      }
+      return;
+    }
     for (int64_t j0 = 0; j0 < nr; j0 += NR, dst += kc * NR) {
       const int64_t cols = std::min<int64_t>(NR, nr - j0);
       if (cols == NR && s.row == 1) {
-        pack_b_cols(dst, b + k0 + (n + j0) * s.col, s.col, NR, kc);
+        pack_b_cols<L>(dst, b + k0 + (n + j0) * s.col, s.col, NR, kc);
         continue;
       }
       for (int64_t k = 0; k < kc; ++k) {
-        const float* src = b + (k0 + k) * s.row + (n + j0) * s.col;
+        const auto* src = b + (k0 + k) * s.row + (n + j0) * s.col;
         float* d = dst + k * NR;
-        if (s.col == 1 && cols == NR) {
-          copy_row(d, src, NR);
-        } else if (s.col == 1) {
-          std::memcpy(d, src, static_cast<size_t>(cols) * 4);
-        } else {
-          for (int64_t j = 0; j < cols; ++j) d[j] = src[j * s.col];
-        }
+        for (int64_t j = 0; j < cols; ++j) d[j] = L::one(src + j * s.col);
         for (int64_t j = cols; j < NR; ++j) d[j] = 0.0f;
       }
     }
@@ -416,8 +559,8 @@ class GemmKernel final : public CompiledKernel {
       bo += t.bidx[d] * L.b.batch[d];
       co += t.bidx[d] * L.c.batch[d];
     }
-    t.a = L.a_base + ao;
-    t.b = L.b_base + bo;
+    t.a = L.a_base + ao * es_[0];
+    t.b = L.b_base + bo * es_[1];
     int64_t ld = 0;
     if (L.c_base) {
       t.c = L.c_base + co;
@@ -441,13 +584,15 @@ class GemmKernel final : public CompiledKernel {
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
     // GEMV (one or two rows): stream B along its rows once per row (gemv_rows), no packing.
-    if (m <= 2 && sb.col == 1 && L.path != 1) {
+    const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
+    const float* bf = static_cast<const float*>(t.b);
+    if (plain_ && m <= 2 && sb.col == 1 && L.path != 1) {
       float* sums = scratch(2, n);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
         for (int64_t r = m0; r < m1; ++r) {
-          gemv_rows(t.a + r * sa.row + pc * sa.col, sa.col, t.b + pc * sb.row + n0, sb.row, sums, n, kc);
+          gemv_rows(af + r * sa.row + pc * sa.col, sa.col, bf + pc * sb.row + n0, sb.row, sums, n, kc);
           float* c = t.c + r * t.c_rs + n0;
           if (first)
             std::copy(sums, sums + n, c);
@@ -459,14 +604,14 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
-    if (sb.col == 1 && L.path != 1 && (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
+    if (plain_ && sb.col == 1 && L.path != 1 && (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
         const int64_t mfull = m0 + m / MR * MR, nfull = n0 + n / NR * NR;
         for (int64_t j = n0; j < nfull; j += NR)
           for (int64_t i = m0; i < mfull; i += MR) {
-            UkrArgs a{t.a + i * sa.row + pc * sa.col, t.b + pc * sb.row + j, t.c + i * t.c_rs + j, kc,
+            UkrArgs a{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc,
                       sa.row * 4, sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1};
             u_.direct(&a);
           }
@@ -484,9 +629,11 @@ class GemmKernel final : public CompiledKernel {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0, last = pc + kc == K;
         pack_b(bp, t.b, sb, pc, kc, jc, nc);
+        prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         for (int64_t ic = m0; ic < m1; ic += blk.mc) {
           const int64_t mc = std::min(blk.mc, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
+          prologue(0, ap, ceil_div(mc, MR) * MR * kc);
           for (int64_t jr = 0; jr < nc; jr += NR)
             for (int64_t ir = 0; ir < mc; ir += MR)
               packed_tile(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir), std::min(NR, nc - jr),
@@ -516,6 +663,11 @@ class GemmKernel final : public CompiledKernel {
 
   ir::Kernel k_;
   GemmPlan p_;
+  ToF32 cvt_[2] = {};  // A, B: null for f32 storage
+  int64_t es_[2] = {};  // element sizes of A and B
+  bool plain_ = true;   // f32 operands without prologues: the GEMV and direct paths may run
+  bool f16c_ = __builtin_cpu_supports("f16c");  // (every AVX2 CPU so far; else element by element)
+  std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;
   int64_t l2_;
@@ -526,7 +678,7 @@ class GemmKernel final : public CompiledKernel {
 std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, std::string* why,
                                                  Code* epi_code) {
   auto g = std::make_shared<GemmKernel>(k, std::move(plan), isa);
-  if (!g->compile_epilogue(isa, why, epi_code)) return nullptr;
+  if (!g->compile_prologues(isa, why) || !g->compile_epilogue(isa, why, epi_code)) return nullptr;
   return g;
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "../../jit/xbyak/gemm.hpp"
+#include "kfuse/half.hpp"
 #include "kfuse/options.hpp"
 #include "test_xbyak_util.hpp"
 
@@ -341,18 +342,119 @@ TEST_F(XbyakGemm, Declines) {
     auto r = be->compile(f64);
     EXPECT_FALSE(r.kernel);
     EXPECT_NE(r.declined.find("f64 accumulator"), std::string::npos) << r.declined;
-    Kernel pro = k;  // an element-wise expression around the load of A
+    Kernel pro = k;  // a prologue op the pointwise emitter lacks
     const auto& v = pro.accs[0].value;
-    pro.accs[0].value = bin(Op::Mul, un(Op::Neg, v->args[0]), v->args[1]);
+    pro.accs[0].value = bin(Op::Mul, un(Op::Sin, v->args[0]), v->args[1]);
     r = be->compile(pro);
     EXPECT_FALSE(r.kernel);
-    EXPECT_NE(r.declined.find("operand expression"), std::string::npos) << r.declined;
+    EXPECT_NE(r.declined.find("contraction prologue of A"), std::string::npos) << r.declined;
+    Kernel two = k;  // an operand expression reading two buffers
+    two.accs[0].value = bin(Op::Mul, bin(Op::Add, v->args[0], load(2, DType::F32, var(Space::Reduce, 0))), v->args[1]);
+    r = be->compile(two);
+    EXPECT_FALSE(r.kernel);
+    EXPECT_NE(r.declined.find("reads two loads"), std::string::npos) << r.declined;
     Kernel pw = k;  // an epilogue op the pointwise emitter lacks
     pw.phases[1].stores[0].value = un(Op::Sin, acc(0, DType::F32));
     r = be->compile(pw);
     EXPECT_FALSE(r.kernel);
     EXPECT_NE(r.declined.find("contraction epilogue"), std::string::npos) << r.declined;
   }
+}
+
+// Stores x (exact in dt) as element i of a buffer of dtype dt.
+void store_as(DType dt, uint8_t* p, int64_t i, double x) {
+  auto put = [&](auto v) { std::memcpy(p + i * sizeof v, &v, sizeof v); };
+  switch (dt) {
+    case DType::F32: put(static_cast<float>(x)); break;
+    case DType::F64: put(x); break;
+    case DType::F16: put(float_to_f16_bits(static_cast<float>(x))); break;
+    case DType::BF16: put(float_to_bf16_bits(static_cast<float>(x))); break;
+    case DType::I8: put(static_cast<int8_t>(x)); break;
+    case DType::U8: put(static_cast<uint8_t>(x)); break;
+    case DType::I32: put(static_cast<int32_t>(x)); break;
+    case DType::I64: put(static_cast<int64_t>(x)); break;
+    default: FAIL() << "dtype";
+  }
+}
+
+// Operands stored in other dtypes (a Cast to f32 of the load) and element-wise prologues are
+// applied while packing: pa(A) x pb(B) against fp64 loops over the same converted values, on the
+// packed path whatever the size (GEMV and small shapes included), 1 and 2 threads bitwise equal.
+TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
+  struct Case {
+    DType a_dt, b_dt;
+    bool ta, tb;
+    int64_t M, N, K;
+  };
+  const Case cases[] = {{DType::F16, DType::F32, false, false, 1, 33, 20},  {DType::F32, DType::BF16, false, false, 37, 29, 70},
+                        {DType::I8, DType::U8, true, true, 13, 40, 9},      {DType::F64, DType::I32, false, true, 50, 3, 300},
+                        {DType::F32, DType::F16, false, true, 130, 150, 66}, {DType::F32, DType::F32, true, false, 2, 17, 5},
+                        {DType::F16, DType::F16, false, false, 20, 40, 33}, {DType::BF16, DType::I64, false, false, 14, 9, 17}};
+  const Options saved = options();
+  for (Isa isa : isas())
+    for (const Case& c : cases) {
+      // A through -(x) * 0.5 + 1 (a non-zero f(0): padded rows must not leak), B through relu.
+      Spec s;
+      s.M = c.M, s.N = c.N, s.K = c.K, s.ta = c.ta, s.tb = c.tb;
+      Kernel k = build(s);
+      k.buffers[0].dtype = c.a_dt;
+      k.buffers[1].dtype = c.b_dt;
+      const auto& v = k.accs[0].value;
+      auto as_f32 = [](const ExprRef& l, DType dt) {
+        ExprRef t = load(l->index, dt, l->args[0]);
+        return dt == DType::F32 ? t : op(Op::Cast, DType::F32, {t});
+      };
+      ExprRef a = bin(Op::Add, bin(Op::Mul, un(Op::Neg, as_f32(v->args[0], c.a_dt)), f32c(0.5)), f32c(1.0));
+      ExprRef b = un(Op::Relu, as_f32(v->args[1], c.b_dt));
+      k.accs[0].value = bin(Op::Mul, a, b);
+      auto be = detail::xb::make_backend(isa);
+      auto cr = be->compile(k);
+      ASSERT_TRUE(cr.kernel) << cr.declined;
+      // Inputs: small integers and halves (exact in every dtype here), stored in each dtype.
+      std::mt19937 rng(11);
+      std::uniform_int_distribution<int> u(-6, 6);
+      auto fill = [&](DType dt, int64_t n, std::vector<double>& vals) {
+        std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dt) + 8);
+        vals.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          double x = u(rng) * (is_float(dt) ? 0.5 : 1.0);
+          if (dt == DType::U8) x = std::fabs(x);
+          vals[i] = x;
+          store_as(dt, bytes.data(), i, x);
+        }
+        return bytes;
+      };
+      std::vector<double> av, bv;
+      auto abuf = fill(c.a_dt, c.M * c.K, av), bbuf = fill(c.b_dt, c.K * c.N, bv);
+      std::vector<float> unused(static_cast<size_t>(std::max<int64_t>(c.M, c.N) * c.M * c.N + 1), 0.0f);
+      std::vector<float> outs[2];
+      for (int threads : {1, 2}) {
+        Options o = saved;
+        o.num_threads = threads;
+        set_options(o);
+        std::vector<float>& out = outs[threads - 1];
+        out.assign(static_cast<size_t>(c.M * c.N), NAN);
+        LaunchArgs args;
+        args.buffers = {abuf.data(), bbuf.data(), unused.data(), unused.data(), unused.data(), out.data()};
+        args.params = k.param_values();
+        cr.kernel->run(args);
+      }
+      set_options(saved);
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
+      int bad = 0;
+      for (int64_t m = 0; m < c.M; ++m)
+        for (int64_t n = 0; n < c.N; ++n) {
+          double want = 0;
+          for (int64_t kk = 0; kk < c.K; ++kk) {
+            double x = av[c.ta ? kk * c.M + m : m * c.K + kk], y = bv[c.tb ? n * c.K + kk : kk * c.N + n];
+            want += (-x * 0.5 + 1.0) * std::max(y, 0.0);
+          }
+          const float got = outs[0][m * c.N + n];
+          if (!(std::fabs(got - want) <= 1e-6 * (std::fabs(want) + c.K)) && bad++ < 5)
+            ADD_FAILURE() << dtype_name(c.a_dt) << " x " << dtype_name(c.b_dt) << " [" << m << "," << n << "]: got " << got
+                          << " want " << want;
+        }
+    }
 }
 
 TEST_F(XbyakGemm, LoadsFromItsBinary) {
