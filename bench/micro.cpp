@@ -76,6 +76,14 @@ TEST_CASE("cached eval on tiny tensors", "[!benchmark][eval]") {
     y.eval();
     return y.data();
   };
+  // The fixed cost around a planned matmul (issue target: <= 5 us): 2x2 @ 2x2 is ~16 FLOPs.
+  BENCHMARK("record+eval relu(matmul(a, b) + 1), 2x2") {
+    auto a = kfuse::Tensor::borrow(x.data(), kfuse::Shape{2, 2});
+    auto b = kfuse::Tensor::borrow(x.data() + 4, kfuse::Shape{2, 2});
+    auto y = kfuse::relu(kfuse::matmul(a, b) + 1.0);
+    y.eval();
+    return y.data();
+  };
   BENCHMARK("from_data (copy) + eval, 8 floats") {
     auto t = kfuse::Tensor::from_data(x.data(), kfuse::Shape{8});
     auto y = kfuse::relu(t);

@@ -33,7 +33,7 @@
 //      result (the EPILOGUE) flow only through element-wise ops and size-1 reshapes at its
 //      output shape, so each is needed at the contraction's own (batch, m, n) point; other
 //      members (a bias and its broadcast) are evaluated at that point too.
-// Before the lattice, a PATTERN PHASE (lib/fusion/pattern_phase.cpp) seeds groups: built-in and
+// Before the lattice, a PATTERN PHASE (matches from lib/fusion/pattern_phase.cpp) seeds groups: built-in and
 // plugin patterns match at nodes, and their matches are committed highest benefit first. A match
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
 // refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel
@@ -175,37 +175,54 @@ class Partitioner {
   }
 
   // The pattern phase: candidates are the fusible nodes and opaque ones (a pattern with its own
-  // kernel may cover a matmul); commits merge the matched singletons into one set.
+  // kernel may cover a matmul). Matches (pattern_phase.cpp) are committed highest benefit first
+  // when they pass the same rules as the lattice's merges and do not overlap an earlier one.
   std::vector<PatternAttempt> run_patterns() {
     std::vector<const Node*> cands;
     for (const Node* n : topo_)
       if (fusible(n) || (!is_leaf(*n) && op_kind(n->op) == OpKind::Opaque)) cands.push_back(n);
-    PatternPhaseHooks hooks;
-    hooks.position = [&](const Node* n) {
-      const uint32_t* p = pos_.find(n);
-      return p ? static_cast<int>(*p) : -1;
-    };
-    hooks.check = [&](const std::vector<const Node*>& u) {
-      std::string why = check(u);
-      if (why.empty() && !acyclic_with(u)) why = "fusing would create a cycle between kernels (through another match)";
-      return why;
-    };
-    hooks.commit = [&](const std::vector<const Node*>& u, const std::string& name,
-                       std::shared_ptr<const CustomKernel> kernel) {
-      int a = find(group_of(u.front()));
-      for (const Node* n : u) {
-        int b = find(group_of(n));
-        if (b == a) continue;
-        parent_[b] = a;
-        sets_[b].clear();
-      }
-      sets_[a] = u;
-      for (const Node* n : u) group_[pos(n)] = a;
-      set_pattern_[a] = name;
-      set_kernel_[a] = std::move(kernel);
-    };
     GraphView view(consumers_, roots_);
-    return run_pattern_phase(cands, view, hooks);
+    PatternMatches pm = find_pattern_matches(cands, view, pos_);
+    std::unordered_map<const Node*, std::string> taken;  // member -> the match that took it
+    for (const PatternCandidate& c : pm.ordered) {
+      std::vector<const Node*> u;
+      std::string why = match_members(c, pos_, u);
+      for (size_t i = 0; why.empty() && i < u.size(); ++i)
+        if (auto it = taken.find(u[i]); it != taken.end())
+          why = "overlaps " + it->second + " (committed first: higher benefit or registered earlier)";
+      if (why.empty()) why = check(u);
+      if (why.empty() && !acyclic_with(u)) why = "fusing would create a cycle between kernels (through another match)";
+      if (why.empty() && c.match.kernel) why = validate_custom_kernel(*c.match.kernel, u, view);
+      PatternAttempt& a = pm.attempts[c.attempt];
+      if (!why.empty()) {
+        a.reason = "refused: " + why;
+        continue;
+      }
+      a.matched = true;
+      a.reason.clear();
+      const std::string by = "the match of " + c.pattern + " at " + op_name(c.root->op) + " " +
+                             dtype_name(c.root->dtype) + shape_str(c.root->shape);
+      for (const Node* n : u) taken[n] = by;
+      commit_pattern(u, c.pattern, c.match.kernel);
+    }
+    log_pattern_attempts(pm.attempts, pos_);
+    return std::move(pm.attempts);
+  }
+
+  // Makes the (legal, disjoint) members `u` one group named `pattern`, closed when `kernel` is set.
+  void commit_pattern(const std::vector<const Node*>& u, const std::string& pattern,
+                      std::shared_ptr<const CustomKernel> kernel) {
+    int a = find(group_of(u.front()));
+    for (const Node* n : u) {
+      int b = find(group_of(n));
+      if (b == a) continue;
+      parent_[b] = a;
+      sets_[b].clear();
+    }
+    sets_[a] = u;
+    for (const Node* n : u) group_[pos(n)] = a;
+    set_pattern_[a] = pattern;
+    set_kernel_[a] = std::move(kernel);
   }
 
   // Whether the groups stay acyclic when `u` becomes one group (matches are not built along

@@ -1,12 +1,10 @@
-// The pattern phase of the partitioner: collect every match of every active pattern, then
-// commit them in benefit order. Each refusal keeps its reason for KFUSE_LOG=patterns and
-// pattern_traces().
+// The pattern phase's matching half: collect every match of every active pattern and order
+// them by benefit; the partitioner commits them (partition.cpp, Partitioner::run_patterns).
+// Each refusal keeps its reason for KFUSE_LOG=patterns and pattern_traces().
 #include <algorithm>
-#include <unordered_map>
 
-#include "fusion/partition.hpp"
-#include "kfuse/options.hpp"
 #include "fusion/pattern_registry.hpp"
+#include "kfuse/options.hpp"
 
 namespace kfuse::detail {
 
@@ -14,21 +12,19 @@ namespace {
 
 std::string describe(const Node& n) { return std::string(op_name(n.op)) + " " + dtype_name(n.dtype) + shape_str(n.shape); }
 
-struct Candidate {
-  size_t pattern;   // index into the active list
-  const Node* root;
-  Match match;
-  size_t attempt;   // index into the attempts
-};
+int position(const NodeMap& positions, const Node* n) {
+  const uint32_t* p = positions.find(n);
+  return p ? static_cast<int>(*p) : -1;
+}
 
-// Normalises a match's node list and checks what does not need the partitioner. "" when fine.
-std::string validate_nodes(const Candidate& c, const ActivePattern& p, const PatternPhaseHooks& hooks,
-                           std::vector<const Node*>& u) {
+}  // namespace
+
+std::string match_members(const PatternCandidate& c, const NodeMap& positions, std::vector<const Node*>& u) {
   bool custom = c.match.kernel != nullptr;
   for (const Node* n : c.match.nodes) {
     if (!n) return "the match lists a null node";
     if (GraphView::is_inline_constant(*n)) continue;  // constants are inlined wherever they are read
-    if (hooks.position(n) < 0) return "the match lists " + describe(*n) + ", which is not in this graph";
+    if (position(positions, n) < 0) return "the match lists " + describe(*n) + ", which is not in this graph";
     if (GraphView::is_input(*n))
       return "the match lists " + describe(*n) + ", an input (a buffer or an already computed value), which is read, not fused";
     OpKind k = op_kind(n->op);  // rand is a generator member like any element-wise op
@@ -37,12 +33,12 @@ std::string validate_nodes(const Candidate& c, const ActivePattern& p, const Pat
     if (std::find(u.begin(), u.end(), n) == u.end()) u.push_back(n);
   }
   if (std::find(u.begin(), u.end(), c.root) == u.end()) return "the match does not contain its root " + describe(*c.root);
-  std::sort(u.begin(), u.end(), [&](const Node* a, const Node* b) { return hooks.position(a) < hooks.position(b); });
+  std::sort(u.begin(), u.end(),
+            [&](const Node* a, const Node* b) { return position(positions, a) < position(positions, b); });
   return {};
 }
 
-// The custom kernel must bind exactly what a kernel for the group `u` reads and writes.
-std::string validate_kernel(const CustomKernel& k, const std::vector<const Node*>& u, const GraphView& view) {
+std::string validate_custom_kernel(const CustomKernel& k, const std::vector<const Node*>& u, const GraphView& view) {
   std::vector<const Node*> need_out = view.outputs_of(u), may_in = view.inputs_of(u);
   for (const Node* n : need_out)
     if (std::find(k.outputs().begin(), k.outputs().end(), n) == k.outputs().end())
@@ -58,27 +54,12 @@ std::string validate_kernel(const CustomKernel& k, const std::vector<const Node*
   return {};
 }
 
-void log_attempts(const std::vector<PatternAttempt>& attempts, const PatternPhaseHooks& hooks) {
-  if (!options().logging("patterns")) return;
-  for (size_t i = 0; i < attempts.size();) {
-    const Node* n = attempts[i].node;
-    std::string line = "%";
-    line.append(std::to_string(hooks.position(n))).append(" ").append(describe(*n)).append(":");
-    for (; i < attempts.size() && attempts[i].node == n; ++i) {
-      const auto& a = attempts[i];
-      line += " [" + a.pattern + (a.matched ? ": matched]" : ": " + a.reason + "]");
-    }
-    log("patterns", line);
-  }
-}
 
-}  // namespace
-
-std::vector<PatternAttempt> run_pattern_phase(const std::vector<const Node*>& candidates, const GraphView& view,
-                                              const PatternPhaseHooks& hooks) {
+PatternMatches find_pattern_matches(const std::vector<const Node*>& candidates, const GraphView& view,
+                                    const NodeMap& positions) {
   std::vector<ActivePattern> pats = active_patterns();
-  std::vector<PatternAttempt> attempts;
-  std::vector<Candidate> cands;
+  PatternMatches out;
+  std::vector<std::pair<size_t, PatternCandidate>> found;  // (active pattern, match)
   std::vector<bool> disabled(pats.size(), false);
   for (const Node* n : candidates) {
     for (size_t p = 0; p < pats.size(); ++p) {
@@ -86,40 +67,33 @@ std::vector<PatternAttempt> run_pattern_phase(const std::vector<const Node*>& ca
       if (disabled[p] || (!ops.empty() && std::find(ops.begin(), ops.end(), n->op) == ops.end())) continue;
       MatchResult r = run_match(pats[p], *n, view);
       if (!r.matched && r.reason.find("(pattern disabled)") != std::string::npos) disabled[p] = true;
-      attempts.push_back({n, pats[p].name, false, r.matched ? std::string() : r.reason});
-      if (r.matched) cands.push_back({p, n, std::move(r.match), attempts.size() - 1});
+      out.attempts.push_back({n, pats[p].name, false, r.matched ? std::string() : r.reason});
+      if (r.matched) found.push_back({p, {pats[p].name, n, std::move(r.match), out.attempts.size() - 1}});
     }
   }
   // Highest benefit first; ties: registration order, then the earlier root.
-  std::stable_sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
-    const ActivePattern &pa = pats[a.pattern], &pb = pats[b.pattern];
+  std::stable_sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
+    const ActivePattern &pa = pats[a.first], &pb = pats[b.first];
     if (pa.benefit != pb.benefit) return pa.benefit > pb.benefit;
     if (pa.order != pb.order) return pa.order < pb.order;
-    return hooks.position(a.root) < hooks.position(b.root);
+    return position(positions, a.second.root) < position(positions, b.second.root);
   });
-  std::unordered_map<const Node*, std::string> taken;  // member -> the match that took it
-  for (const Candidate& c : cands) {
-    const ActivePattern& p = pats[c.pattern];
-    std::vector<const Node*> u;
-    std::string why = validate_nodes(c, p, hooks, u);
-    for (size_t i = 0; why.empty() && i < u.size(); ++i) {
-      auto it = taken.find(u[i]);
-      if (it != taken.end()) why = "overlaps " + it->second + " (committed first: higher benefit or registered earlier)";
+  for (auto& f : found) out.ordered.push_back(std::move(f.second));
+  return out;
+}
+
+void log_pattern_attempts(const std::vector<PatternAttempt>& attempts, const NodeMap& positions) {
+  if (!options().logging("patterns")) return;
+  for (size_t i = 0; i < attempts.size();) {
+    const Node* n = attempts[i].node;
+    std::string line = "%";
+    line.append(std::to_string(position(positions, n))).append(" ").append(describe(*n)).append(":");
+    for (; i < attempts.size() && attempts[i].node == n; ++i) {
+      const auto& a = attempts[i];
+      line += " [" + a.pattern + (a.matched ? ": matched]" : ": " + a.reason + "]");
     }
-    if (why.empty()) why = hooks.check(u);
-    if (why.empty() && c.match.kernel) why = validate_kernel(*c.match.kernel, u, view);
-    PatternAttempt& a = attempts[c.attempt];
-    if (!why.empty()) {
-      a.reason = "refused: " + why;
-      continue;
-    }
-    a.matched = true;
-    a.reason.clear();
-    for (const Node* n : u) taken[n] = "the match of " + p.name + " at " + describe(*c.root);
-    hooks.commit(u, p.name, c.match.kernel);
+    log("patterns", line);
   }
-  log_attempts(attempts, hooks);
-  return attempts;
 }
 
 }  // namespace kfuse::detail

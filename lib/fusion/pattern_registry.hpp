@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/node_map.hpp"
 #include "kfuse/pattern.hpp"
 
 namespace kfuse::detail {
@@ -50,23 +51,32 @@ std::vector<PatternTrace> pattern_traces(const std::vector<PatternAttempt>& atte
 /// Partitions the graph under `roots` and returns its traces.
 std::vector<PatternTrace> pattern_traces(const std::vector<const Node*>& roots);
 
-/// What the pattern phase needs from the partitioner.
-struct PatternPhaseHooks {
-  std::function<int(const Node*)> position;  ///< topological position; -1 when not in the graph
-  /// The fusion rules on a set of members in topological order: "" when legal, else the rule.
-  std::function<std::string(const std::vector<const Node*>&)> check;
-  /// Makes the (legal, disjoint) set one group named `pattern`, closed when `kernel` is set.
-  std::function<void(const std::vector<const Node*>&, const std::string& pattern,
-                     std::shared_ptr<const CustomKernel> kernel)>
-      commit;
+/// A match of the pattern phase, waiting for the partitioner's fusion rules.
+struct PatternCandidate {
+  std::string pattern;  ///< its name
+  const Node* root = nullptr;
+  Match match;
+  size_t attempt = 0;  ///< index into PatternMatches::attempts
 };
 
-/// The pattern phase (see pattern.hpp): tries the active patterns at each of `candidates` (in
-/// topological order), then commits their matches highest benefit first (ties: registration
-/// order, then root position) through `hooks`. Logs on the `patterns` channel. Returns every
-/// attempt with its outcome.
-std::vector<PatternAttempt> run_pattern_phase(const std::vector<const Node*>& candidates, const GraphView& view,
-                                              const PatternPhaseHooks& hooks);
+/// The first half of the pattern phase (see pattern.hpp), which needs nothing of the partitioner
+/// but the nodes' topological positions: every active pattern tried at each of `candidates`
+/// (in topological order), and the matches highest benefit first (ties: registration order,
+/// then root position). The partitioner then commits them in that order (partition.cpp).
+struct PatternMatches {
+  std::vector<PatternAttempt> attempts;
+  std::vector<PatternCandidate> ordered;
+};
+PatternMatches find_pattern_matches(const std::vector<const Node*>& candidates, const GraphView& view,
+                                    const NodeMap& positions);
+/// The members of a match in topological order (`u`), or why they cannot form a group whatever
+/// the fusion rules say: a node not in this graph, an input, an opaque node without the
+/// pattern's own kernel, a match without its root.
+std::string match_members(const PatternCandidate& c, const NodeMap& positions, std::vector<const Node*>& u);
+/// Whether a pattern's own kernel binds exactly what a kernel for the group `u` reads and writes.
+std::string validate_custom_kernel(const CustomKernel& k, const std::vector<const Node*>& u, const GraphView& view);
+/// Logs the attempts on the `patterns` channel, one line per node.
+void log_pattern_attempts(const std::vector<PatternAttempt>& attempts, const NodeMap& positions);
 
 /// The built-in patterns, in registration order (builtin_patterns.cpp).
 std::vector<std::shared_ptr<Pattern>> builtin_patterns();
