@@ -32,6 +32,7 @@ struct CacheEntry {
   std::string shape;  ///< "[$0] x [10]": outer extents ($n: run-time param n) x specialised reduce extents
   std::string source_kind, binary_kind;
   int format_version = 0, codegen_version = 0;
+  int backend_version = 0;  ///< the backend's own code generator version
   uint64_t size_bytes = 0, binary_bytes = 0, hits = 0;
   double compile_ms = 0;
   int64_t created = 0, last_used = 0;  ///< unix seconds

@@ -214,6 +214,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { cuda_synchronize(index_); }
   void copy_to_device(const Storage& dst, const void* host) override { cuda_copy_to_device(dst, host); }
   void copy_to_host(const Storage& src, void* host) override { cuda_copy_to_host(src, host); }
+  int codegen_version() const override { return gpu::kRenderVersion; }
   std::string target() const override {
     return "sm_" + std::to_string(arch_) + (cubin_ ? " cubin" : " ptx") + " nvrtc " + nvrtc_version() + " driver " +
            std::to_string(cuda::driver().version);

@@ -95,6 +95,7 @@ class LlvmBackend final : public Backend {
   explicit LlvmBackend(std::shared_ptr<JitSession> s) : s_(std::move(s)) {}
   std::string name() const override { return "llvm"; }
   std::string target() const override { return s_->target(); }
+  int codegen_version() const override { return kLlvmCodegenVersion; }
 
   CompileResult compile(const ir::Kernel& k) override {
     auto t0 = std::chrono::steady_clock::now();

@@ -27,6 +27,10 @@ class TargetMachine;
 
 namespace kfuse::detail::llvmjit {
 
+/// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
+/// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
+inline constexpr int kLlvmCodegenVersion = 1;
+
 using Builder = llvm::IRBuilder<>;
 
 // ---- vector_math.cpp ----

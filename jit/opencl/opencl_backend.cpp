@@ -236,6 +236,7 @@ class OpenCLBackend final : public Backend {
   }
   void synchronize() override { opencl_finish(index_); }
   std::string target() const override { return "opencl " + dev_.desc; }
+  int codegen_version() const override { return gpu::kRenderVersion; }
   Device device() const override { return Device::opencl(index_); }
 
   CompileResult compile(const ir::Kernel& k) override {

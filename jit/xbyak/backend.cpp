@@ -253,6 +253,7 @@ class XbyakBackend final : public Backend {
   explicit XbyakBackend(Isa isa) : isa_(isa) {}
   std::string name() const override { return "xbyak"; }
   std::string target() const override { return std::string("x86_64-") + isa_name(isa_); }
+  int codegen_version() const override { return static_cast<int>(kVersion); }
 
   CompileResult compile(const ir::Kernel& k) override {
     auto t0 = std::chrono::steady_clock::now();

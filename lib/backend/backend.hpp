@@ -55,6 +55,10 @@ class Backend {
   /// Everything about the target that changes generated code (ISA features, GPU arch,
   /// compiler version); part of every cache key.
   virtual std::string target() const = 0;
+  /// This backend's code generator version, part of every cache key: bump it whenever the code
+  /// it generates may change for the same kernel IR and target (its history is in git log).
+  /// Changes to shared lowering (lib/ir passes every backend runs) bump kCodegenVersion instead.
+  virtual int codegen_version() const { return 1; }
   virtual Device device() const { return Device::cpu(); }
   /// Compiles `k`, or declines (CompileResult::declined) when unsupported. Throws BackendError
   /// (with the compiler's log) when the compiler itself fails.

@@ -102,6 +102,7 @@ json entry_json(const Entry& e) {
           {"binary_kind", c.binary_kind},
           {"format_version", c.format_version},
           {"codegen_version", c.codegen_version},
+          {"backend_version", c.backend_version},
           {"size_bytes", c.size_bytes},
           {"hits", c.hits},
           {"compile_ms", c.compile_ms},
@@ -251,6 +252,7 @@ std::vector<FieldDiff> diff_fields(const KeyFields& entry, const KeyFields& now,
   };
   cmp("format_version", std::to_string(entry.format_version), std::to_string(now.format_version));
   cmp("codegen_version", std::to_string(entry.codegen_version), std::to_string(now.codegen_version));
+  cmp("backend_version", std::to_string(entry.backend_version), std::to_string(now.backend_version));
   cmp("backend", entry.backend, now.backend);
   cmp("target", entry.target, now.target);
   cmp("dtypes", entry.dtypes, now.dtypes);
@@ -265,6 +267,13 @@ std::string current_target(const std::string& backend) {
   } catch (...) {
   }
   return {};
+}
+int current_backend_version(const std::string& backend) {
+  try {
+    if (auto b = find_backend(backend)) return b->codegen_version();
+  } catch (...) {
+  }
+  return 0;
 }
 
 }  // namespace
@@ -416,7 +425,8 @@ int cmd_show(Ctx& c, const std::string& what, bool no_code) {
     << "backend:      " << e.fields.backend << "\n"
     << "target:       " << e.fields.target << "\n"
     << "dtypes:       " << e.fields.dtypes << "\n"
-    << "versions:     format " << e.fields.format_version << ", codegen " << e.fields.codegen_version << "\n"
+    << "versions:     format " << e.fields.format_version << ", codegen " << e.fields.codegen_version << ", "
+    << e.fields.backend << " " << e.fields.backend_version << "\n"
     << "kind:         " << e.kind << "\n"
     << "shape:        " << e.shape << "  (outer extents $n are run-time params; reduce extents are specialised)\n"
     << "params:       " << join(e.params, ", ") << "\n"
@@ -518,6 +528,7 @@ int cmd_why_miss(Ctx& c, const std::string& key_arg, const std::string& ir_file,
       k.backend = b;
       k.target = target_arg.empty() ? current_target(b) : target_arg;
       if (k.target.empty()) continue;  // not available on this machine
+      k.backend_version = current_backend_version(b);
       k.dtypes = dtype_signature_of_text(text);
       k.ir_text = text;
       wanted.push_back(k);
@@ -538,6 +549,7 @@ int cmd_why_miss(Ctx& c, const std::string& key_arg, const std::string& ir_file,
     k.codegen_version = kCodegenVersion;
     if (!backend_arg.empty()) k.backend = backend_arg;
     k.target = target_arg.empty() ? current_target(k.backend) : target_arg;
+    k.backend_version = current_backend_version(k.backend);
     if (k.target.empty()) k.target = "(backend " + k.backend + " unavailable in this build)";
     wanted.push_back(k);
   }

@@ -35,6 +35,7 @@ nlohmann::json meta_json(const Entry& e) {
           {"stem", e.key.stem},
           {"format_version", e.fields.format_version},
           {"codegen_version", e.fields.codegen_version},
+          {"backend_version", e.fields.backend_version},
           {"backend", e.fields.backend},
           {"target", e.fields.target},
           {"dtypes", e.fields.dtypes},
@@ -126,6 +127,7 @@ DecodeStatus decode_entry(const std::vector<uint8_t>& b, Entry* e, bool meta_onl
     auto j = nlohmann::json::parse(sec[0]);
     e->fields.format_version = j.at("format_version").get<int>();
     e->fields.codegen_version = j.at("codegen_version").get<int>();
+    e->fields.backend_version = j.value("backend_version", 0);  // (absent before backends had their own)
     e->fields.backend = j.at("backend").get<std::string>();
     e->fields.target = j.at("target").get<std::string>();
     e->fields.dtypes = j.at("dtypes").get<std::string>();
@@ -172,6 +174,7 @@ CacheEntry to_public(const Entry& e) {
   c.binary_kind = e.binary_kind;
   c.format_version = e.fields.format_version;
   c.codegen_version = e.fields.codegen_version;
+  c.backend_version = e.fields.backend_version;
   c.size_bytes = e.file_bytes;
   c.binary_bytes = e.binary.size();
   c.hits = e.hits;

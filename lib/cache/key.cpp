@@ -63,6 +63,7 @@ KernelKey make_key(const KeyFields& f, std::string stem) {
   std::string s = "kfuse-kernel-key\n";
   put_field(s, std::to_string(f.format_version));
   put_field(s, std::to_string(f.codegen_version));
+  put_field(s, std::to_string(f.backend_version));
   put_field(s, f.backend);
   put_field(s, f.target);
   put_field(s, f.dtypes);

@@ -18,15 +18,17 @@ namespace kfuse::detail::cache {
 /// Layout and encoding of the disk cache (<dir>/v<kFormatVersion>/...). Bump on any change of
 /// the entry file format.
 inline constexpr int kFormatVersion = 1;
-/// Bump whenever a backend's generated code may change for the same kernel IR and target
-/// (code generator fixes, math-function changes): old entries then simply stop matching. What
-/// changed at each bump is in git log.
+/// Bump whenever the lowering SHARED by the backends (lib/ir passes they run, the kernel IR's
+/// semantics) may change generated code for the same printed kernel: old entries then simply
+/// stop matching. A change inside one backend bumps that backend's Backend::codegen_version().
+/// What changed at each bump is in git log.
 inline constexpr int kCodegenVersion = 25;
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
 struct KeyFields {
   int format_version = kFormatVersion;
   int codegen_version = kCodegenVersion;
+  int backend_version = 0;  ///< Backend::codegen_version() of `backend`
   std::string backend;
   std::string target;
   std::string dtypes;   ///< buffer dtypes, e.g. "f32,f32" (inputs then outputs)

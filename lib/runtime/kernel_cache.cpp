@@ -145,6 +145,7 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
   Mode mode = mode_of(opts);
   KeyFields f;
   f.backend = be.name();
+  f.backend_version = be.codegen_version();
   f.target = be.target();
   f.dtypes = dtypes;
   f.ir_text = text;

@@ -62,7 +62,8 @@ bool tuning_enabled() {
 std::string tune_key(const std::string& ir_text, const std::string& dtypes, Device device,
                      const std::vector<std::shared_ptr<Backend>>& chain) {
   cache::KeyFields f;
-  for (const auto& be : chain) f.backend += be->name() + "/" + be->target() + ";";
+  for (const auto& be : chain)
+    f.backend += be->name() + "/" + std::to_string(be->codegen_version()) + "/" + be->target() + ";";
   f.target = device.str();
   f.dtypes = dtypes;
   f.ir_text = ir_text;

@@ -165,6 +165,7 @@ TEST_F(CacheTool, WhyMiss) {
   // an IR file: the same kernel with another reduce extent misses; the closest entry is named
   json shown = run({"show", key, "--json"}).j();
   std::string ir = shown["kernel_ir"];
+  EXPECT_EQ(shown["backend_version"], 1) << "the reference backend's own codegen version is in its entries";
   std::string changed = ir;
   auto p = changed.find("reduce: [10]");
   ASSERT_NE(p, std::string::npos);

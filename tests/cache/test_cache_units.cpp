@@ -61,6 +61,7 @@ TEST(CacheKey, EveryFieldChangesTheKey) {
   EXPECT_TRUE(changed([](KeyFields& g) { g.dtypes = "f64,f64"; }));
   EXPECT_TRUE(changed([](KeyFields& g) { g.ir_text += " "; }));
   EXPECT_TRUE(changed([](KeyFields& g) { g.codegen_version++; }));
+  EXPECT_TRUE(changed([](KeyFields& g) { g.backend_version++; }));
   EXPECT_TRUE(changed([](KeyFields& g) { g.format_version++; }));
   // length-prefixed fields: moving a character across a boundary changes the key
   EXPECT_TRUE(changed([](KeyFields& g) { g.backend = "referenc"; g.target = "einterpreter"; }));
