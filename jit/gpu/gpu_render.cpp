@@ -526,6 +526,10 @@ struct Plan {
   int block = 256;
   bool two_stage = false;
   int64_t split = 1, chunk = 0;
+  /// Two-stage column kernel whose later phases store over the reduce domain (x - mean(x, 0)):
+  /// stage 2 runs per (outer point, chunk) too, each unit combining the partials and storing its
+  /// chunk, so the stores get the same row-block parallelism as the fold.
+  bool chunked_stores = false;
 };
 
 int64_t pow2_ceil(int64_t x) {
@@ -548,12 +552,23 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
   bool eligible = k.phases[0].over_reduce && k.phases[0].stores.empty() && !k.phases[0].accs.empty();
   for (size_t i = 1; i < k.phases.size(); ++i) eligible &= !k.phases[i].over_reduce;
   if (k.kind == "column") {
-    // A thread per kept element: neighbouring threads read neighbouring addresses.
-    if (eligible && R > 256) {
+    // A thread per kept element: neighbouring threads read neighbouring addresses. A column of
+    // R > 256 rows splits into row chunks, or one thread per column walks all R rows (a grid of
+    // columns / 256 blocks: 16 for 4096 columns, most of a GPU idle).
+    bool stores_later = false, folds_later = false;
+    for (size_t i = 1; i < k.phases.size(); ++i)
+      if (k.phases[i].over_reduce) {
+        stores_later = true;
+        folds_later |= !k.phases[i].accs.empty();
+      }
+    const bool chunkable = k.phases[0].over_reduce && k.phases[0].stores.empty() && !k.phases[0].accs.empty() &&
+                           stores_later && !folds_later;
+    if ((eligible || chunkable) && R > 256) {
       p.two_stage = true;
+      p.chunked_stores = chunkable;
       p.split = std::min<int64_t>(256, (R + 63) / 64);
     }
-    p.strategy = p.two_stage ? "two-stage-thread" : "serial";
+    p.strategy = p.chunked_stores ? "two-stage-stores" : p.two_stage ? "two-stage-thread" : "serial";
   } else if (k.kind == "global") {
     p.team = Team::Block;
     if (eligible && R > 4096) {
@@ -591,9 +606,11 @@ class KernelWriter {
     body_.str("");
     shared_slots_ = 0;
     const std::string I = "    ";
-    std::string outer_var = stage == 1 ? "(kf_u / " + std::to_string(p_.split) + ")" : "kf_u";
+    // Units of stage 1 (and of stage 2 with chunked stores) are (outer point, chunk kf_s).
+    per_chunk_ = stage == 1 || (stage == 2 && p_.chunked_stores);
+    std::string outer_var = per_chunk_ ? "(kf_u / " + std::to_string(p_.split) + ")" : "kf_u";
     decompose_outer(outer_var, I);
-    if (stage == 1) body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
+    if (per_chunk_) body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
     size_t first = 0;
     if (stage == 1) {
       phase_reduce(0, I, true);
@@ -605,7 +622,7 @@ class KernelWriter {
     }
     for (size_t i = first; i < k().phases.size(); ++i) {
       if (k().phases[i].over_reduce)
-        phase_reduce(static_cast<int>(i), I, false);
+        phase_reduce(static_cast<int>(i), I, per_chunk_);
       else
         phase_once(static_cast<int>(i), I);
     }
@@ -636,7 +653,9 @@ class KernelWriter {
   void phase_once(int p, const std::string& I) {
     const ir::Phase& ph = k().phases[p];
     if (ph.stores.empty()) return;
-    body_ << I << "if (kf_lane == 0) {  // phase " << p << " (once)\n";
+    // (per chunk: the point's first chunk stores, once)
+    body_ << I << (per_chunk_ ? "if (kf_lane == 0 && kf_s == 0) {" : "if (kf_lane == 0) {") << "  // phase " << p
+          << " (once)\n";
     Emitter em(c_, body_, I + "  ");
     emit_stores(em, ph, I + "  ", body_);
     body_ << I << "}\n";
@@ -654,10 +673,11 @@ class KernelWriter {
     for (int j : ph.accs) body_ << I << accs_.declare(j) << "\n";
     std::string first = "kf_lane", end = std::to_string(R);
     if (chunked) {
-      body_ << I << "const kf_i64 kf_rend = kf_s * " << p_.chunk << " + " << p_.chunk << " < " << R << " ? kf_s * "
-            << p_.chunk << " + " << p_.chunk << " : " << R << ";\n";
+      const std::string rend = "kf_rend" + std::to_string(p);
+      body_ << I << "const kf_i64 " << rend << " = kf_s * " << p_.chunk << " + " << p_.chunk << " < " << R
+            << " ? kf_s * " << p_.chunk << " + " << p_.chunk << " : " << R << ";\n";
       first = "kf_s * " + std::to_string(p_.chunk) + " + kf_lane";
-      end = "kf_rend";
+      end = rend;
     }
     const std::string J = I + "  ";
     std::ostringstream loop;
@@ -842,13 +862,16 @@ class KernelWriter {
 
   void combine_partials(const std::string& I) {
     const auto& js = k().phases[0].accs;
-    auto ptrs = scratch_ptrs("(kf_units * " + std::to_string(p_.split) + ")");
-    body_ << I << "// combine the " << p_.split << " partials of this outer point in fixed order\n";
+    const std::string S = std::to_string(p_.split);
+    // The partials of (point, chunk) sit at point * split + chunk of the stage-1 units.
+    auto ptrs = scratch_ptrs(per_chunk_ ? "kf_units" : "(kf_units * " + S + ")");
+    const std::string point = per_chunk_ ? "(kf_u / " + S + ")" : "kf_u";
+    body_ << I << "// combine the " << S << " partials of this outer point in fixed order\n";
     for (int j : js) body_ << I << accs_.declare(j) << "\n";
     const int levels = cascade_levels((p_.split + T_ - 1) / T_);
     cascade_declare(js, levels, "c", I);
-    body_ << I << "for (kf_i64 kf_s = kf_lane; kf_s < " << p_.split << "; kf_s += " << T_ << ") {\n";
-    body_ << I << "  const kf_i64 kf_q = kf_u * " << p_.split << " + kf_s;\n";
+    body_ << I << "for (kf_i64 kf_t = kf_lane; kf_t < " << S << "; kf_t += " << T_ << ") {\n";
+    body_ << I << "  const kf_i64 kf_q = " << point << " * " << S << " + kf_t;\n";
     for (size_t n = 0; n < js.size(); ++n) {
       const int j = js[n];
       const char* tt = ctype(accs_.vtype(j));
@@ -872,7 +895,7 @@ class KernelWriter {
     if (stage != 0) args += std::string(", ") + d().global_qual + "kf_i64* kf_scratch";
     std::string units;
     const std::string ext = outer_extents(c_, k().outer.size(), units);
-    if (stage == 1) units = "(" + units + ") * " + std::to_string(p_.split);
+    if (per_chunk_) units = "(" + units + ") * " + std::to_string(p_.split);
 
     const std::string W = std::to_string(d().warp_size);
     std::string lane, first, step;
@@ -896,7 +919,8 @@ class KernelWriter {
     std::string shared;
     if (shared_slots_ > 0) shared = "  KF_SHARED kf_i64 kf_smem[" + std::to_string(shared_slots_ * p_.block) + "];\n";
     std::string doc = stage == 1   ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
-                      : stage == 2 ? "unit = outer point, combines " + std::to_string(p_.split) + " partials"
+                      : stage == 2 ? std::string(per_chunk_ ? "unit = (outer point, chunk), " : "unit = outer point, ") +
+                                         "combines " + std::to_string(p_.split) + " partials"
                                    : "unit = outer point";
     return fill(template_text("gpu/kernel.tmpl"),
                 {{"ENTRY", name},
@@ -920,6 +944,7 @@ class KernelWriter {
   int T_ = 1;
   std::ostringstream body_;
   int shared_slots_ = 0;
+  bool per_chunk_ = false;  // the current stage's units are (outer point, chunk)
 
  public:
   int max_shared_slots_ = 0;
@@ -1171,7 +1196,7 @@ Rendered render(const ir::Kernel& k, const Dialect& d) {
     kernels = w.entry(1, base + "_partials");
     kernels += w.entry(2, base + "_combine");
     r.stages.push_back({base + "_partials", p.team, p.block, p.split, true});
-    r.stages.push_back({base + "_combine", p.team, p.block, 1, true});
+    r.stages.push_back({base + "_combine", p.team, p.block, p.chunked_stores ? p.split : 1, true});
     r.scratch_slots = w.scratch_slots_;
   }
   r.uses_f64 = c.f64;

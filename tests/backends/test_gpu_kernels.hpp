@@ -366,6 +366,31 @@ inline GpuCase column_mean_max(DType t, int64_t R) {
   return c;
 }
 
+/// Centred columns x - mean(x, 0) over a [R, C] input (the column fold, then a phase of element
+/// stores over the reduce domain), and the mean itself once per column: with R > 256 the stores
+/// are split into row chunks like the fold (strategy two-stage-stores).
+inline GpuCase column_centre(DType t, int64_t R) {
+  GpuCase c;
+  Kernel& k = c.k;
+  k.name = std::string("centre_") + dtype_name(t) + "_" + std::to_string(R);
+  k.kind = "column";
+  k.buffers = {{"x", t, false}, {"centred", t, true}, {"mean", t, true}};
+  k.params = {{"outer0", 0}};
+  k.outer = {param(0)};
+  k.reduce = {R};
+  const ExprRef at = iadd(imul(Rv(0), param(0)), O(0));
+  ExprRef x = load(0, t, at);
+  k.accs = {{AccKind::Sum, t, x}};
+  ExprRef mean = bin(Op::Div, t, acc(0, t), constant(static_cast<double>(R), t));
+  k.phases = {Phase{true, {0}, {}}, Phase{true, {}, {{1, at, bin(Op::Sub, t, x, mean)}}}, Phase{false, {}, {{2, O(0), mean}}}};
+  c.numel = [R](const std::vector<int64_t>& p) { return std::vector<int64_t>{R * p[0], R * p[0], p[0]}; };
+  c.param_sets = {{0}, {1}, {19}, {260}};
+  c.launches = R > 256 ? 2 : 1;
+  c.rtol = 2e-5;
+  c.atol = 2e-5;
+  return c;
+}
+
 inline GpuCase global_sum_argmax(DType t, int64_t N) {
   GpuCase c;
   Kernel& k = c.k;
@@ -495,6 +520,9 @@ inline std::vector<GpuCase> all_cases() {
   v.push_back(empty_reduce());
   v.push_back(column_mean_max(DType::F32, 5));
   v.push_back(column_mean_max(DType::F32, 1000));
+  v.push_back(column_centre(DType::F32, 7));
+  v.push_back(column_centre(DType::F32, 1000));
+  v.push_back(column_centre(DType::F64, 333));
   v.push_back(global_sum_argmax(DType::F32, 10007));
   v.push_back(global_sum_argmax(DType::F64, 100));
   v.push_back(gemm_case({DType::F32, 1, 19, true, false, {}, {}, true}, {{2, 5, 70}, {0, 3, 3}, {1, 1, 1}}));

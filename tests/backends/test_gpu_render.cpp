@@ -25,6 +25,8 @@ TEST(GpuRender, StrategiesAndLaunchCounts) {
   EXPECT_EQ(strat(softmax(DType::F32, 1000, false), g::opencl_dialect()), "row-block");
   EXPECT_EQ(strat(column_mean_max(DType::F32, 5), g::opencl_dialect()), "serial");
   EXPECT_EQ(strat(column_mean_max(DType::F32, 1000), g::opencl_dialect()), "two-stage-thread");
+  EXPECT_EQ(strat(column_centre(DType::F32, 7), g::cuda_dialect()), "serial");
+  EXPECT_EQ(strat(column_centre(DType::F32, 1000), g::cuda_dialect()), "two-stage-stores");
   EXPECT_EQ(strat(global_sum_argmax(DType::F32, 10007), g::cuda_dialect()), "two-stage-block");
   for (const auto* d : {&g::cuda_dialect(), &g::opencl_dialect()}) {
     for (const GpuCase& c : all_cases()) {
