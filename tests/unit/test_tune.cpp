@@ -76,20 +76,40 @@ TEST(Tune, FasterVariantWinsAndPersists) {
   as_new_process(saved);
 }
 
-// A kernel of two forms: "slow" sleeps 600 us, "fast" returns at once, and either sleeps 300 us
-// more on the pool. Its fastest form is "fast" on one thread. It notes the form it last ran in.
+// A kernel of two forms: by default "slow" sleeps 600 us, "fast" returns at once, and either
+// sleeps 300 us more on the pool, so its fastest form is "fast" on one thread. It notes the form
+// it last ran in.
 class FormsKernel final : public detail::CompiledKernel {
  public:
+  FormsKernel(int slow_us = 600, int fast_us = 0, int pool_us = 300) : slow_us_(slow_us), fast_us_(fast_us), pool_us_(pool_us) {}
   std::vector<std::string> variants() const override { return {"slow", "fast"}; }
   void run(const ir::LaunchArgs& a) const override { run_variant(a, 0); }
   void run_variant(const ir::LaunchArgs&, int v) const override {
     last_variant = v;
     last_threads = detail::num_threads();
-    const int us = (v == 0 ? 600 : 0) + (last_threads > 1 ? 300 : 0);
+    const int us = (v == 0 ? slow_us_ : fast_us_) + (last_threads > 1 ? pool_us_ : 0);
     if (us) std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
   mutable std::atomic<int> last_variant{-1}, last_threads{-1};
+
+ private:
+  int slow_us_, fast_us_, pool_us_;
 };
+
+// Forms that take the same time: the static one stays (a tie must not flip between processes).
+TEST(Tune, TiesKeepTheStaticForm) {
+  const Options saved = options();
+  Options o = saved;
+  o.cache_mode = "memory";
+  as_new_process(o);
+  ir::Kernel k;
+  k.name = "k_tie";
+  k.buffers = {{"out0", DType::F32, true}};
+  auto fk = std::make_shared<FormsKernel>(1500, 1500, 0);
+  detail::TuneResult r = detail::tune_and_remember("tie-key", "tie-ir", k, {16}, {{"xbyak", fk}});
+  EXPECT_EQ(r.winner.label(), "xbyak/slow");
+  as_new_process(saved);
+}
 
 TEST(Tune, FasterVariantAndThreadCountWinAndPersist) {
   const Options saved = options();
