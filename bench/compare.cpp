@@ -25,6 +25,7 @@
 #include "harness.hpp"
 #include "kfuse/profile.hpp"
 #include "kfuse_impl.hpp"
+#include "profile_agreement.hpp"
 #include "peers/peers.hpp"
 #include "workload.hpp"
 
@@ -53,6 +54,9 @@ constexpr bool kHaveOpenblas = true;
 constexpr bool kHaveOpenblas = false;
 #endif
 
+// The agreement between the profiler's roofline fraction and the bench's (per call, medians).
+constexpr double kProfileTolerance = 0.10;
+
 struct Cli {
   bool quick = false;
   bool strict = false;
@@ -66,6 +70,8 @@ struct Cli {
   int max_reps = -1;
   int64_t scale = 1;  // rows (or elements) of the 16M+ workloads multiplied by this
   bool profile = false;  // kfuse rows: also the profiler's roofline fraction (same roofs)
+  bool check_profile = false;  // --profile, and exit 1 when the profiler and the bench disagree
+  bool check_timing = true;    // ... on the fractions too, not only on the accounting
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -92,6 +98,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "                       out of cache where the L3 holds them (e.g. 8 on a 480 MiB L3)\n"
       "  --strict             exit 1 when any result fails verification or errors\n"
       "  --profile            kfuse rows: the profiler's roofline fraction beside the bench's (same roofs)\n"
+      "  --check-profile      --profile, and exit 1 unless both count the same bytes, FLOPs and bound and\n"
+      "                       their fractions per call agree within 10%% (medians; needs a quiet host)\n"
+      "  --check-profile-accounting  the same on bytes, FLOPs and bound only (fractions printed)\n"
       "  --list               list the workloads and exit\n");
   std::exit(rc);
 }
@@ -110,6 +119,8 @@ Cli parse(int argc, char** argv) {
     if (a == "--quick") c.quick = true;
     else if (a == "--strict") c.strict = true;
     else if (a == "--profile") c.profile = true;
+    else if (a == "--check-profile") c.profile = c.check_profile = true;
+    else if (a == "--check-profile-accounting") c.profile = c.check_profile = true, c.check_timing = false;
     else if (a == "--list") c.list = true;
     else if (a == "--filter") c.filters = split(val(), '|');
     else if (a == "--json") c.json = val();
@@ -331,31 +342,6 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
   }
 }
 
-// --profile: the row's calls again under kfuse::profile, with the roofs the bench just measured
-// as the profiler's machine model, so both fractions have the same ceiling; they differ by the
-// call's time outside kernels (recording, dispatch).
-std::string profiled_fraction(Impl& im, const kfuse::CpuRoofs& roofs, int threads, const Row& r) {
-  kfuse::MachineModel m;
-  m.cpu = "kfuse_compare roofs";
-  m.cpu_roofs = {roofs};
-  m.cpu_roofs[0].threads = 1;  // the roofs of `threads` whatever count the profile asks for
-  kfuse::set_machine(m);
-  const int calls = std::clamp(static_cast<int>(0.2 / std::max(r.st.median, 1e-6)), 3, 200);
-  kfuse::Profile p = kfuse::profile([&] {
-    for (int i = 0; i < calls; ++i) im.run();
-  });
-  double kt = 0, bound = 0;
-  for (const auto& l : p.launches) kt += l.seconds, bound += l.bound_seconds;
-  char b[256];
-  const double n = static_cast<double>(std::max<size_t>(1, p.launches.size()));
-  std::snprintf(b, sizeof b,
-                "profiler: %.0f%% of roof in kernels, %.0f%% per call (bench %.0f%%, %dT; %zu launches, %.1f us kernel, "
-                "%.1f us bound each)",
-                kt > 0 ? 100 * bound / kt : 0.0, p.eval_seconds > 0 ? 100 * bound / p.eval_seconds : 0.0, 100 * r.frac,
-                threads, p.launches.size(), kt / n * 1e6, bound / n * 1e6);
-  return b;
-}
-
 // Verifies, then times one implementation. `after` fills implementation-specific fields.
 // `ceiling`: the roof's GB/s for the workload's read/write mix, or for GEMM workloads the FMA peak
 // GFLOP/s, with `threads` threads.
@@ -474,10 +460,10 @@ int main(int argc, char** argv) {
     std::printf("missing peers are skipped; install them with scripts/bench.sh --install-peers\n");
   std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n",
               cfg.min_reps, cfg.min_time_s);
-  // One definition of a ceiling with the profiler (kfuse::Roof, lib/prof/machine.cpp): reads at
-  // the read bandwidth plus writes at the (streaming) write bandwidth, or the FMA peak.
-  std::printf("ceiling: kfuse::Roof: reads / read GB/s + writes / write GB/s (%s), probes of kfuse::machine(), "
-              "re-measured per workload\n",
+  // One definition of a ceiling with the profiler (Explanation::bound_seconds over kfuse::Roof).
+  std::printf("ceiling: the roofline bound of kfuse's plan, per kernel max(reads / read GB/s + writes / write GB/s "
+              "(%s), FLOPs / FMA peak), summed (the profiler's bound); probes of kfuse::machine(), re-measured per "
+              "workload\n",
               kfuse::probe::stream_kind());
   // A working set the L3 holds runs from it between samples (the probes' 192 MiB stream to DRAM on most machines).
   const double l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
@@ -489,12 +475,15 @@ int main(int argc, char** argv) {
     std::printf("  %d thread%s: read %.1f GB/s, write %.1f GB/s (streaming %.1f), triad %.1f GB/s, FMA peak %.1f GFLOP/s\n",
                 t, t > 1 ? "s" : "", c.read_gbps, c.write_gbps, c.write_nt_gbps, c.triad_gbps, c.fma_f32_gflops);
   }
-  std::printf("compute ceiling (GEMM rows): FMA peak, %s, independent FMAs in registers\n", kfuse::probe::fma_kind());
-  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median; %%ceil = GB/s / the roof's "
-              "GB/s for the workload's read/write mix, same thread count; kern = kfuse kernels launched per call\n");
+  std::printf("FMA peak: %s, independent FMAs in registers\n", kfuse::probe::fma_kind());
+  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median (GEMM: GFLOP/s of 2MNK); "
+              "%%ceil = the bound / median, same thread count; kern = kfuse kernels launched per call\n");
 
   std::vector<Row> rows;
   bool any_bad = false;
+  // --profile: rows where the profiler and the bench disagree (on the accounting; on the fractions
+  // only, which --check-profile-accounting does not fail on).
+  std::vector<std::string> disagreements, timing_disagreements;
   for (Workload& w : all) {
     if (!selected(w, cli)) continue;
     std::printf("\n== %s\n", w.name.c_str());
@@ -538,18 +527,23 @@ int main(int argc, char** argv) {
       any_bad = true;
       continue;
     }
-    std::map<int, double> ceil;
+    // The ceiling of every row: the roofline bound of one call (kfuse's plan: each kernel's reads,
+    // writes and FLOPs against kfuse::Roof, the profiler's definition), as GB/s of the compulsory
+    // bytes or, for GEMM rows, GFLOP/s of 2MNK, so that %ceil = bound / median.
+    std::map<int, double> ceil, bound;
     std::map<int, kfuse::CpuRoofs> roofs;
     std::string ceil_txt;
     for (int t : cli.threads) {
-      char b[96];
+      char b[160];
       roofs[t] = kfuse::measure_cpu_roofs(t, cli.quick);
       kfuse::Roof roof = kfuse::roof_of(roofs[t], kfuse::DType::F32);
+      bound[t] = kfuse_bound_seconds(w, roof);
       if (w.gemm()) {
-        ceil[t] = roof.peak_gflops;
-        std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s", ceil_txt.empty() ? "" : ", ", t, ceil[t]);
+        ceil[t] = bound[t] > 0 ? w.flops / bound[t] * 1e-9 : 0;
+        std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s (FMA peak %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],
+                      roof.peak_gflops);
       } else {
-        ceil[t] = roof.gbps(w.read_bytes, w.write_bytes);
+        ceil[t] = bound[t] > 0 ? w.compulsory_bytes / bound[t] * 1e-9 : 0;
         std::snprintf(b, sizeof b, "%s%dT %.1f GB/s (read %.1f, write %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],
                       roof.read_gbps, roof.write_gbps);
       }
@@ -598,7 +592,22 @@ int main(int argc, char** argv) {
           if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
           if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
           if (!p.error.empty()) n += " (" + p.error + ")";
-          if (cli.profile && r.status == "ok") n += "; " + profiled_fraction(im, roofs[t], t, r);
+          if (cli.profile && r.status == "ok") {
+            ProfileAgreement pa = profile_agreement(im, w, roofs[t], r, bound[t], kProfileTolerance);
+            // A shared host's load comes and goes: a row whose fractions disagree is timed again,
+            // the bench's way and then the profiler's back to back, up to twice.
+            for (int retry = 0; retry < 2 && !pa.problem.empty() && pa.accounting; ++retry) {
+              Row again = r;
+              again.st = measure(im.run, cfg);
+              pa = profile_agreement(im, w, roofs[t], again, bound[t], kProfileTolerance);
+              pa.retries = retry + 1;
+            }
+            n += "; " + pa.text();
+            if (!pa.problem.empty()) {
+              const std::string d = w.name + " " + r.impl + " " + std::to_string(t) + "T: " + pa.problem;
+              (pa.accounting || !cli.check_timing ? timing_disagreements : disagreements).push_back(d);
+            }
+          }
           r.note = r.note.empty() ? n : r.note + "; " + n;
         };
         Row r = run_impl(im, w, ref, t, ceil[t], cfg, after);
@@ -670,5 +679,16 @@ int main(int argc, char** argv) {
     write_json(cli.json, rows, machine, ceilings0, cli.quick);
     std::printf("\nwrote %zu rows to %s\n", rows.size(), cli.json.c_str());
   }
+  if (cli.profile) {
+    if (cli.check_timing) disagreements.insert(disagreements.end(), timing_disagreements.begin(), timing_disagreements.end());
+    std::printf("\nprofiler vs bench: %zu row%s disagree%s\n", disagreements.size(), disagreements.size() == 1 ? "" : "s",
+                disagreements.empty() ? "" : ":");
+    for (const auto& d : disagreements) std::printf("  %s\n", d.c_str());
+    if (!cli.check_timing && !timing_disagreements.empty()) {
+      std::printf("fractions apart by more than 10%% (not checked):\n");
+      for (const auto& d : timing_disagreements) std::printf("  %s\n", d.c_str());
+    }
+  }
+  if (cli.check_profile && !disagreements.empty()) return 1;
   return cli.strict && any_bad ? 1 : 0;
 }

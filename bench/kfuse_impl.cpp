@@ -112,6 +112,11 @@ KfusePlan kfuse_plan(const Workload& w) {
   return p;
 }
 
+double kfuse_bound_seconds(const Workload& w, const kfuse::Roof& roof) {
+  if (!kfuse_has_explain()) return roof.seconds(w.read_bytes, w.write_bytes, w.flops);
+  return kfuse::explain(kfuse_build(w, kfuse_inputs(w))).bound_seconds(roof);
+}
+
 namespace {
 
 // A structurally distinct unary chain per id (6^5 shapes) times a distinct constant, so

@@ -29,6 +29,10 @@ struct KfusePlan {
   std::string error;
 };
 KfusePlan kfuse_plan(const Workload& w);
+/// The roofline bound of one call of the workload (seconds): kfuse's plan for it, each kernel's
+/// reads, writes and FLOPs against `roof` (kfuse::Explanation::bound_seconds, the profiler's
+/// definition). Every row of the workload, peers included, is measured against it.
+double kfuse_bound_seconds(const Workload& w, const kfuse::Roof& roof);
 /// Whether libkfuse provides kfuse::explain (it comes with the fusion engine).
 bool kfuse_has_explain();
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kfuse/profile.hpp"
 #include "kfuse/tensor.hpp"
 
 namespace kfuse {
@@ -21,6 +22,7 @@ struct KernelReport {
   int64_t min_bytes = 0;             ///< compulsory traffic: inputs read once + outputs written once
   int64_t read_bytes = 0;            ///< the inputs' part of min_bytes
   int64_t write_bytes = 0;           ///< the outputs' part
+  double flops = 0;                  ///< counted from the kernel IR (lib/ir/flops.cpp; 0 for opaque ops)
   std::string backend;               ///< backend that ran it, when this structure was evaluated before (else empty)
 };
 
@@ -45,6 +47,10 @@ struct Explanation {
   std::vector<PatternTrace> patterns;
   int64_t unfused_kernels = 0;           ///< kernels an op-by-op library would launch
   size_t kernel_count() const { return kernels.size(); }
+  /// The roofline bound of one evaluation of this plan: the sum over its kernels of
+  /// roof.seconds(reads, writes, FLOPs). The profiler adds up the same per launch, and the bench
+  /// divides it by its time per call: one definition of bytes, FLOPs and ceiling for both.
+  double bound_seconds(const Roof& roof) const;
   std::string text() const;              ///< the human-readable report
 };
 

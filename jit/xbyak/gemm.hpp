@@ -74,6 +74,10 @@ struct GemmBlocking {
 };
 GemmBlocking gemm_blocking(const Ukrs& u);
 
+/// The forms of a contraction that KFUSE_TUNE chooses between (CompiledKernel::variants):
+/// "by size" (the static choice), "packed", "direct"; a variant's index is its path below.
+const std::vector<std::string>& gemm_variants();
+
 /// Tests: force the path of every later launch (0: by size; 1: packed; 2: direct where B is
 /// contiguous along N) and override the blocking (0s: from the caches; kc a multiple of 4 or not).
 void set_gemm_path(int force);

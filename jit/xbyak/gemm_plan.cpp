@@ -162,6 +162,14 @@ void check_no_reduce_var(const ir::Expr* e, const char* what) {
 
 }  // namespace
 
+const std::vector<std::string>& gemm_variants() {
+  // Packed copies A and B into panels once per block (pays off when reused from cache); direct
+  // reads them in place (no copies, strided A). Which wins depends on shape and cache sizes
+  // beyond the static L2 rule of gemm_run.cpp, so measured selection may pick either.
+  static const std::vector<std::string> v{"by size", "packed", "direct"};
+  return v;
+}
+
 int64_t eval_affine(const ExprRef& e, const int64_t* params, const int64_t* outer, int64_t red) {
   switch (e->kind) {
     case ExprKind::Const: return static_cast<int64_t>(e->value);

@@ -286,7 +286,10 @@ class GemmKernel final : public CompiledKernel {
     return true;
   }
 
-  void run(const ir::LaunchArgs& args) const override {
+  void run(const ir::LaunchArgs& args) const override { run_variant(args, 0); }
+  // The variants are the paths of set_gemm_path, in its numbering (gemm_variants, gemm_plan.cpp).
+  std::vector<std::string> variants() const override { return gemm_variants(); }
+  void run_variant(const ir::LaunchArgs& args, int variant) const override {
     const int nb = p_.nbatch;
     int64_t ext[kMaxOuterDims] = {};
     int64_t batches = 1;
@@ -296,7 +299,7 @@ class GemmKernel final : public CompiledKernel {
     if (batches == 0 || M == 0 || N == 0) return;
     Launch L;
     L.blk = blk_;
-    L.path = g_path.load(std::memory_order_relaxed);
+    L.path = variant > 0 ? variant : g_path.load(std::memory_order_relaxed);
     if (int64_t kc = g_kc.load(std::memory_order_relaxed); kc > 0)
       L.blk = {g_mc.load() / u_.mr * u_.mr, kc, g_nc.load() / u_.nr * u_.nr};
     L.args = &args;

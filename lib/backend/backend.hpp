@@ -32,6 +32,12 @@ class CompiledKernel {
     run(args);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  /// Forms of this kernel that measured selection (KFUSE_TUNE) may choose between, by name; the
+  /// first is what run() does (the static choice). Empty: one form. Each must compute the same
+  /// values (they differ in blocking, packing or order of independent work, not in results).
+  virtual std::vector<std::string> variants() const { return {}; }
+  /// run() with form `v` (an index into variants()).
+  virtual void run_variant(const ir::LaunchArgs& args, int /*v*/) const { run(args); }
 
   std::string backend;              ///< e.g. "llvm"
   std::string target;               ///< e.g. "x86_64 znver5 +avx512f" or "sm_90"

@@ -15,6 +15,7 @@ namespace kfuse::detail {
 namespace {
 
 thread_local bool t_in_pool = false;
+thread_local bool t_serial = false;  // SerialScope
 std::atomic<int64_t> g_worker_delay_us{0};  // set_pool_worker_delay
 
 // A region's work: `fn` over chunks of [0, n), claimed one at a time from `next`. The first
@@ -143,7 +144,11 @@ constexpr int64_t kChunksPerThread = 4;
 
 }  // namespace
 
+SerialScope::SerialScope() : prev_(t_serial) { t_serial = true; }
+SerialScope::~SerialScope() { t_serial = prev_; }
+
 int num_threads() {
+  if (t_serial) return 1;
   int o = options().num_threads;
   return o > 0 ? std::min(o, pool().size()) : pool().size();
 }

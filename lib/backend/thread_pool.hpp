@@ -24,6 +24,19 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t beg
 /// 0, every hardware thread.
 int num_threads();
 
+/// While alive, parallel_for on this thread runs inline and num_threads() is 1: a kernel that
+/// measured selection (KFUSE_TUNE, lib/runtime/tune.cpp) found faster on one thread runs so.
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Test hook: every pool worker sleeps this long after it wakes for a region and before it tries
 /// to join it (zero, the default, turns it off). Simulates a worker whose CPU is descheduled.
 void set_pool_worker_delay(std::chrono::microseconds delay);

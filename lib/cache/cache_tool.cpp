@@ -11,6 +11,7 @@
 #include <map>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -316,35 +317,44 @@ int cmd_machine(Ctx& c, bool remeasure, const std::vector<std::string>& devices)
   return 0;
 }
 
-// KFUSE_TUNE's choices (<dir>/tune.json, lib/runtime/tune.cpp): which backend won each kernel
-// and by how much.
-int cmd_tuned(Ctx& c) {
+// One tune.json entry as "winner 12.3 us; other 15.0 us (1.22x); ...".
+std::string tuned_text(const json& e) {
+  const std::string winner = e.value("winner", "?");
+  const double w = e.contains("seconds") ? e["seconds"].value(winner, 0.0) : 0.0;
+  char b[160];
+  std::snprintf(b, sizeof b, "%s %.1f us", winner.c_str(), w * 1e6);
+  std::string s = b;
+  if (e.contains("seconds"))
+    for (const auto& [form, t] : e["seconds"].items())
+      if (form != winner) {
+        std::snprintf(b, sizeof b, "; %s %.1f us (%.2fx)", form.c_str(), t.get<double>() * 1e6, w > 0 ? t.get<double>() / w : 0.0);
+        s += b;
+      }
+  return s;
+}
+
+// <dir>/tune.json as an object; false (with the complaint) when it is not a tuning table.
+bool read_tune_table(Ctx& c, json* j) {
   std::ifstream f(c.dir + "/tune.json");
-  json j = json::object();
-  if (f) j = json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    c.err << "kfuse-cache tuned: " << c.dir << "/tune.json is not a tuning table\n";
-    return 1;
+  *j = json::object();
+  if (f) *j = json::parse(f, nullptr, false);
+  if (j->is_discarded() || !j->is_object()) {
+    c.err << "kfuse-cache: " << c.dir << "/tune.json is not a tuning table\n";
+    return false;
   }
+  return true;
+}
+
+// KFUSE_TUNE's choices (<dir>/tune.json, lib/runtime/tune.cpp): which form (backend, variant,
+// threads) won each kernel and by how much.
+int cmd_tuned(Ctx& c) {
+  json j;
+  if (!read_tune_table(c, &j)) return 1;
   if (c.json) {
     c.out << j.dump(2) << "\n";
     return 0;
   }
-  for (const auto& [key, e] : j.items()) {
-    const std::string winner = e.value("winner", "?");
-    const double w = e.contains("seconds") ? e["seconds"].value(winner, 0.0) : 0.0;
-    c.out << key.substr(0, 12) << " " << e.value("kernel", "?") << ": " << winner;
-    char b[96];
-    std::snprintf(b, sizeof b, " %.1f us", w * 1e6);
-    c.out << b;
-    if (e.contains("seconds"))
-      for (const auto& [be, s] : e["seconds"].items())
-        if (be != winner) {
-          std::snprintf(b, sizeof b, "; %s %.1f us (%.2fx)", be.c_str(), s.get<double>() * 1e6, w > 0 ? s.get<double>() / w : 0.0);
-          c.out << b;
-        }
-    c.out << "\n";
-  }
+  for (const auto& [key, e] : j.items()) c.out << key.substr(0, 12) << " " << e.value("kernel", "?") << ": " << tuned_text(e) << "\n";
   c.out << j.size() << " tuned kernel" << (j.size() == 1 ? "" : "s") << " in " << c.dir << "/tune.json\n";
   return 0;
 }
@@ -436,8 +446,14 @@ int cmd_show(Ctx& c, const std::string& what, bool no_code) {
     << "compile:      " << ms_str(e.compile_ms) << "\n"
     << "created:      " << human_age(now - e.created) << " ago, last used " << human_age(now - e.last_used)
     << " ago, hits " << e.hits << "\n"
-    << "file:         " << e.path << " (" << human_bytes(e.file_bytes) << ")\n"
-    << "\n--- kernel IR ---\n"
+    << "file:         " << e.path << " (" << human_bytes(e.file_bytes) << ")\n";
+  // KFUSE_TUNE's measurements of the same kernel (one per backend chain and thread count).
+  json tj;
+  const std::string ir = ir_digest(e.fields.ir_text, e.fields.dtypes);
+  if (std::filesystem::exists(c.dir + "/tune.json") && read_tune_table(c, &tj))
+    for (const auto& [key, te] : tj.items())
+      if (te.is_object() && te.value("ir", "") == ir) o << "tuned:        " << tuned_text(te) << "\n";
+  o << "\n--- kernel IR ---\n"
     << e.fields.ir_text;
   if (!no_code) {
     o << "\n--- source (" << (e.source_kind.empty() ? "none" : e.source_kind) << ") ---\n" << e.source;

@@ -95,4 +95,9 @@ std::string digest_hex(const void* data, size_t n) {
   return hex128(h.high64, h.low64);
 }
 
+std::string ir_digest(const std::string& ir_text, const std::string& dtypes) {
+  const std::string s = ir_text + "\n" + dtypes;
+  return digest_hex(s.data(), s.size());
+}
+
 }  // namespace kfuse::detail::cache

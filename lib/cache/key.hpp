@@ -59,5 +59,8 @@ bool parse_key_hex(const std::string& s, KernelKey* out);
 
 /// XXH3-128 of bytes as 32 hex digits (entry checksums).
 std::string digest_hex(const void* data, size_t n);
+/// A kernel's identity without its backend: what ties KFUSE_TUNE's entries (tune.json, one per
+/// backend chain and thread count) to the cache entries of the same kernel (kfuse-cache show).
+std::string ir_digest(const std::string& ir_text, const std::string& dtypes);
 
 }  // namespace kfuse::detail::cache

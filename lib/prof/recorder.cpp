@@ -48,9 +48,8 @@ void record_launch(const StepInfo& info, const std::string& backend, double t0, 
   l.write_bytes = info.write_bytes;
   l.flops = info.flops;
   const Roof r = roof_for(a.p.machine, info.dev, info.dt, a.p.threads);
-  const double mem = r.memory_seconds(l.read_bytes, l.write_bytes), comp = r.compute_seconds(l.flops);
-  l.bound_seconds = std::max(mem, comp);
-  l.bound_by = comp > mem ? "compute" : "memory";
+  l.bound_seconds = r.seconds(l.read_bytes, l.write_bytes, l.flops);  // Explanation::bound_seconds adds the same
+  l.bound_by = r.compute_seconds(l.flops) > r.memory_seconds(l.read_bytes, l.write_bytes) ? "compute" : "memory";
   a.p.launches.push_back(std::move(l));
 }
 

@@ -67,6 +67,7 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
     k.read_bytes = t.read_bytes;
     k.write_bytes = t.write_bytes;
     k.min_bytes = t.total();
+    if (g.kind == GroupKind::Fused) k.flops = pk.flops();
     ex.kernels.push_back(std::move(k));
   }
   ex.patterns = pattern_traces(plan.partition.pattern_attempts, rr);
@@ -77,6 +78,13 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
 }
 
 }  // namespace detail
+
+double Explanation::bound_seconds(const Roof& roof) const {
+  double s = 0;
+  for (const KernelReport& k : kernels)
+    s += roof.seconds(static_cast<double>(k.read_bytes), static_cast<double>(k.write_bytes), k.flops);
+  return s;
+}
 
 std::string Explanation::text() const {
   std::ostringstream os;

@@ -203,24 +203,28 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
   std::string text = ir::print_kernel(k);
   std::string dtypes = cache::dtype_signature(k);
   auto chain = backends_for(device);
-  // Measured selection: a remembered winner goes first; KFUSE_TUNE=1 measures one (CPU only:
-  // the candidates run on host buffers).
-  if (chain.size() > 1 && device == Device::cpu()) {
+  // Measured selection: a remembered choice goes first, in its form; KFUSE_TUNE=1 measures one
+  // (CPU only: the candidates run on host buffers).
+  TuneChoice choice;
+  if (device == Device::cpu()) {
     const std::string tkey = tune_key(text, dtypes, device, chain);
-    std::string winner = tuned_choice(tkey);
-    if (winner.empty() && tuning_enabled() && prov && !prov->buffer_numel.empty()) {
+    choice = tuned_choice(tkey);
+    if (choice.backend.empty() && tuning_enabled() && prov && !prov->buffer_numel.empty()) {
       std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>> cands;
       for (const auto& be : chain) {
+        // The reference interpreter only as the static choice: it is never faster than machine
+        // code, and one run of a large kernel takes minutes there.
+        if (be != chain.front() && be->name() == "reference") continue;
         std::string declined;
         try {
           if (auto ck = compile_cached(*be, k, text, dtypes, prov, &declined)) cands.push_back({be->name(), ck});
         } catch (const BackendError&) {
         }
       }
-      if (cands.size() > 1) winner = tune_and_remember(tkey, k, prov->buffer_numel, cands).winner;
+      choice = tune_and_remember(tkey, cache::ir_digest(text, dtypes), k, prov->buffer_numel, cands).winner;
     }
     for (size_t i = 1; i < chain.size(); ++i)
-      if (chain[i]->name() == winner) std::rotate(chain.begin(), chain.begin() + static_cast<long>(i), chain.begin() + static_cast<long>(i) + 1);
+      if (chain[i]->name() == choice.backend) std::rotate(chain.begin(), chain.begin() + static_cast<long>(i), chain.begin() + static_cast<long>(i) + 1);
   }
   std::string why_all;
   for (size_t i = 0; i < chain.size(); ++i) {
@@ -229,7 +233,7 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
     try {
       if (auto ck = compile_cached(be, k, text, dtypes, prov, &declined)) {
         if (i > 0) bump(global_counters().fallbacks);
-        return {ck, be.name()};
+        return {be.name() == choice.backend ? apply_choice(ck, choice) : ck, be.name()};
       }
       log("backend", be.name() + " declined " + k.name + ": " + declined);
       why_all += be.name() + ": " + declined + "; ";

@@ -9,6 +9,7 @@
 #include "backend/backend.hpp"
 #include "fusion/lower_group.hpp"
 #include "fusion/partition.hpp"
+#include "ir/flops.hpp"
 #include "kfuse/explain.hpp"
 
 namespace kfuse::detail {
@@ -17,6 +18,9 @@ struct PlannedKernel {
   LoweredKernel lowered;                      ///< empty for host groups
   std::shared_ptr<CompiledKernel> compiled;   ///< null for host groups, or when not compiled
   std::string backend;
+  /// FLOPs of one launch, counted from its kernel IR with its parameters: what explain() reports
+  /// and the profiler records (0 for host groups).
+  double flops() const { return lowered.kernel.name.empty() ? 0 : ir::kernel_flops(lowered.kernel, lowered.kernel.param_values()); }
 };
 
 struct Plan {

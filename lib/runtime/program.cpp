@@ -6,7 +6,6 @@
 
 #include "../eval/reference_eval.hpp"
 #include "fusion/traffic.hpp"
-#include "ir/flops.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 #include "graph/spin_lock.hpp"
@@ -23,7 +22,7 @@ std::shared_ptr<const prof::StepInfo> step_info(const FusionGroup& g, const Plan
   if (g.kind == GroupKind::Fused) {
     info->kernel = pk.lowered.kernel.name;
     info->kind = pk.lowered.kernel.kind;
-    info->flops = ir::kernel_flops(pk.lowered.kernel, pk.lowered.kernel.param_values());
+    info->flops = pk.flops();
   } else {
     info->kernel = std::string("k_") + op_name(g.nodes.at(0)->op);
     info->kind = "host";

@@ -64,7 +64,7 @@ std::vector<Workload> standard_workloads(Device dev) {
 
 }  // namespace
 
-// Launch counts and bytes equal explain()'s plan; FLOPs equal the hand count.
+// Launch counts, bytes, FLOPs and the roofline bound equal explain()'s plan; FLOPs equal the hand count.
 void check_counts_equal_plan(Device dev) {
   set_machine(fake_machine());
   for (const Workload& w : standard_workloads(dev)) {
@@ -90,6 +90,14 @@ void check_counts_equal_plan(Device dev) {
     }
     EXPECT_EQ(bytes, static_cast<double>(plan_bytes));
     EXPECT_EQ(reads, static_cast<double>(plan_reads));
+    // explain() counts the same FLOPs, and its bound is the profiler's (kfuse_compare's ceiling).
+    double plan_flops = 0, bound = 0;
+    for (const KernelReport& k : ex.kernels) plan_flops += k.flops;
+    for (const KernelLaunch& l : p.launches) bound += l.bound_seconds;
+    EXPECT_EQ(flops, plan_flops);
+    if (dev == Device::cpu()) {
+      EXPECT_DOUBLE_EQ(bound, ex.bound_seconds(roof_for(fake_machine(), dev, DType::F32, p.threads)));
+    }
     if (w.flops >= 0) {
       EXPECT_EQ(flops, w.flops);
     }
