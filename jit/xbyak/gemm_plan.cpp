@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "gemm.hpp"
+#include "ir/expr_util.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -12,13 +13,6 @@ using ir::ExprRef;
 namespace {
 
 [[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: contraction: " + why); }
-
-bool mentions(const ir::Expr* e, ir::Space s, int dim) {
-  if (e->kind == ExprKind::Var) return e->space == s && e->index == dim;
-  for (const auto& a : e->args)
-    if (mentions(a.get(), s, dim)) return true;
-  return false;
-}
 
 bool var_free(const ir::Expr* e) {
   if (e->kind == ExprKind::Var || e->kind == ExprKind::Load || e->kind == ExprKind::Acc) return false;
@@ -46,26 +40,6 @@ bool affine(const ir::Expr* e) {
   }
 }
 
-// The coefficient of Var(outer, dim) when it is a compile-time constant.
-std::optional<int64_t> const_coeff(const ir::Expr* e, int dim) {
-  if (!mentions(e, ir::Space::Outer, dim)) return 0;
-  if (e->kind == ExprKind::Var) return 1;
-  if (e->kind != ExprKind::Op) return std::nullopt;
-  if (e->op == Op::Add || e->op == Op::Sub) {
-    auto a = const_coeff(e->args[0].get(), dim), b = const_coeff(e->args[1].get(), dim);
-    if (!a || !b) return std::nullopt;
-    return e->op == Op::Add ? *a + *b : *a - *b;
-  }
-  if (e->op == Op::Mul)
-    for (int side = 0; side < 2; ++side)
-      if (e->args[side]->kind == ExprKind::Const) {
-        auto o = const_coeff(e->args[1 - side].get(), dim);
-        if (!o) return std::nullopt;
-        return *o * static_cast<int64_t>(e->args[side]->value);
-      }
-  return std::nullopt;
-}
-
 // e with every Acc(0) replaced by `with` (shared subexpressions stay shared).
 ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<const ir::Expr*, ExprRef>& memo) {
   if (e->kind == ExprKind::Acc) return with;
@@ -87,7 +61,7 @@ ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<co
 }
 
 void check_no_reduce_var(const ir::Expr* e, const char* what) {
-  if (mentions(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
+  if (ir::depends_on(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
 }
 
 }  // namespace
@@ -135,7 +109,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     // A: the factor without the N var; B: the one without the M var.
     const ExprRef* fa = &v->args[0];
     const ExprRef* fb = &v->args[1];
-    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim)) std::swap(fa, fb);
+    if (ir::depends_on(fa->get(), ir::Space::Outer, ndim) || ir::depends_on(fb->get(), ir::Space::Outer, mdim)) std::swap(fa, fb);
     for (const ExprRef* f : {fa, fb}) {
       const ir::Expr& l = **f;
       if (l.kind != ExprKind::Load)
@@ -145,7 +119,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       if (l.dtype != DType::F32 || k.buffers[l.index].dtype != DType::F32) decline("operand is not f32");
       if (!affine(l.args[0].get())) decline("operand index is not affine in the loop indices");
     }
-    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim))
+    if (ir::depends_on(fa->get(), ir::Space::Outer, ndim) || ir::depends_on(fb->get(), ir::Space::Outer, mdim))
       decline("an operand depends on both M and N");
     plan.a_buf = (*fa)->index;
     plan.b_buf = (*fb)->index;
@@ -159,7 +133,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       check_no_reduce_var(s.value.get(), "epilogue");
     }
     const ir::Store& s0 = stores[0];
-    const bool contiguous = const_coeff(s0.index.get(), ndim) == std::optional<int64_t>(1);
+    const bool contiguous = ir::affine_step(s0.index.get(), ir::Space::Outer, ndim) == std::optional<int64_t>(1);
     const bool f32_out = k.buffers[s0.buffer].dtype == DType::F32;
     if (stores.size() == 1 && contiguous && f32_out) {
       plan.c_buf = s0.buffer;
@@ -170,7 +144,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     auto epi = std::make_shared<ir::Kernel>();
     const int nin = k.num_inputs();
     epi->name = k.name + "_epilogue";
-    epi->kind = "pointwise";
+    epi->kind = ir::KernelKind::Pointwise;
     epi->buffers.assign(k.buffers.begin(), k.buffers.begin() + nin);
     epi->buffers.push_back({"acc", DType::F32, false});
     epi->buffers.insert(epi->buffers.end(), k.buffers.begin() + nin, k.buffers.end());

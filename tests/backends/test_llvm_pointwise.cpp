@@ -181,7 +181,7 @@ TEST(LlvmPointwise, TransposeReshapeAndMaskedPad) {
   KFUSE_REQUIRE_LLVM();
   for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {37, 19}, {64, 33}}) {
     auto x = rand_values(R * C, 21, -1, 1);
-    Kernel k2 = outer2d("k_transpose2d", "pointwise", DType::F32, C, R);
+    Kernel k2 = outer2d("k_transpose2d", ir::KernelKind::Pointwise, DType::F32, C, R);
     Phase ph;
     auto o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1);
     ph.stores.push_back({1, iadd(imul(o0, param(1)), o1), load(0, DType::F32, iadd(imul(o1, param(0)), o0))});
@@ -202,7 +202,7 @@ TEST(LlvmPointwise, TransposeReshapeAndMaskedPad) {
     const int64_t pad = 3;
     Kernel k;
     k.name = "k_pad";
-    k.kind = "pointwise";
+    k.kind = ir::KernelKind::Pointwise;
     k.buffers = {{"in0", DType::F64, false}, {"out0", DType::F64, true}};
     k.params = {{"outer0", n + 2 * pad}};
     k.outer = {param(0)};
