@@ -8,6 +8,7 @@
 // bound on every backend; a NaN out where the reference is a number (or the reverse) fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -38,9 +39,12 @@ struct OpCase {
   double lo, hi;              // the uniform grid's range
   std::function<LD(LD)> ref;  // exact function
   double bound;               // max ulp on every backend
+  double tail = 0;            // below this |result|, absolute error <= 1e-11 instead of ulps
 };
 
-// Bounds: the worst backend's measured max (table below) rounded up with some margin.
+// Bounds: the worst backend's measured max rounded up with some margin. The gelus' ulps grow in
+// their tail (x < -5, results below 1e-6: exp's argument -a^2 is rounded to f32 spacing, up to
+// 2^-18 at a^2 = 72, every formula in f32 has that), so there the bound is absolute.
 const std::vector<OpCase>& cases() {
   static const std::vector<OpCase> c = {
       {Op::Exp, -104, 89, [](LD x) { return expl(x); }, 2.5},
@@ -51,16 +55,16 @@ const std::vector<OpCase>& cases() {
       {Op::Erf, -6, 6, [](LD x) { return erfl(x); }, 9},
       {Op::Sigmoid, -100, 100, sigmoid_l, 4},
       {Op::Silu, -80, 80, [](LD x) { return x * sigmoid_l(x); }, 4.5},
-      {Op::GeluErf, -12, 12, [](LD x) { return x * erfcl(-x / sqrtl(2)) / 2; }, 48},
+      {Op::GeluErf, -12, 12, [](LD x) { return x * erfcl(-x / sqrtl(2)) / 2; }, 40, 1e-6},
       {Op::GeluTanh, -12, 12,
-       [](LD x) { return x * sigmoid_l(2 * 0.7978845608028654L * (x + 0.044715L * x * x * x)); }, 32},
+       [](LD x) { return x * sigmoid_l(2 * 0.7978845608028654L * (x + 0.044715L * x * x * x)); }, 28, 1e-6},
   };
   return c;
 }
 
 std::vector<float> sweep(const OpCase& c) {
   std::vector<float> x;
-  const int n = 1 << 14;
+  const int n = 1 << 13;
   for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(c.lo + (c.hi - c.lo) * i / n));
   for (int i = 0; i <= n; ++i) {  // log-spaced magnitudes 1e-30 .. 1e3 (clamped to the range), both signs
     const double m = std::pow(10.0, -30.0 + 33.0 * i / n);
@@ -165,16 +169,22 @@ TEST(UlpTable, EveryBackendWithinEachOpsBound) {
         continue;
       }
       const std::vector<float> y = col.run(*c.kernel, k, x);
-      double worst = 0;
+      double worst = 0, tail_abs = 0;
       float at = 0;
       for (size_t i = 0; i < x.size(); ++i) {
-        const double u = ulps(y[i], oc.ref(static_cast<LD>(x[i])));
+        const LD r = oc.ref(static_cast<LD>(x[i]));
+        if (std::isfinite(static_cast<double>(r)) && fabsl(r) < oc.tail) {
+          tail_abs = std::max(tail_abs, static_cast<double>(fabsl(static_cast<LD>(y[i]) - r)));
+          continue;
+        }
+        const double u = ulps(y[i], r);
         if (!(u <= worst)) {
           worst = u;
           at = x[i];
         }
       }
       EXPECT_LE(worst, oc.bound) << "worst at x = " << at;
+      EXPECT_LE(tail_abs, 1e-11) << "absolute error below " << oc.tail;
       char cell[64];
       std::snprintf(cell, sizeof cell, " %.2f |", worst);
       table += cell;
