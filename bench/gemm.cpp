@@ -44,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 Kernel gemm_kernel(int64_t M, int64_t N, int64_t K, bool tb) {
   Kernel k;
   k.name = "k_gemm";
-  k.kind = "contraction";
+  k.kind = ir::KernelKind::Contraction;
   k.buffers = {{"in0", DType::F32, false}, {"in1", DType::F32, false}, {"out0", DType::F32, true}};
   k.params = {{"outer0", M}, {"outer1", N}};
   k.outer = {param(0), param(1)};

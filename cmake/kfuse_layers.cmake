@@ -9,7 +9,7 @@
 set(KFUSE_STAGES
   lib/core lib/ir lib/graph lib/eval lib/passes lib/plugin lib/fusion lib/backend lib/cache
   lib/prof lib/runtime lib/api
-  jit/common jit/gpu jit/xbyak jit/llvm jit/opencl jit/cuda)
+  jit/gpu jit/xbyak jit/llvm jit/opencl jit/cuda)
 set(KFUSE_STAGE_lib/core)                      # dtype, shape, device, options, log
 set(KFUSE_STAGE_lib/ir lib/core)               # kernel IR and its analyses
 set(KFUSE_STAGE_lib/graph lib/core)            # hash-consed nodes
@@ -22,10 +22,9 @@ set(KFUSE_STAGE_lib/cache lib/core lib/ir lib/backend)
 set(KFUSE_STAGE_lib/prof lib/core)                 # machine model, profiler records and writers
 set(KFUSE_STAGE_lib/runtime lib/core lib/graph lib/ir lib/eval lib/passes lib/plugin lib/fusion lib/backend lib/cache lib/prof)
 set(KFUSE_STAGE_lib/api lib/core lib/graph lib/ir lib/eval lib/passes lib/fusion lib/backend lib/runtime)
-set(KFUSE_STAGE_jit/common)
 set(KFUSE_STAGE_jit/gpu lib/core lib/ir)
-set(KFUSE_STAGE_jit/xbyak lib/core lib/ir lib/backend jit/common)
-set(KFUSE_STAGE_jit/llvm lib/core lib/ir lib/backend jit/common)
+set(KFUSE_STAGE_jit/xbyak lib/core lib/ir lib/backend)
+set(KFUSE_STAGE_jit/llvm lib/core lib/ir lib/backend)
 set(KFUSE_STAGE_jit/opencl lib/core lib/ir lib/backend jit/gpu)
 set(KFUSE_STAGE_jit/cuda lib/core lib/ir lib/backend jit/gpu)
 

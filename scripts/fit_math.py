@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Fits the f32 polynomial/rational coefficients of the xbyak math injectors that are our own
-(jit/common/math_constants.hpp: kExpP, kTanhP/kTanhQ) and prints them with the measured bound.
+(lib/ir/math_constants.hpp: kExpP, kTanhP/kTanhQ) and prints them with the measured bound.
 
 Both fits follow the same two steps:
 1. Minimax of the relative error in real arithmetic, by linear programming on a Chebyshev grid.

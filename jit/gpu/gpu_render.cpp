@@ -15,6 +15,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "ir/decompose.hpp"
+#include "ir/expr_util.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail::gpu {
@@ -281,22 +283,6 @@ class Emitter {
           return m("tanh");
         case Op::Erf:
           return m("erf");
-        case Op::Sigmoid:
-          need_float();
-          return "(" + one + " / (" + one + " + " + c_.math("exp", t) + "(-" + x + ")))";
-        case Op::Silu:
-          need_float();
-          return "(" + x + " / (" + one + " + " + c_.math("exp", t) + "(-" + x + ")))";
-        case Op::GeluTanh:
-          // 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): no cancellation where tanh(u) is near -1
-          // (an implementation's tanh need not saturate to exactly -1).
-          need_float();
-          return "(" + x + " / (" + one + " + " + c_.math("exp", t) + "(" + c_.lit(-2 * 0.7978845608028654, t) +
-                 " * (" + x + " + " + c_.lit(0.044715, t) + " * " + x + " * " + x + " * " + x + "))))";
-        case Op::GeluErf:
-          need_float();
-          return "(" + c_.lit(0.5, t) + " * " + x + " * (" + one + " + " + c_.math("erf", t) + "(" + x + " * " +
-                 c_.lit(0.7071067811865476, t) + ")))";
         case Op::Relu:
           return F ? "(" + x + " > " + zero + " ? " + x + " : (isnan(" + x + ") ? " + x + " : " + zero + "))"
                    : "(" + x + " > " + zero + " ? " + x + " : " + zero + ")";
@@ -551,7 +537,7 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
   // Two-stage form: one folding phase first (no element stores), every later phase once.
   bool eligible = k.phases[0].over_reduce && k.phases[0].stores.empty() && !k.phases[0].accs.empty();
   for (size_t i = 1; i < k.phases.size(); ++i) eligible &= !k.phases[i].over_reduce;
-  if (k.kind == "column") {
+  if (k.kind == ir::KernelKind::Column) {
     // A thread per kept element: neighbouring threads read neighbouring addresses. A column of
     // R > 256 rows splits into row chunks, or one thread per column walks all R rows (a grid of
     // columns / 256 blocks: 16 for 4096 columns, most of a GPU idle).
@@ -569,7 +555,7 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
       p.split = std::min<int64_t>(256, (R + 63) / 64);
     }
     p.strategy = p.chunked_stores ? "two-stage-stores" : p.two_stage ? "two-stage-thread" : "serial";
-  } else if (k.kind == "global") {
+  } else if (k.kind == ir::KernelKind::Global) {
     p.team = Team::Block;
     if (eligible && R > 4096) {
       p.two_stage = true;
@@ -963,13 +949,6 @@ constexpr int kGemmTM = kGemmWY * kGemmMR, kGemmTN = kGemmWX * kGemmNR, kGemmTK 
 constexpr int kGemmRow = kGemmTM + 1;  // staged slice row length (padded: no bank conflicts)
 static_assert(kGemmTM == kGemmTN, "one padded row length serves both slices");
 
-bool mentions_var(const ir::Expr* e, ir::Space s, int dim) {
-  if (e->kind == ExprKind::Var) return e->space == s && e->index == dim;
-  for (const auto& a : e->args)
-    if (mentions_var(a.get(), s, dim)) return true;
-  return false;
-}
-
 // Whether some Load in `e` moves by one element along the var: the var is a bare addend of its
 // index's top-level sum. Only picks which way lanes walk while staging (coalescing).
 bool unit_step(const ir::Expr* e, ir::Space s, int dim) {
@@ -995,7 +974,7 @@ struct GemmForm {
 };
 
 bool gemm_form(const ir::Kernel& k, GemmForm& g) {
-  if (k.kind != "contraction" || k.outer.size() < 2 || k.reduce.size() != 1 || k.accs.size() != 1 ||
+  if (k.kind != ir::KernelKind::Contraction || k.outer.size() < 2 || k.reduce.size() != 1 || k.accs.size() != 1 ||
       k.phases.size() != 2)
     return false;
   const ir::Accumulator& A = k.accs[0];
@@ -1007,7 +986,7 @@ bool gemm_form(const ir::Kernel& k, GemmForm& g) {
   if (v->kind != ExprKind::Op || v->op != Op::Mul || v->args.size() != 2 || v->dtype == DType::Bool) return false;
   const int md = static_cast<int>(k.outer.size()) - 2, nd = md + 1;
   auto fits = [&](const ExprRef& a, const ExprRef& b) {
-    return !mentions_var(a.get(), ir::Space::Outer, nd) && !mentions_var(b.get(), ir::Space::Outer, md);
+    return !ir::depends_on(a.get(), ir::Space::Outer, nd) && !ir::depends_on(b.get(), ir::Space::Outer, md);
   };
   if (fits(v->args[0], v->args[1])) {
     g.pa = v->args[0];
@@ -1172,8 +1151,10 @@ const Dialect& opencl_dialect() {
 
 const char* team_name(Team t) { return t == Team::Thread ? "thread" : t == Team::Warp ? "warp" : "block"; }
 
-Rendered render(const ir::Kernel& k, const Dialect& d) {
-  ir::verify_kernel(k);
+Rendered render(const ir::Kernel& kernel, const Dialect& d) {
+  ir::verify_kernel(kernel);
+  ir::Kernel k = kernel;  // composites in primitive ops: the one definition every backend computes
+  ir::decompose_composites(k);
   Ctx c{k, d};
   Plan p = choose(k, d);
   KernelWriter w(c, p);

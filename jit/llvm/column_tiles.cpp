@@ -30,8 +30,8 @@
 #include <functional>
 #include <optional>
 #include <set>
-#include <unordered_map>
 
+#include "ir/expr_util.hpp"
 #include "llvm_jit.hpp"
 
 namespace {
@@ -63,64 +63,24 @@ int64_t pow2_floor(int64_t v) {
   return p;
 }
 
-// Affine analysis of index expressions along one outer dim (the lane).
-class LaneAnalysis {
- public:
-  explicit LaneAnalysis(int lane_dim) : lane_(lane_dim) {}
-
-  // Whether e's value may differ between lanes. Acc counts: accumulators are per column.
-  bool varies(const ir::ExprRef& e) {
-    auto it = varies_.find(e.get());
-    if (it != varies_.end()) return it->second;
-    bool v = (e->kind == ir::ExprKind::Var && e->space == ir::Space::Outer && e->index == lane_) ||
-             e->kind == ir::ExprKind::Acc;
-    for (const auto& a : e->args) v = v || varies(a);
-    varies_[e.get()] = v;
-    return v;
-  }
-
-  // Elements e moves by per lane step, when that is a compile-time constant.
-  std::optional<int64_t> step(const ir::ExprRef& e) {
-    if (!varies(e)) return 0;
-    if (e->kind == ir::ExprKind::Var) return 1;
-    if (e->kind != ir::ExprKind::Op || e->args.size() != 2) return std::nullopt;
-    const ir::ExprRef &a = e->args[0], &b = e->args[1];
-    switch (e->op) {
-      case Op::Add:
-      case Op::Sub: {
-        auto sa = step(a), sb = step(b);
-        if (!sa || !sb) return std::nullopt;
-        return e->op == Op::Add ? *sa + *sb : *sa - *sb;
-      }
-      case Op::Mul: {
-        // lane * constant only (a lane * param stride is not contiguous in general)
-        const ir::ExprRef& k = varies(a) ? b : a;
-        const ir::ExprRef& x = varies(a) ? a : b;
-        if (varies(k) || k->kind != ir::ExprKind::Const) return std::nullopt;
-        auto sx = step(x);
-        if (!sx) return std::nullopt;
-        return *sx * static_cast<int64_t>(k->value);
-      }
-      default: return std::nullopt;
-    }
-  }
-
- private:
-  int lane_;
-  std::unordered_map<const ir::Expr*, bool> varies_;
-};
+// Elements an index moves by per lane step, when that is a compile-time constant. An index
+// that reads an accumulator is per lane (accumulators are per column) and never qualifies.
+std::optional<int64_t> lane_step(const ir::ExprRef& e, int lane) {
+  if (ir::contains(e.get(), ir::ExprKind::Acc)) return std::nullopt;
+  return ir::affine_step(e.get(), ir::Space::Outer, lane);
+}
 
 }  // namespace
 
 int64_t plan_column_tile(const ir::Kernel& k) {
-  if ((k.kind != "column" && k.kind != "contraction") || k.outer.empty() || k.reduce.empty() || k.reduce_numel() <= 0) return 0;
-  LaneAnalysis lanes(static_cast<int>(k.outer.size()) - 1);
+  if ((k.kind != ir::KernelKind::Column && k.kind != ir::KernelKind::Contraction) || k.outer.empty() || k.reduce.empty() || k.reduce_numel() <= 0) return 0;
+  const int lane = static_cast<int>(k.outer.size()) - 1;
   bool ok = true;
   std::set<const ir::Expr*> seen;
   std::function<void(const ir::ExprRef&)> visit = [&](const ir::ExprRef& e) {
     if (!ok || !seen.insert(e.get()).second) return;
     if (e->kind == ir::ExprKind::Load) {
-      auto s = lanes.step(e->args[0]);
+      auto s = lane_step(e->args[0], lane);
       if (!s || (*s != 0 && *s != 1)) ok = false;
     }
     for (const auto& a : e->args) visit(a);
@@ -128,7 +88,7 @@ int64_t plan_column_tile(const ir::Kernel& k) {
   for (const auto& a : k.accs) visit(a.value);
   for (const auto& ph : k.phases)
     for (const auto& s : ph.stores) {
-      auto st = lanes.step(s.index);
+      auto st = lane_step(s.index, lane);
       if (!st || (*st != 0 && *st != 1)) ok = false;
       visit(s.index);
       visit(s.value);

@@ -344,33 +344,6 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
     case Op::Cos: return math(MathFn::Cos, {x});
     case Op::Tanh: return math(MathFn::Tanh, {x});
     case Op::Erf: return math(MathFn::Erf, {x});
-    case Op::Sigmoid:
-    case Op::Silu:
-    case Op::GeluTanh:
-    case Op::GeluErf: {
-      // Composites are evaluated in f64 (also for f32) and rounded once: their cancellations
-      // (1 + tanh(u) for u << 0) would otherwise amplify f32 rounding far beyond ops.def's bound.
-      Value* xd = f64 ? x : b_.CreateFPExt(x, b_.getDoubleTy());
-      auto d = [&](double v) -> Value* { return llvm::ConstantFP::get(b_.getDoubleTy(), v); };
-      auto sigmoid = [&](Value* u) {  // e = exp(-|u|) never overflows: 1/(1+e) or e/(1+e)
-        Value* e = math_.call(b_, MathFn::Exp, true, {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {u}))});
-        Value* den = b_.CreateFAdd(d(1.0), e);
-        return b_.CreateSelect(b_.CreateFCmpOLT(u, d(0.0)), b_.CreateFDiv(e, den), b_.CreateFDiv(d(1.0), den));
-      };
-      Value* r;
-      if (e.op == Op::Sigmoid) r = sigmoid(xd);
-      else if (e.op == Op::Silu) r = b_.CreateFMul(xd, sigmoid(xd));
-      else if (e.op == Op::GeluTanh) {
-        Value* x3 = b_.CreateFMul(b_.CreateFMul(d(0.044715), xd), b_.CreateFMul(xd, xd));
-        Value* in = b_.CreateFMul(d(0.7978845608028654), b_.CreateFAdd(xd, x3));
-        Value* th = math_.call(b_, MathFn::Tanh, true, {in});
-        r = b_.CreateFMul(b_.CreateFMul(d(0.5), xd), b_.CreateFAdd(d(1.0), th));
-      } else {
-        Value* er = math_.call(b_, MathFn::Erf, true, {b_.CreateFMul(xd, d(0.7071067811865476))});
-        r = b_.CreateFMul(b_.CreateFMul(d(0.5), xd), b_.CreateFAdd(d(1.0), er));
-      }
-      return f64 ? r : b_.CreateFPTrunc(r, t);
-    }
     case Op::Relu:  // x > 0 or NaN -> x; else +0 (relu(-0) = +0)
       return b_.CreateSelect(b_.CreateFCmpUGT(x, fc(0.0)), x, fc(0.0));
     case Op::Floor: return intrinsic(llvm::Intrinsic::floor, {x});

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/decompose.hpp"
 #include "kfuse/error.hpp"
 #include "llvm_jit.hpp"
 
@@ -827,7 +828,9 @@ std::unique_ptr<llvm::Module> lower_kernel(const ir::Kernel& k, const LaunchPlan
   auto m = std::make_unique<llvm::Module>(k.name.empty() ? "kfuse_kernel" : k.name, ctx);
   m->setDataLayout(tm.createDataLayout());
   m->setTargetTriple(tm.getTargetTriple().str());
-  Lowerer(k, plan, *m, math).lower();
+  ir::Kernel prim = k;  // composites in primitive ops: the one definition every backend computes
+  ir::decompose_composites(prim);
+  Lowerer(prim, plan, *m, math).lower();
   return m;
 }
 

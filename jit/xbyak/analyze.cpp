@@ -3,8 +3,10 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "ir/expr_util.hpp"
 #include "xbyak_backend.hpp"
 
 namespace kfuse::detail::xb {
@@ -19,25 +21,11 @@ struct Decline {
 };
 [[noreturn]] void decline(const std::string& why) { throw Decline{"xbyak: " + why}; }
 
-bool is_inner(const ExprRef& e, ir::Space s, int dim) {
-  return e->kind == ExprKind::Var && e->space == s && e->index == dim;
-}
-
-// Canonical text of an i64 index expression (identity of bases).
-std::string key(const ExprRef& e) {
-  switch (e->kind) {
-    case ExprKind::Const: return std::to_string(static_cast<int64_t>(e->value));
-    case ExprKind::Var: return std::string(e->space == ir::Space::Outer ? "o" : "r").append(std::to_string(e->index));
-    case ExprKind::Param: return std::string("$").append(std::to_string(e->index));
-    case ExprKind::IDiv: return "(/ " + key(e->args[0]) + " " + key(e->args[1]) + ")";
-    case ExprKind::IMod: return "(% " + key(e->args[0]) + " " + key(e->args[1]) + ")";
-    case ExprKind::Op: {
-      std::string s = std::string("(") + op_name(e->op);
-      for (const auto& a : e->args) s.append(" ").append(key(a));
-      return s + ")";
-    }
-    default: decline("data-dependent index (load or accumulator inside an index)");
-  }
+// Index expressions must be host-side integer arithmetic: the loops compute them from the
+// outer indices and params, never from data.
+void check_index(const ExprRef& e) {
+  for (ExprKind k : {ExprKind::Load, ExprKind::Acc, ExprKind::Rand})
+    if (ir::contains(e.get(), k)) decline("data-dependent index (load or accumulator inside an index)");
 }
 
 struct Affine {
@@ -45,40 +33,14 @@ struct Affine {
   int64_t coeff = 0;
 };
 
-bool mentions(const ExprRef& e, ir::Space s, int dim) {
-  if (is_inner(e, s, dim)) return true;
-  for (const auto& a : e->args)
-    if (mentions(a, s, dim)) return true;
-  return false;
-}
-
 ExprRef or_zero(const ExprRef& e) { return e ? e : ir::iconst(0); }
 
 Affine split(const ExprRef& e, ir::Space s, int dim) {
   if (e->dtype != DType::I64) decline("index expression of dtype " + std::string(dtype_name(e->dtype)));
-  if (is_inner(e, s, dim)) return {nullptr, 1};
-  if (!mentions(e, s, dim)) {
-    key(e);  // validates the leaves
-    return {e, 0};
-  }
-  if (e->kind == ExprKind::Op && (e->op == Op::Add || e->op == Op::Sub)) {
-    Affine a = split(e->args[0], s, dim), b = split(e->args[1], s, dim);
-    ExprRef base;
-    if (e->op == Op::Add) base = a.base && b.base ? ir::iadd(a.base, b.base) : (a.base ? a.base : b.base);
-    else base = b.base ? ir::isub(or_zero(a.base), b.base) : a.base;
-    return {base, e->op == Op::Add ? a.coeff + b.coeff : a.coeff - b.coeff};
-  }
-  if (e->kind == ExprKind::Op && e->op == Op::Mul) {
-    for (int side = 0; side < 2; ++side) {
-      const ExprRef& c = e->args[side];
-      if (c->kind == ExprKind::Const) {
-        Affine o = split(e->args[1 - side], s, dim);
-        auto m = static_cast<int64_t>(c->value);
-        return {o.base ? ir::imul(o.base, c) : nullptr, o.coeff * m};
-      }
-    }
-  }
-  decline("index not affine in the innermost loop variable: " + key(e));
+  check_index(e);
+  auto a = ir::affine_split(e, s, dim);
+  if (!a) decline("index not affine in the innermost loop variable: " + ir::print_expr(e));
+  return {a->base, a->step};
 }
 
 bool supported_value_op(Op op) {
@@ -235,14 +197,14 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
   try {
     plan = Plan{};
     // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
-    if (k.kind == "contraction") decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
+    if (k.kind == ir::KernelKind::Contraction) decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
     for (const auto& b : k.buffers)
       if (b.dtype != DType::F32)
         decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name + "' (only f32 buffers are supported)");
     if (k.reduce.size() > 1) decline("more than one reduce dimension");
-    for (const auto& o : k.outer) key(o);
+    for (const auto& o : k.outer) check_index(o);
     bool has_reduce = !k.reduce.empty();
     if (has_reduce && k.reduce[0] <= 0) decline("empty reduce domain");
     if (has_reduce && k.reduce[0] >= (int64_t{1} << 31)) decline("reduce extent >= 2^31");
@@ -272,18 +234,17 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       plan.reduce_n = k.reduce[0];
     }
 
-    std::map<std::string, int> base_ids, addr_ids;
+    std::unordered_map<ExprRef, int, ir::ExprStructHash, ir::ExprStructEq> base_ids;  // structural identity
+    std::map<std::pair<int, int>, int> addr_ids;                                     // (buffer, base) -> id
     auto access = [&](int buffer, const ExprRef& index, bool in_loop) -> Access {
       Affine a = split(index, is, idim);
       if (a.coeff != 0 && a.coeff != 1)
         decline("stride " + std::to_string(a.coeff) + " in the innermost loop variable (only 0 and 1)");
       if (!in_loop && a.coeff != 0) decline("internal: inner variable outside a loop");
       ExprRef base = or_zero(a.base);
-      std::string bk = key(base);
-      auto [bit, bnew] = base_ids.emplace(bk, static_cast<int>(plan.bases.size()));
+      auto [bit, bnew] = base_ids.emplace(base, static_cast<int>(plan.bases.size()));
       if (bnew) plan.bases.push_back(base);
-      std::string ak = std::to_string(buffer) + "@" + bk;
-      auto [ait, anew] = addr_ids.emplace(ak, static_cast<int>(plan.addrs.size()));
+      auto [ait, anew] = addr_ids.emplace(std::make_pair(buffer, bit->second), static_cast<int>(plan.addrs.size()));
       if (anew) plan.addrs.push_back({buffer, bit->second});
       return {ait->second, static_cast<int>(a.coeff)};
     };

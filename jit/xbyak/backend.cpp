@@ -257,7 +257,7 @@ class XbyakBackend final : public Backend {
 
   CompileResult compile(const ir::Kernel& k) override {
     auto t0 = std::chrono::steady_clock::now();
-    if (k.kind == "contraction") return compile_gemm(k, t0);
+    if (k.kind == ir::KernelKind::Contraction) return compile_gemm(k, t0);
     Plan plan;
     std::string why = analyze(k, plan);
     if (!why.empty()) return {nullptr, why};
@@ -280,7 +280,7 @@ class XbyakBackend final : public Backend {
     if (h[0] != kMagic || h[1] != kVersion || h[2] != static_cast<uint32_t>(isa_)) return nullptr;
     // A GEMM is its microkernels (per process, not per kernel) and its epilogue: emitting that
     // again costs about what loading it would.
-    if (k.kind == "contraction") return compile_gemm(k, std::chrono::steady_clock::now()).kernel;
+    if (k.kind == ir::KernelKind::Contraction) return compile_gemm(k, std::chrono::steady_clock::now()).kernel;
     Plan plan;
     if (!analyze(k, plan).empty()) return nullptr;
     auto t0 = std::chrono::steady_clock::now();

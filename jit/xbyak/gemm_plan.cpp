@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "gemm.hpp"
+#include "ir/expr_util.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -12,13 +13,6 @@ using ir::ExprRef;
 namespace {
 
 [[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: contraction: " + why); }
-
-bool mentions(const ir::Expr* e, ir::Space s, int dim) {
-  if (e->kind == ExprKind::Var) return e->space == s && e->index == dim;
-  for (const auto& a : e->args)
-    if (mentions(a.get(), s, dim)) return true;
-  return false;
-}
 
 bool var_free(const ir::Expr* e) {
   if (e->kind == ExprKind::Var || e->kind == ExprKind::Load || e->kind == ExprKind::Acc) return false;
@@ -44,26 +38,6 @@ bool affine(const ir::Expr* e) {
       return false;
     default: return false;
   }
-}
-
-// The coefficient of Var(outer, dim) when it is a compile-time constant.
-std::optional<int64_t> const_coeff(const ir::Expr* e, int dim) {
-  if (!mentions(e, ir::Space::Outer, dim)) return 0;
-  if (e->kind == ExprKind::Var) return 1;
-  if (e->kind != ExprKind::Op) return std::nullopt;
-  if (e->op == Op::Add || e->op == Op::Sub) {
-    auto a = const_coeff(e->args[0].get(), dim), b = const_coeff(e->args[1].get(), dim);
-    if (!a || !b) return std::nullopt;
-    return e->op == Op::Add ? *a + *b : *a - *b;
-  }
-  if (e->op == Op::Mul)
-    for (int side = 0; side < 2; ++side)
-      if (e->args[side]->kind == ExprKind::Const) {
-        auto o = const_coeff(e->args[1 - side].get(), dim);
-        if (!o) return std::nullopt;
-        return *o * static_cast<int64_t>(e->args[side]->value);
-      }
-  return std::nullopt;
 }
 
 // e with every Acc(0) replaced by `with` (shared subexpressions stay shared).
@@ -126,7 +100,7 @@ std::shared_ptr<const ir::Kernel> prologue_kernel(const std::string& name, const
   if (e.get() == ld && ld->dtype == DType::F32) return nullptr;
   auto pro = std::make_shared<ir::Kernel>();
   pro->name = name;
-  pro->kind = "pointwise";
+  pro->kind = ir::KernelKind::Pointwise;
   pro->buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
   pro->params = {{"outer0", 0}};
   pro->outer = {ir::param(0)};
@@ -157,7 +131,7 @@ bool packable_dtype(DType d) {
 }
 
 void check_no_reduce_var(const ir::Expr* e, const char* what) {
-  if (mentions(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
+  if (ir::depends_on(e, ir::Space::Reduce, 0)) decline(std::string(what) + " uses the reduce index");
 }
 
 }  // namespace
@@ -213,7 +187,8 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     // A: the factor without the N var; B: the one without the M var.
     const ExprRef* fa = &v->args[0];
     const ExprRef* fb = &v->args[1];
-    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim)) std::swap(fa, fb);
+    if (ir::depends_on(fa->get(), ir::Space::Outer, ndim) || ir::depends_on(fb->get(), ir::Space::Outer, mdim))
+      std::swap(fa, fb);
     const ir::Expr* loads[2];
     for (int side = 0; side < 2; ++side) {
       const ExprRef& f = side == 0 ? *fa : *fb;
@@ -225,7 +200,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       if (!affine(l->args[0].get())) decline("operand index is not affine in the loop indices");
       loads[side] = l;
     }
-    if (mentions(fa->get(), ir::Space::Outer, ndim) || mentions(fb->get(), ir::Space::Outer, mdim))
+    if (ir::depends_on(fa->get(), ir::Space::Outer, ndim) || ir::depends_on(fb->get(), ir::Space::Outer, mdim))
       decline("an operand depends on both M and N");
     plan.a_buf = loads[0]->index;
     plan.b_buf = loads[1]->index;
@@ -243,7 +218,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       check_no_reduce_var(s.value.get(), "epilogue");
     }
     const ir::Store& s0 = stores[0];
-    const bool contiguous = const_coeff(s0.index.get(), ndim) == std::optional<int64_t>(1);
+    const bool contiguous = ir::affine_step(s0.index.get(), ir::Space::Outer, ndim) == std::optional<int64_t>(1);
     const bool f32_out = k.buffers[s0.buffer].dtype == DType::F32;
     if (stores.size() == 1 && contiguous && f32_out) {
       plan.c_buf = s0.buffer;
@@ -254,7 +229,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     auto epi = std::make_shared<ir::Kernel>();
     const int nin = k.num_inputs();
     epi->name = k.name + "_epilogue";
-    epi->kind = "pointwise";
+    epi->kind = ir::KernelKind::Pointwise;
     epi->buffers.assign(k.buffers.begin(), k.buffers.begin() + nin);
     // Operand buffers the epilogue does not read keep their slot with an f32 type: the pointwise
     // emitter declines any kernel naming a buffer it cannot load (f16 weights, say).

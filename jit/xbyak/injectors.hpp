@@ -3,7 +3,7 @@
 //
 // Convention: every injector works IN PLACE on `x` (input and result) and clobbers only the
 // scratch registers t[0..n) it is given (never aliasing `x`); the number each needs is in
-// scratch_count() of xbyak_backend.hpp. Constants come from jit/common/math_constants.hpp through the
+// scratch_count() of xbyak_backend.hpp. Constants come from lib/ir/math_constants.hpp through the
 // host's constant table (Host::cst, RIP-relative). Opmask registers k2/k3 are scratch.
 // Measured ULP bounds: README "xbyak backend" and tests/backends/test_xbyak_math.cpp.
 #pragma once
@@ -13,7 +13,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "../common/math_constants.hpp"
+#include "ir/math_constants.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -84,7 +84,7 @@ struct Injectors {
 
   // r = 2^n * exp(r), n integral float; scratch t (n clobbered)
   void exp_finish(const Vmm& r, const Vmm& n, const Vmm& t) {
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     horner(t, r, kExpP, 5);
     h.vfmadd213ps(t, r, h.cst(1.0f));  // 1 + r P
     h.vfmadd213ps(r, t, h.cst(1.0f));  // 1 + r (1 + r P)
@@ -104,7 +104,7 @@ struct Injectors {
   }
   // 2 scratch. nonpositive: the caller guarantees x <= 0 or NaN (only the lower clamp is needed)
   void exp(const Vmm& x, const Vmm* t, bool nonpositive = false) {
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     if constexpr (!Z) {
       if (nonpositive) return exp_nonpositive_avx2(x, t);
     }
@@ -132,7 +132,7 @@ struct Injectors {
   // n comes from adding 1.5*2^23 + 191 to x*log2e (round to nearest even, as vroundps, with the
   // biased exponent n+191 in the low mantissa bits), which also replaces the float-to-int convert.
   void exp_nonpositive_avx2(const Vmm& x, const Vmm* t) {
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     constexpr float kScale = 0x1p-64f;
     constexpr float kMagic = 0x1.8p23f + 191.0f;  // 191 = 127 + 64
     h.vmovups(t[0], h.cst(kExpLo));
@@ -150,7 +150,7 @@ struct Injectors {
     h.vmulps(x, x, t[0]);
   }
   void exp2(const Vmm& x, const Vmm* t) {  // 2 scratch
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     clamp(x, kExp2Lo, kExp2Hi, t[0]);
     round(t[0], x, 0);
     h.vsubps(x, x, t[0]);  // exact
@@ -158,7 +158,7 @@ struct Injectors {
     exp_finish(x, t[0], t[1]);
   }
   void log(const Vmm& x, const Vmm* t) {  // 4 scratch
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     const Vmm &e = t[0], &a = t[1], &b = t[2], &orig = t[3];
     h.vmovups(orig, x);
     // subnormal inputs: x * 2^23, exponent - 23
@@ -202,7 +202,7 @@ struct Injectors {
   }
   // x * P(s) / Q(s), s = x^2 on x clamped to +-kTanhClamp (math_constants.hpp). 3 scratch
   void tanh(const Vmm& x, const Vmm* t) {
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     clamp(x, -kTanhClamp, kTanhClamp, t[0]);
     h.vmulps(t[0], x, x);
     horner2(t[1], kTanhP, 5, t[2], kTanhQ, 5, t[0]);
@@ -227,7 +227,7 @@ struct Injectors {
     }
   }
   void erf(const Vmm& x, const Vmm* t) {  // 3 scratch
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     clamp(x, -kErfClamp, kErfClamp, t[0]);
     h.vmulps(t[0], x, x);
     horner2(t[1], kErfA, 7, t[2], kErfB, 5, t[0]);
@@ -241,7 +241,7 @@ struct Injectors {
   }
   // gelu(x) = x * erfc(-x/sqrt2) / 2 = x * (x <= 0 ? e : 1 - e), e = erfc(|x|/sqrt2) / 2. 6 scratch
   void gelu_erf(const Vmm& x, const Vmm* t) {
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     const Vmm &tt = t[2], &c = t[3], &hi = t[4], &orig = t[5];
     h.vmovups(orig, x);
     vand(x, x, h.cstu(0x7fffffffu));
@@ -266,7 +266,7 @@ struct Injectors {
     h.vmulps(x, x, orig);
   }
   void gelu_tanh(const Vmm& x, const Vmm* t) {  // 5 scratch
-    using namespace kfuse::jit::mathc;
+    using namespace kfuse::ir::mathc;
     h.vmovups(t[4], x);
     h.vmulps(t[0], x, x);
     h.vmovups(t[1], h.cst(2.0f * kGeluTanhK * kGeluTanhC));
@@ -297,7 +297,7 @@ struct Injectors {
     h.vsubps(t[0], t[4], h.cst(1.0f));
     h.vmulps(x, x, t[0]);
     h.select(x, t[4], h.cst(1.0f), kEqOQ, t[5], t[1]);
-    h.select(x, t[5], h.cst(kfuse::jit::mathc::kExpm1MinusOne), kLtOQ, h.cst(-1.0f), t[1]);
+    h.select(x, t[5], h.cst(kfuse::ir::mathc::kExpm1MinusOne), kLtOQ, h.cst(-1.0f), t[1]);
     h.select(x, t[4], h.cst(INFINITY), kEqOQ, h.cst(INFINITY), t[1]);
   }
 };

@@ -142,7 +142,7 @@ CustomKernel KernelBuilder::build(const std::string& name) const {
   if (s_->outputs.empty()) fail("build(): the kernel writes no output");
   auto k = std::make_shared<ir::Kernel>(s_->k);
   k->name = name;
-  k->kind = k->reduce.empty() ? "pointwise" : k->outer.empty() ? "global" : "row";
+  k->kind = k->reduce.empty() ? ir::KernelKind::Pointwise : k->outer.empty() ? ir::KernelKind::Global : ir::KernelKind::Row;
   try {
     ir::widen_narrow(*k);
     ir::verify_kernel(*k);

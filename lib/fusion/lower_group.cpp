@@ -122,7 +122,7 @@ class Lowerer {
         }
       }
       bool inner_reduced = !sig_.full.empty() && red.back();
-      k.kind = k.outer.empty() ? "global" : inner_reduced ? "row" : "column";
+      k.kind = k.outer.empty() ? ir::KernelKind::Global : inner_reduced ? ir::KernelKind::Row : ir::KernelKind::Column;
       out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");
     } else {
       const Shape& s = g_.outputs.at(0)->shape;
@@ -144,7 +144,7 @@ class Lowerer {
           full_dims_.push_back(p);
         }
       }
-      k.kind = "pointwise";
+      k.kind = ir::KernelKind::Pointwise;
     }
 
     // Stores: emit every output, then assign phases by accumulator depth.
@@ -216,7 +216,7 @@ class Lowerer {
       full_dims_.push_back(p);
     }
     k.reduce = {K};
-    k.kind = "contraction";
+    k.kind = ir::KernelKind::Contraction;
     out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: the contraction length K)");
     // The accumulator, emitted when the epilogue first reaches c (emit_uncached).
     ir::Phase fold{true, {}, {}}, once;

@@ -154,6 +154,17 @@ int64_t outer_points(const Kernel& k, const std::vector<int64_t>& params) {
   return n;
 }
 
+const char* kernel_kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Row: return "row";
+    case KernelKind::Column: return "column";
+    case KernelKind::Global: return "global";
+    case KernelKind::Contraction: return "contraction";
+  }
+  return "?";
+}
+
 const char* acc_kind_name(AccKind k) {
   switch (k) {
     case AccKind::Sum: return "sum";
@@ -243,7 +254,12 @@ class Printer {
       case ExprKind::Acc: s += "acc" + std::to_string(e->index); return;
       case ExprKind::Load:
         s += "(load ";
-        s += k_.buffers.at(e->index).name;
+        if (e->index >= 0 && e->index < static_cast<int>(k_.buffers.size())) {
+          s += k_.buffers[e->index].name;
+        } else {  // print_expr: no kernel
+          s += "b";
+          s += std::to_string(e->index);
+        }
         s += "[";
         put(e->args[0], indent, s);
         s += "]";
@@ -305,7 +321,7 @@ class Printer {
 
 std::string print_kernel(const Kernel& k) {
   std::ostringstream os;
-  os << "kernel " << k.name << " (" << k.kind << ")\n";
+  os << "kernel " << k.name << " (" << kernel_kind_name(k.kind) << ")\n";
   os << "  buffers:";
   for (const auto& b : k.buffers) os << " " << b.name << ":" << dtype_name(b.dtype);
   os << "\n  params:";
@@ -339,6 +355,13 @@ std::string print_kernel(const Kernel& k) {
     }
   }
   return os.str();
+}
+
+std::string print_expr(const ExprRef& e) {
+  static const Kernel none;
+  std::ostringstream unused;  // no bindings: nothing was counted, so nothing is shared
+  Printer pr(none, unused);
+  return pr.str(e, "");
 }
 
 void verify_kernel(const Kernel& k) {

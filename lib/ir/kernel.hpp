@@ -111,9 +111,16 @@ struct ParamInfo {
   int64_t value = 0;  ///< this instance's value (NOT part of the print or the key)
 };
 
+/// The shape of a kernel's loops, which backends specialise on: Pointwise (no reduce domain), Row
+/// (reductions over the innermost axes), Column (reductions over outer axes, the innermost kept),
+/// Global (everything reduced: no outer domain), Contraction (a matmul, README "Matmul").
+enum class KernelKind : uint8_t { Pointwise, Row, Column, Global, Contraction };
+/// "pointwise", "row", ...: the canonical print's spelling (part of the cache key).
+const char* kernel_kind_name(KernelKind k);
+
 struct Kernel {
   std::string name;  ///< readable stem, e.g. k_log_softmax_f32
-  std::string kind;  ///< pointwise | row | column | global | contraction (README "Matmul")
+  KernelKind kind = KernelKind::Pointwise;
   std::vector<BufferParam> buffers;  ///< inputs first, then outputs
   std::vector<ParamInfo> params;
   std::vector<ExprRef> outer;   ///< extents (Param or Const)
@@ -136,6 +143,9 @@ int64_t outer_points(const Kernel& k, const std::vector<int64_t>& params);
 
 /// Canonical text; stable across runs; excludes param values. Golden tests and cache keys use it.
 std::string print_kernel(const Kernel& k);
+/// One expression in print_kernel's notation on one line, shared subexpressions written out
+/// (diagnostics; a load outside any kernel prints its buffer as b<id>).
+std::string print_expr(const ExprRef& e);
 /// Checks the invariants (ids in range, dtypes consistent, Acc only after its phase, Var spaces
 /// valid, stores target outputs). Throws InternalError with the printed kernel on violation.
 void verify_kernel(const Kernel& k);

@@ -3,33 +3,6 @@
 
 namespace kfuse::ir {
 
-bool same_expr(const Expr* a, const Expr* b) {
-  if (a == b) return true;
-  if (a->kind != b->kind || a->dtype != b->dtype || a->args.size() != b->args.size()) return false;
-  switch (a->kind) {
-    case ExprKind::Const:
-      if (!(a->value == b->value || (a->value != a->value && b->value != b->value))) return false;
-      break;
-    case ExprKind::Var:
-      if (a->space != b->space || a->index != b->index) return false;
-      break;
-    case ExprKind::Op:
-      if (a->op != b->op) return false;
-      break;
-    case ExprKind::Param:
-    case ExprKind::Load:
-    case ExprKind::Acc:
-      if (a->index != b->index) return false;
-      break;
-    case ExprKind::IDiv:
-    case ExprKind::IMod:
-    case ExprKind::Rand: break;
-  }
-  for (size_t i = 0; i < a->args.size(); ++i)
-    if (!same_expr(a->args[i].get(), b->args[i].get())) return false;
-  return true;
-}
-
 namespace {
 
 // The phase folds exactly one accumulator and stores nothing; returns it, or -1.

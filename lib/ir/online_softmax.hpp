@@ -6,12 +6,10 @@
 // matcher tells a backend that the pair may be computed in one pass over the row. Long rows then
 // read memory once for both accumulators instead of twice (log_softmax [1024,32000]).
 #pragma once
+#include "expr_util.hpp"
 #include "kernel.hpp"
 
 namespace kfuse::ir {
-
-/// Structural equality of two expressions (same kinds, dtypes, ops, constants, ids and args).
-bool same_expr(const Expr* a, const Expr* b);
 
 struct OnlineExpSum {
   int phase = -1;  ///< the Max phase; phase + 1 is the Sum phase; -1: no match

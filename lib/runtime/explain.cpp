@@ -19,7 +19,7 @@ namespace {
 const char* group_kind_name(const FusionGroup& g, const PlannedKernel& pk) {
   switch (g.kind) {
     case GroupKind::Opaque: return "opaque";
-    case GroupKind::Fused: return pk.lowered.kernel.kind.c_str();
+    case GroupKind::Fused: return ir::kernel_kind_name(pk.lowered.kernel.kind);
   }
   return "?";
 }

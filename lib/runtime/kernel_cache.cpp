@@ -120,7 +120,7 @@ void store_to_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KeyF
   Entry e;
   e.key = key;
   e.fields = f;
-  e.kind = k.kind;
+  e.kind = ir::kernel_kind_name(k.kind);
   if (prov) {
     e.ops = prov->ops;
     e.pattern = prov->pattern;

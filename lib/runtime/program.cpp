@@ -21,7 +21,7 @@ std::shared_ptr<const prof::StepInfo> step_info(const FusionGroup& g, const Plan
   auto info = std::make_shared<prof::StepInfo>();
   if (g.kind == GroupKind::Fused) {
     info->kernel = pk.lowered.kernel.name;
-    info->kind = pk.lowered.kernel.kind;
+    info->kind = ir::kernel_kind_name(pk.lowered.kernel.kind);
     info->flops = pk.flops();
   } else {
     info->kernel = std::string("k_") + op_name(g.nodes.at(0)->op);

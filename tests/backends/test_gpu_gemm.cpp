@@ -47,7 +47,7 @@ TEST(GpuGemm, RendersTiledOnlyForTheGemmForm) {
     EXPECT_EQ(g::groups_for(r.stages[0], *d, 6), 6);
     // the same body as a row kernel, or a contraction outside the form: the generic kernels
     Kernel row = k;
-    row.kind = "row";
+    row.kind = ir::KernelKind::Row;
     EXPECT_NE(g::render(row, *d).strategy, "gemm-tiled");
     EXPECT_NE(g::render(not_gemm_form(), *d).strategy, "gemm-tiled");
   }
@@ -208,7 +208,7 @@ TEST(GpuGemm, OpenCLGenericKernelAgrees) {
   if (!be) GTEST_SKIP() << "no OpenCL device: " << detail::opencl_describe();
   const GemmSpec s{DType::F32, 1, 21, false, true, {}, {true}, true};
   Kernel row = gemm_kernel(s);
-  row.kind = "row";
+  row.kind = ir::KernelKind::Row;
   auto res = be->compile(row);
   ASSERT_TRUE(res.kernel) << res.declined;
   EXPECT_EQ(res.kernel->source.find("gemm-tiled"), std::string::npos);

@@ -51,7 +51,7 @@ inline GpuCase random_values(DType t) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("pw_random_") + dtype_name(t);
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"in0", t, false}};
   k.params = {{"outer0", 0}, {"seed", 0}};
   k.outer = {param(0)};
@@ -73,7 +73,7 @@ inline GpuCase pointwise_unary(DType t) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("pw_unary_") + dtype_name(t);
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"in0", t, false}};
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};
@@ -106,7 +106,7 @@ inline GpuCase pointwise_binary(DType t) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("pw_binary_") + dtype_name(t);
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"in0", t, false}, {"in1", t, false}};
   k.params = {{"outer0", 0}, {"bcast", 0}};
   k.outer = {param(0)};
@@ -142,7 +142,7 @@ inline GpuCase pointwise_int() {
   GpuCase c;
   Kernel& k = c.k;
   k.name = "pw_int_bool_cast";
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"a", DType::I32, false}, {"b", DType::I64, false}, {"m", DType::Bool, false}, {"x", DType::F32, false}};
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};
@@ -180,7 +180,7 @@ inline GpuCase pointwise_views() {
   Kernel& k = c.k;
   const DType t = DType::F32;
   k.name = "pw_views_f32";
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"x", t, false}, {"y", t, false}, {"z", t, false}, {"out0", t, true}, {"out1", t, true}};
   k.params = {{"outer0", 0}, {"outer1", 0}};
   k.outer = {param(0), param(1)};
@@ -205,7 +205,7 @@ inline GpuCase pointwise_views() {
 inline Kernel row_kernel(const std::string& name, DType t, int64_t C, int extra_inputs) {
   Kernel k;
   k.name = name;
-  k.kind = "row";
+  k.kind = ir::KernelKind::Row;
   k.buffers = {{"x", t, false}};
   for (int i = 0; i < extra_inputs; ++i) {
     std::string w = "w";
@@ -267,7 +267,7 @@ inline GpuCase arg_rows(DType t, int64_t C) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("argmax_rows_") + dtype_name(t) + "_" + std::to_string(C);
-  k.kind = "row";
+  k.kind = ir::KernelKind::Row;
   k.buffers = {
       {"x", t, false}, {"amax", DType::I64, true}, {"amin", DType::I64, true}, {"mx", t, true}, {"mn", t, true}};
   k.params = {{"outer0", 0}};
@@ -293,7 +293,7 @@ inline GpuCase int_reduce() {
   GpuCase c;
   Kernel& k = c.k;
   k.name = "int_reduce_4x6";
-  k.kind = "row";
+  k.kind = ir::KernelKind::Row;
   k.buffers = {{"a", DType::I32, false},  {"m", DType::Bool, false}, {"s", DType::I32, true},  {"p", DType::I64, true},
                {"mx", DType::Bool, true}, {"mn", DType::I32, true},  {"cnt", DType::I64, true}};
   k.params = {{"outer0", 0}};
@@ -327,7 +327,7 @@ inline GpuCase empty_reduce() {
   GpuCase c;
   Kernel& k = c.k;
   k.name = "empty_reduce";
-  k.kind = "row";
+  k.kind = ir::KernelKind::Row;
   k.buffers = {{"x", DType::F32, false}, {"y", DType::F32, true}};
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};
@@ -346,7 +346,7 @@ inline GpuCase column_mean_max(DType t, int64_t R) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("column_") + dtype_name(t) + "_" + std::to_string(R);
-  k.kind = "column";
+  k.kind = ir::KernelKind::Column;
   k.buffers = {{"x", t, false}, {"mean", t, true}, {"max", t, true}};
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};
@@ -373,7 +373,7 @@ inline GpuCase column_centre(DType t, int64_t R) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("centre_") + dtype_name(t) + "_" + std::to_string(R);
-  k.kind = "column";
+  k.kind = ir::KernelKind::Column;
   k.buffers = {{"x", t, false}, {"centred", t, true}, {"mean", t, true}};
   k.params = {{"outer0", 0}};
   k.outer = {param(0)};
@@ -395,7 +395,7 @@ inline GpuCase global_sum_argmax(DType t, int64_t N) {
   GpuCase c;
   Kernel& k = c.k;
   k.name = std::string("global_") + dtype_name(t) + "_" + std::to_string(N);
-  k.kind = "global";
+  k.kind = ir::KernelKind::Global;
   k.buffers = {{"x", t, false}, {"sum", t, true}, {"argmax", DType::I64, true}, {"min", t, true}};
   k.reduce = {N};
   ExprRef x = load(0, t, Rv(0));
@@ -441,7 +441,7 @@ inline Kernel gemm_kernel(const GemmSpec& s) {
   Kernel k;
   k.name = std::string("gemm_") + dtype_name(s.t) + "_k" + std::to_string(s.K) + (s.ta ? "_ta" : "") +
            (s.tb ? "_tb" : "") + "_b" + std::to_string(s.nbatch);
-  k.kind = "contraction";
+  k.kind = ir::KernelKind::Contraction;
   const DType t = s.t;
   k.buffers = {{"a", t, false}, {"b", t, false}, {"bias", t, false}, {"c", t, true}};
   const int nb = s.nbatch;

@@ -68,7 +68,7 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
     GpuCase c;
     Kernel& k = c.k;
     k.name = "pw_narrow";
-    k.kind = "pointwise";
+    k.kind = ir::KernelKind::Pointwise;
     k.params = {{"outer0", 0}};
     k.outer = {param(0)};
     Phase ph;

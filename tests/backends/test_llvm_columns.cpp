@@ -55,7 +55,7 @@ ExprRef cell(int buf, DType dt) {
 Kernel column_base(const std::string& name, std::vector<BufferParam> bufs, int64_t R, int64_t C) {
   Kernel k;
   k.name = name;
-  k.kind = "column";
+  k.kind = ir::KernelKind::Column;
   k.buffers = std::move(bufs);
   k.params = {{"outer0", C}};
   k.outer = {param(0)};
@@ -65,7 +65,7 @@ Kernel column_base(const std::string& name, std::vector<BufferParam> bufs, int64
 
 // out[c] = reduce_r x[r, c]
 Kernel column_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
-  return single_reduce(std::string("k_col_") + acc_kind_name(kind) + "_" + dtype_name(in), "column", kind, in, accdt, C,
+  return single_reduce(std::string("k_col_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Column, kind, in, accdt, C,
                        R, cell(0, in));
 }
 
@@ -186,7 +186,7 @@ TEST(LlvmColumns, MultiDimOuterAndReduceDomains) {
   const int64_t A = 5, B = 7, C = 19;
   auto x = rand_values(A * B * C, 41, 0.5, 1.5);
   {
-    Kernel k = outer2d("k_sum_axis1", "column", DType::F32, A, C);
+    Kernel k = outer2d("k_sum_axis1", ir::KernelKind::Column, DType::F32, A, C);
     k.reduce = {B};
     auto idx = iadd(imul(iadd(imul(var(Space::Outer, 0), iconst(B)), var(Space::Reduce, 0)), param(1)), var(Space::Outer, 1));
     k.accs = {{AccKind::Sum, DType::F32, load(0, DType::F32, idx)}};
@@ -200,7 +200,7 @@ TEST(LlvmColumns, MultiDimOuterAndReduceDomains) {
   {
     Kernel k;
     k.name = "k_wsum_axes01";
-    k.kind = "column";
+    k.kind = ir::KernelKind::Column;
     k.buffers = {{"in0", DType::F32, false}, {"in1", DType::F32, false}, {"in2", DType::F32, false}, {"out0", DType::F32, true}};
     k.params = {{"outer0", C}};
     k.outer = {param(0)};
@@ -289,7 +289,7 @@ std::vector<int64_t> column_tiles(const std::vector<Tensor>& ys) {
   auto plan = detail::make_plan(roots, /*compile=*/false);
   std::vector<int64_t> tiles;
   for (const auto& pk : plan->kernels)
-    if (pk.lowered.kernel.kind == "column") tiles.push_back(detail::llvmjit::plan_column_tile(pk.lowered.kernel));
+    if (pk.lowered.kernel.kind == ir::KernelKind::Column) tiles.push_back(detail::llvmjit::plan_column_tile(pk.lowered.kernel));
   EXPECT_FALSE(tiles.empty()) << "no column kernel";
   return tiles;
 }

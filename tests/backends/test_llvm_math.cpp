@@ -25,12 +25,13 @@ struct MathCase {
 long double ref_sigmoid(long double x) { return 1.0L / (1.0L + expl(-x)); }
 
 // Bounds (README "LLVM backend"): 1.5 ULP for the SLEEF u10 functions (documented <= 1.0; we
-// measured up to 1.09 at tiny erf arguments), sigmoid computed in f64 with exp(-|x|).
+// measured up to 1.09 at tiny erf arguments); sigmoid is lib/ir/decompose.hpp's form in the
+// kernel's dtype (exp, a reciprocal and a product: 2.46 / 2.33 ulp measured on AVX2).
 const MathCase kCases[] = {
     {Op::Exp, expl, -104, 89, 1.5, 1.5},       {Op::Exp2, exp2l, -150, 128, 1.5, 1.5},
     {Op::Expm1, expm1l, -20, 89, 1.5, 1.5},    {Op::Log, logl, 0, 100, 1.5, 1.5},
     {Op::Log2, log2l, 0, 100, 1.5, 1.5},       {Op::Log1p, log1pl, -1, 100, 1.5, 1.5},
-    {Op::Tanh, tanhl, -10, 10, 1.5, 1.5},      {Op::Sigmoid, ref_sigmoid, -100, 40, 1.0, 2.5},
+    {Op::Tanh, tanhl, -10, 10, 1.5, 1.5},      {Op::Sigmoid, ref_sigmoid, -100, 40, 3.0, 3.0},
     {Op::Erf, erfl, -6, 6, 1.5, 1.5},          {Op::Sin, sinl, -1e4, 1e4, 1.5, 1.5},
     {Op::Cos, cosl, -1e4, 1e4, 1.5, 1.5},
 };

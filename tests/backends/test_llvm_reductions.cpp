@@ -21,7 +21,7 @@ ExprRef row_elem(int buf, DType dt, int64_t C) {
 Kernel softmax_kernel(DType dt, int64_t R, int64_t C) {
   Kernel k;
   k.name = std::string("k_softmax_") + dtype_name(dt);
-  k.kind = "row";
+  k.kind = ir::KernelKind::Row;
   k.buffers = {{"in0", dt, false}, {"out0", dt, true}};
   k.params = {{"outer0", R}};
   k.outer = {param(0)};
@@ -40,7 +40,7 @@ Kernel softmax_kernel(DType dt, int64_t R, int64_t C) {
 
 // out[o] = reduce(value(x[o, :])) for a row reduction of kind `kind`.
 Kernel row_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
-  return single_reduce(std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in), "row", kind, in, accdt, R, C,
+  return single_reduce(std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Row, kind, in, accdt, R, C,
                        row_elem(0, in, C));
 }
 
@@ -48,7 +48,7 @@ Kernel row_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
 Kernel global_reduce(AccKind kind, DType dt, int64_t n) {
   Kernel k;
   k.name = std::string("k_global_") + acc_kind_name(kind) + "_" + dtype_name(dt);
-  k.kind = "global";
+  k.kind = ir::KernelKind::Global;
   k.buffers = {{"in0", dt, false}, {"out0", dt, true}};
   k.reduce = {n};
   k.accs = {{kind, dt, load(0, dt, var(Space::Reduce, 0))}};
@@ -114,7 +114,7 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
   for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 1}, {100, 1}, {257, 33}}) {
     Kernel k;  // column sum: out[c] = sum_r x[r, c]
     k.name = "k_colsum";
-    k.kind = "column";
+    k.kind = ir::KernelKind::Column;
     k.buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
     k.params = {{"outer0", C}};
     k.outer = {param(0)};
@@ -129,7 +129,7 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
   }
   // mean over the last three dims of [A, B, 4, 5, 6] with a 2-D outer domain
   const int64_t A = 3, B = 7;
-  Kernel k = outer2d("k_mean3", "row", DType::F64, A, B);
+  Kernel k = outer2d("k_mean3", ir::KernelKind::Row, DType::F64, A, B);
   k.reduce = {4, 5, 6};
   auto point = iadd(imul(iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)), iconst(120)),
                     iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(5)), var(Space::Reduce, 1)), iconst(6)), var(Space::Reduce, 2)));
@@ -213,7 +213,7 @@ TEST(LlvmReduce, DeterministicAcrossChunkings) {
     auto ck = compile_with(*llvm_backend(), k);
     std::vector<size_t> sizes;
     for (const auto& b : k.buffers)
-      if (b.output) sizes.push_back(k.kind == "global" ? 1 : static_cast<size_t>(k.params[0].value * k.reduce_numel()));
+      if (b.output) sizes.push_back(k.kind == ir::KernelKind::Global ? 1 : static_cast<size_t>(k.params[0].value * k.reduce_numel()));
     auto base = run_on(*ck, k, in, sizes);
     for (int64_t chunk : {1, 7, 64}) {
       ChunkScope cs(chunk);
@@ -226,8 +226,8 @@ TEST(LlvmReduce, ObjectRoundTrip) {
   KFUSE_REQUIRE_LLVM();
   auto be = llvm_backend();
   for (Kernel k : {softmax_kernel(DType::F32, 16, 100), global_reduce(AccKind::Sum, DType::F64, 100000)}) {
-    auto in = std::vector<Buf>{Buf::from(k.buffers[0].dtype, rand_values(1600 + (k.kind == "global") * 98400, 5, -3, 3))};
-    std::vector<size_t> sizes = {k.kind == "global" ? 1u : 1600u};
+    auto in = std::vector<Buf>{Buf::from(k.buffers[0].dtype, rand_values(1600 + (k.kind == ir::KernelKind::Global) * 98400, 5, -3, 3))};
+    std::vector<size_t> sizes = {k.kind == ir::KernelKind::Global ? 1u : 1600u};
     auto ck = compile_with(*be, k);
     EXPECT_EQ(ck->backend, "llvm");
     EXPECT_EQ(ck->source_kind, "llvm-ir");

@@ -35,16 +35,16 @@ double bound(int64_t n) {
 
 // out[o] = sum_r in[o * C + r] (row) or sum_r in[r * C + o] (column) over an [R, C] input with
 // C = kept points; global: out[0] = sum_r in[r].
-Kernel sum_kernel(const std::string& kind, int64_t kept, int64_t n) {
+Kernel sum_kernel(ir::KernelKind kind, int64_t kept, int64_t n) {
   Kernel k;
-  k.name = "k_sum_" + kind;
+  k.name = std::string("k_sum_") + ir::kernel_kind_name(kind);
   k.kind = kind;
   k.buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
   ExprRef index = var(Space::Reduce, 0);
-  if (kind != "global") {
+  if (kind != ir::KernelKind::Global) {
     k.params = {{"outer0", kept}};
     k.outer = {param(0)};
-    index = kind == "row" ? iadd(imul(var(Space::Outer, 0), iconst(n)), var(Space::Reduce, 0))
+    index = kind == ir::KernelKind::Row ? iadd(imul(var(Space::Outer, 0), iconst(n)), var(Space::Reduce, 0))
                           : iadd(imul(var(Space::Reduce, 0), iconst(kept)), var(Space::Outer, 0));
   }
   k.reduce = {n};
@@ -52,7 +52,7 @@ Kernel sum_kernel(const std::string& kind, int64_t kept, int64_t n) {
   Phase p0, p1;
   p0.over_reduce = true;
   p0.accs = {0};
-  p1.stores = {{1, kind == "global" ? iconst(0) : var(Space::Outer, 0), acc(0, DType::F32)}};
+  p1.stores = {{1, kind == ir::KernelKind::Global ? iconst(0) : var(Space::Outer, 0), acc(0, DType::F32)}};
   k.phases = {p0, p1};
   return k;
 }
@@ -68,11 +68,11 @@ std::vector<float> run_host(detail::CompiledKernel& ck, const Kernel& k, const s
 }
 
 // The kernels of `kinds` on `be`: 0.1f sums within the bound, and (CPU) one thread vs all.
-void check_backend(detail::Backend& be, const std::vector<std::string>& kinds, const Runner& run, bool host) {
+void check_backend(detail::Backend& be, const std::vector<ir::KernelKind>& kinds, const Runner& run, bool host) {
   const int64_t kept = 2;
-  for (const std::string& kind : kinds) {
-    SCOPED_TRACE(be.name() + " " + kind);
-    const int64_t points = kind == "global" ? 1 : kept;
+  for (ir::KernelKind kind : kinds) {
+    SCOPED_TRACE(be.name() + " " + ir::kernel_kind_name(kind));
+    const int64_t points = kind == ir::KernelKind::Global ? 1 : kept;
     Kernel k = sum_kernel(kind, kept, kN);
     auto c = be.compile(k);
     ASSERT_TRUE(c.kernel) << c.declined;
@@ -100,14 +100,14 @@ void check_backend(detail::Backend& be, const std::vector<std::string>& kinds, c
 TEST(SumAccuracy, Xbyak) {
   for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2}) {
     if (!detail::xb::cpu_supports(isa)) continue;
-    check_backend(*detail::xb::make_backend(isa), {"row", "global"}, run_host, true);
+    check_backend(*detail::xb::make_backend(isa), {ir::KernelKind::Row, ir::KernelKind::Global}, run_host, true);
   }
 }
 
 TEST(SumAccuracy, Llvm) {
   auto be = detail::find_backend("llvm");
   if (!be) GTEST_SKIP() << "LLVM backend not built in";
-  check_backend(*be, {"row", "column", "global"}, run_host, true);
+  check_backend(*be, {ir::KernelKind::Row, ir::KernelKind::Column, ir::KernelKind::Global}, run_host, true);
 }
 
 #ifdef KFUSE_HAVE_OPENCL
@@ -124,7 +124,7 @@ TEST(SumAccuracy, OpenCL) {
     detail::opencl_copy_to_host(*dout, out.data());
     return out;
   };
-  check_backend(*be, {"row", "column", "global"}, run_device, false);
+  check_backend(*be, {ir::KernelKind::Row, ir::KernelKind::Column, ir::KernelKind::Global}, run_device, false);
 }
 #endif
 

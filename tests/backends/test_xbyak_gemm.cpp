@@ -54,7 +54,7 @@ int64_t operand_size(const Spec& s, const std::vector<bool>& bc, int64_t mat) {
 // Builds the contraction. Buffers: in0 A, in1 B, in2 bias_n [N], in3 bias_m [M], in4 res [batch, M, N], outputs.
 Kernel build(const Spec& s) {
   const int nb = static_cast<int>(s.batch.size());
-  Kernel k = skeleton("k_gemm", "contraction", 5, 1 + s.extra_outputs);
+  Kernel k = skeleton("k_gemm", ir::KernelKind::Contraction, 5, 1 + s.extra_outputs);
   for (int d = 0; d < nb; ++d) {
     k.params.push_back({"outer" + std::to_string(d), s.batch[d]});
     k.outer.push_back(param(d));

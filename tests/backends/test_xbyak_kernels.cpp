@@ -158,7 +158,7 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
     }
     // 2-D broadcast: out[o0, o1] = x[o0*$1 + o1] * w[o1] + s[o0]
     for (auto [R, C] : {std::pair<int64_t, int64_t>{3, 1}, {5, 7}, {4, 16}, {33, 17}, {2, 1000}, {1000, 3}}) {
-      Kernel k = skeleton("k_bcast", "pointwise", 3);
+      Kernel k = skeleton("k_bcast", ir::KernelKind::Pointwise, 3);
       k.params = {{"outer0", R}, {"outer1", C}};
       k.outer = {param(0), param(1)};
       ExprRef o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1);
@@ -172,7 +172,7 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
     }
     // scalar kernel (empty outer domain)
     {
-      Kernel k = skeleton("k_scalar", "pointwise", 1);
+      Kernel k = skeleton("k_scalar", ir::KernelKind::Pointwise, 1);
       Phase ph;
       ph.stores.push_back({1, iconst(0), un(Op::Exp, load(0, DType::F32, iconst(0)))});
       k.phases.push_back(ph);
@@ -268,7 +268,7 @@ TEST(XbyakKernels, DeclinesWithReasons) {
   auto be = detail::xb::make_backend(Isa::Avx2);
   ASSERT_TRUE(be);
   // strided load
-  Kernel k = skeleton("k_strided", "pointwise", 1);
+  Kernel k = skeleton("k_strided", ir::KernelKind::Pointwise, 1);
   k.params.push_back({"outer0", 10});
   k.outer.push_back(param(0));
   Phase ph;
@@ -525,7 +525,7 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
                       {softmax(683, 6144, true), 683 * 6144, rows_oracle(683, 6144, true)},
                       {softmax(683, 6149, false), 683 * 6149, rows_oracle(683, 6149, false)}};
   for (const auto& [k, count, oracle] : ks) {
-    const bool two = k.kind == "pointwise";
+    const bool two = k.kind == ir::KernelKind::Pointwise;
     std::vector<float> expect(static_cast<size_t>(count));
     oracle(expect);
     for (Isa isa : isas()) {

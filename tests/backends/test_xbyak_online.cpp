@@ -255,7 +255,7 @@ TEST(XbyakOnline, PipelinedRowsTwoOuterDims) {
     auto be = detail::xb::make_backend(isa);
     for (int64_t C : {int64_t{37}, kOnlineMinReduce + 3}) {
       const int64_t A = 3, B = 5;
-      Kernel k = skeleton("k_log_softmax_2d", "row", 1);
+      Kernel k = skeleton("k_log_softmax_2d", ir::KernelKind::Row, 1);
       k.params = {{"outer0", A}, {"outer1", B}};
       k.outer = {param(0), param(1)};
       k.reduce = {C};

@@ -32,7 +32,7 @@ inline ExprRef un(Op o, ExprRef a) { return op(o, DType::F32, {std::move(a)}); }
 inline ExprRef bin(Op o, ExprRef a, ExprRef b) { return op(o, DType::F32, {std::move(a), std::move(b)}); }
 
 /// Kernel skeleton: `nin` f32 inputs, one f32 output.
-inline Kernel skeleton(const std::string& name, const std::string& kind, int nin, int nout = 1) {
+inline Kernel skeleton(const std::string& name, ir::KernelKind kind, int nin, int nout = 1) {
   Kernel k;
   k.name = name;
   k.kind = kind;
@@ -43,7 +43,7 @@ inline Kernel skeleton(const std::string& name, const std::string& kind, int nin
 
 /// Pointwise over a flat 1-D outer domain [n]: out0[o0] = f(in0[o0], in1[o0], ...).
 inline Kernel pointwise(int nin, const std::function<ExprRef(const std::vector<ExprRef>&)>& f, int64_t n) {
-  Kernel k = skeleton("k_pw", "pointwise", nin);
+  Kernel k = skeleton("k_pw", ir::KernelKind::Pointwise, nin);
   k.params.push_back({"outer0", n});
   k.outer.push_back(param(0));
   std::vector<ExprRef> in;
@@ -61,7 +61,7 @@ inline ExprRef row_x(int64_t C) {
 inline ExprRef row_index(int64_t C) { return iadd(imul(var(Space::Outer, 0), iconst(C)), var(Space::Reduce, 0)); }
 
 inline Kernel row_base(const std::string& name, int nin, int64_t R, int64_t C) {
-  Kernel k = skeleton(name, "row", nin);
+  Kernel k = skeleton(name, ir::KernelKind::Row, nin);
   k.params.push_back({"outer0", R});
   k.outer.push_back(param(0));
   k.reduce.push_back(C);
@@ -127,7 +127,7 @@ inline Kernel rms_norm(int64_t R, int64_t C) {
 
 /// Global reduction of in0[0..n): out0[0] = acc (kind), plus mean-like scaling for Sum.
 inline Kernel global_reduce(AccKind kind, int64_t n) {
-  Kernel k = skeleton("k_global", "global", 1);
+  Kernel k = skeleton("k_global", ir::KernelKind::Global, 1);
   k.reduce.push_back(n);
   k.accs.push_back({kind, DType::F32, load(0, DType::F32, var(Space::Reduce, 0))});
   k.phases.push_back(reduce_phase({0}));

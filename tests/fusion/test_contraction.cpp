@@ -228,7 +228,7 @@ TEST(ContractionIr, BatchedTransposedMatmulHasTheContractForm) {
   auto lk = lower_only_group(y);
   const ir::Kernel& k = lk.kernel;
   SCOPED_TRACE(ir::print_kernel(k));
-  EXPECT_EQ(k.kind, "contraction");
+  EXPECT_EQ(k.kind, ir::KernelKind::Contraction);
   ASSERT_EQ(k.outer.size(), 3u);
   EXPECT_EQ(k.reduce, std::vector<int64_t>{7});
   ASSERT_EQ(k.accs.size(), 1u);

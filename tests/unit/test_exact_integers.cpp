@@ -77,7 +77,7 @@ std::vector<int64_t> run_pointwise(Op op, DType out_dt, const std::vector<int64_
   using namespace ir;
   Kernel k;
   k.name = "k_test";
-  k.kind = "pointwise";
+  k.kind = ir::KernelKind::Pointwise;
   k.buffers = {{"in0", DType::I64, false}, {"in1", DType::I64, false}, {"out0", out_dt, true}};
   k.params = {{"outer0", static_cast<int64_t>(x.size())}};
   k.outer = {param(0)};
@@ -107,7 +107,7 @@ int64_t run_fold(ir::AccKind kind, const std::vector<int64_t>& x) {
   using namespace ir;
   Kernel k;
   k.name = "k_test";
-  k.kind = "global";
+  k.kind = ir::KernelKind::Global;
   k.buffers = {{"in0", DType::I64, false}, {"out0", DType::I64, true}};
   k.outer = {iconst(1)};
   k.reduce = {static_cast<int64_t>(x.size())};

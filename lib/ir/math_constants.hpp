@@ -1,9 +1,9 @@
-// Polynomial and range-reduction constants of the f32 vector math used by the JIT backends.
+// Polynomial and range-reduction constants of the f32 math that kfuse defines itself.
 //
-// THE single source of these numbers: every backend that inlines exp/log/tanh/sigmoid/erf/gelu
-// (xbyak today; LLVM, OpenCL and CUDA code generators should include this header rather than
-// repeat the literals) takes them from here, so that all backends round the same way and the
-// documented ULP bounds (README "xbyak backend") hold for each of them.
+// THE single source of these numbers: the composite ops' decomposition (decompose.cpp: sigmoid,
+// silu, gelu in both forms, which every backend runs or mirrors) and the xbyak injectors (exp,
+// log, tanh, erf, and their fused forms of the composites) take them from here, so that the
+// backends compute the same functions; tests/backends/test_ulp_table.cpp measures each backend.
 //
 // Provenance: exp's range reduction and log follow the classic Cephes single-precision code
 // (expf, logf); the exp polynomial and the tanh rational are our own fits (scripts/fit_math.py,
@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-namespace kfuse::jit::mathc {
+namespace kfuse::ir::mathc {
 
 // ---- exp(x) = 2^n * P(r), n = round(x*log2e), r = x - n*ln2 (two-part ln2, Cody-Waite) ----
 // Inputs are clamped to [kExpLo, kExpHi] (NaN kept); 2^n is applied as 2^(n>>1) * 2^(n-(n>>1))
@@ -79,9 +79,12 @@ inline constexpr float kErfcC[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1
 inline constexpr float kExpm1MinusOne = -18.0f;
 
 // ---- gelu ----
-inline constexpr float kSqrtHalfF = 0.70710678118654752f;   // gelu(erf form) = x * erfc(-x/sqrt2) / 2
-inline constexpr float kGeluTanhK = 0.7978845608028654f;     // sqrt(2/pi)
-inline constexpr float kGeluTanhC = 0.044715f;
+inline constexpr double kSqrtHalfD = 0.7071067811865476;    // gelu(erf form) = x * erfc(-x/sqrt2) / 2
+inline constexpr double kGeluTanhKD = 0.7978845608028654;   // sqrt(2/pi)
+inline constexpr double kGeluTanhCD = 0.044715;
+inline constexpr float kSqrtHalfF = static_cast<float>(kSqrtHalfD);
+inline constexpr float kGeluTanhK = static_cast<float>(kGeluTanhKD);
+inline constexpr float kGeluTanhC = static_cast<float>(kGeluTanhCD);
 // gelu(tanh form) = x * sigmoid(2k (x + c x^3)), identical to 0.5 x (1 + tanh(k (x + c x^3))).
 
-}  // namespace kfuse::jit::mathc
+}  // namespace kfuse::ir::mathc

@@ -1,0 +1,120 @@
+// Structural analyses of kernel-IR expressions (see expr_util.hpp).
+#include "expr_util.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace kfuse::ir {
+
+namespace {
+bool same_const(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+size_t mix(size_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xff51afd7ed558ccdULL; }
+}  // namespace
+
+bool same_expr(const Expr* a, const Expr* b) {
+  if (a == b) return true;
+  if (a->kind != b->kind || a->dtype != b->dtype || a->args.size() != b->args.size()) return false;
+  switch (a->kind) {
+    case ExprKind::Const:
+      if (!same_const(a->value, b->value)) return false;
+      break;
+    case ExprKind::Var:
+      if (a->space != b->space || a->index != b->index) return false;
+      break;
+    case ExprKind::Op:
+      if (a->op != b->op) return false;
+      break;
+    case ExprKind::Param:
+    case ExprKind::Load:
+    case ExprKind::Acc:
+      if (a->index != b->index) return false;
+      break;
+    case ExprKind::IDiv:
+    case ExprKind::IMod:
+    case ExprKind::Rand: break;
+  }
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!same_expr(a->args[i].get(), b->args[i].get())) return false;
+  return true;
+}
+
+size_t expr_hash(const Expr* e) {
+  size_t h = mix(static_cast<size_t>(e->kind), static_cast<uint64_t>(e->dtype));
+  switch (e->kind) {
+    case ExprKind::Const: {
+      double v = std::isnan(e->value) ? NAN : e->value;  // every NaN alike, as same_expr
+      uint64_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      h = mix(h, bits);
+      break;
+    }
+    case ExprKind::Var: h = mix(mix(h, static_cast<uint64_t>(e->space)), static_cast<uint64_t>(e->index)); break;
+    case ExprKind::Op: h = mix(h, static_cast<uint64_t>(e->op)); break;
+    case ExprKind::Param:
+    case ExprKind::Load:
+    case ExprKind::Acc: h = mix(h, static_cast<uint64_t>(e->index)); break;
+    default: break;
+  }
+  for (const auto& a : e->args) h = mix(h, expr_hash(a.get()));
+  return h;
+}
+
+bool depends_on(const Expr* e, Space s, int dim) {
+  if (e->kind == ExprKind::Var) return e->space == s && e->index == dim;
+  for (const auto& a : e->args)
+    if (depends_on(a.get(), s, dim)) return true;
+  return false;
+}
+
+bool contains(const Expr* e, ExprKind k) {
+  if (e->kind == k) return true;
+  for (const auto& a : e->args)
+    if (contains(a.get(), k)) return true;
+  return false;
+}
+
+std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim) {
+  if (!depends_on(e.get(), s, dim)) return AffineSplit{e, 0};
+  if (e->kind == ExprKind::Var) return AffineSplit{nullptr, 1};
+  if (e->kind != ExprKind::Op || e->dtype != DType::I64) return std::nullopt;
+  if (e->op == Op::Add || e->op == Op::Sub) {
+    auto a = affine_split(e->args[0], s, dim), b = affine_split(e->args[1], s, dim);
+    if (!a || !b) return std::nullopt;
+    if (e->op == Op::Add)
+      return AffineSplit{a->base && b->base ? iadd(a->base, b->base) : (a->base ? a->base : b->base), a->step + b->step};
+    return AffineSplit{b->base ? isub(a->base ? a->base : iconst(0), b->base) : a->base, a->step - b->step};
+  }
+  if (e->op == Op::Mul)
+    for (int side = 0; side < 2; ++side) {
+      const ExprRef& c = e->args[side];
+      if (c->kind != ExprKind::Const) continue;
+      auto o = affine_split(e->args[1 - side], s, dim);
+      if (!o) return std::nullopt;
+      return AffineSplit{o->base ? imul(o->base, c) : nullptr, o->step * static_cast<int64_t>(c->value)};
+    }
+  return std::nullopt;
+}
+
+std::optional<int64_t> affine_step(const Expr* e, Space s, int dim) {
+  if (!depends_on(e, s, dim)) return 0;
+  if (e->kind == ExprKind::Var) return 1;
+  if (e->kind != ExprKind::Op || e->dtype != DType::I64) return std::nullopt;
+  if (e->op == Op::Add || e->op == Op::Sub) {
+    auto a = affine_step(e->args[0].get(), s, dim), b = affine_step(e->args[1].get(), s, dim);
+    if (!a || !b) return std::nullopt;
+    return e->op == Op::Add ? *a + *b : *a - *b;
+  }
+  if (e->op == Op::Mul)
+    for (int side = 0; side < 2; ++side)
+      if (e->args[side]->kind == ExprKind::Const) {
+        auto o = affine_step(e->args[1 - side].get(), s, dim);
+        if (!o) return std::nullopt;
+        return *o * static_cast<int64_t>(e->args[side]->value);
+      }
+  return std::nullopt;
+}
+
+}  // namespace kfuse::ir

@@ -1,0 +1,43 @@
+// Structural analyses of kernel-IR expressions that several backends need: identity (hash and
+// equality), dependence on a loop variable, and the affine step along one. One definition each,
+// so that the backends agree on which indices are contiguous and which bases are the same.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "kernel.hpp"
+
+namespace kfuse::ir {
+
+/// Structural equality: same kinds, dtypes, ops, ids and args; constants compare by value with
+/// NaN equal to NaN and +0 distinct from -0 (x + -0 and x + 0 differ at x = -0).
+bool same_expr(const Expr* a, const Expr* b);
+/// A hash consistent with same_expr (structurally equal expressions hash alike).
+size_t expr_hash(const Expr* e);
+
+/// Hash and equality functors for unordered containers keyed by expression structure.
+struct ExprStructHash {
+  size_t operator()(const ExprRef& e) const { return expr_hash(e.get()); }
+};
+struct ExprStructEq {
+  bool operator()(const ExprRef& a, const ExprRef& b) const { return same_expr(a.get(), b.get()); }
+};
+
+/// Whether `e` reads Var(s, dim) anywhere.
+bool depends_on(const Expr* e, Space s, int dim);
+/// Whether `e` has a subexpression of kind `k` (e.g. a Load or an Acc inside an index).
+bool contains(const Expr* e, ExprKind k);
+
+/// e == base + step * Var(s, dim), step a compile-time constant, found through + - and
+/// multiplication by a Const; base (null for 0) does not mention the variable. nullopt when e is
+/// not of that form (the variable under idiv/imod, times a Param, inside a Load, ...).
+struct AffineSplit {
+  ExprRef base;
+  int64_t step = 0;
+};
+std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim);
+/// The step of affine_split without building the base.
+std::optional<int64_t> affine_step(const Expr* e, Space s, int dim);
+
+}  // namespace kfuse::ir

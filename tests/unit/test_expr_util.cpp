@@ -1,0 +1,60 @@
+// lib/ir/expr_util.hpp: the structural identity and index analyses the backends share.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include "ir/decompose.hpp"
+#include "ir/expr_util.hpp"
+
+namespace kfuse::ir {
+namespace {
+
+TEST(ExprUtil, StructuralEqualityAndHash) {
+  ExprRef x = load(0, DType::F32, var(Space::Outer, 0));
+  ExprRef a = op(Op::Add, DType::F32, {x, constant(0.0, DType::F32)});
+  ExprRef b = op(Op::Add, DType::F32, {load(0, DType::F32, var(Space::Outer, 0)), constant(0.0, DType::F32)});
+  EXPECT_TRUE(same_expr(a.get(), b.get()));
+  EXPECT_EQ(expr_hash(a.get()), expr_hash(b.get()));
+  // x + -0 is not x + 0 (they differ at x = -0): the old equality merged them.
+  ExprRef c = op(Op::Add, DType::F32, {x, constant(-0.0, DType::F32)});
+  EXPECT_FALSE(same_expr(a.get(), c.get()));
+  ExprRef n1 = constant(NAN, DType::F32), n2 = constant(-NAN, DType::F32);
+  EXPECT_TRUE(same_expr(n1.get(), n2.get()));
+  EXPECT_EQ(expr_hash(n1.get()), expr_hash(n2.get()));
+}
+
+TEST(ExprUtil, DependenceAndAffineStep) {
+  ExprRef o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1), r0 = var(Space::Reduce, 0);
+  // o0 * $0 + 3 * (o1 - r0): step 3 along o1, -3 along r0, not constant along o0 (times a param)
+  ExprRef e = iadd(imul(o0, param(0)), imul(iconst(3), isub(o1, r0)));
+  EXPECT_TRUE(depends_on(e.get(), Space::Outer, 1));
+  EXPECT_FALSE(depends_on(e.get(), Space::Outer, 2));
+  EXPECT_EQ(affine_step(e.get(), Space::Outer, 1), std::optional<int64_t>(3));
+  EXPECT_EQ(affine_step(e.get(), Space::Reduce, 0), std::optional<int64_t>(-3));
+  EXPECT_EQ(affine_step(e.get(), Space::Outer, 0), std::nullopt);
+  EXPECT_EQ(affine_step(idiv(o1, iconst(2)).get(), Space::Outer, 1), std::nullopt);
+  auto s = affine_split(e, Space::Outer, 1);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->step, 3);
+  EXPECT_FALSE(depends_on(s->base.get(), Space::Outer, 1));
+  EXPECT_EQ(print_expr(s->base), "(add.i64 (mul.i64 o0 $0) (mul.i64 (sub.i64 0 r0) 3))");
+  EXPECT_TRUE(contains(load(2, DType::I64, o0).get(), ExprKind::Load));
+}
+
+TEST(ExprUtil, DecomposeLeavesNoComposite) {
+  for (Op o : {Op::Sigmoid, Op::Silu, Op::GeluTanh, Op::GeluErf})
+    for (DType t : {DType::F32, DType::F64}) {
+      ExprRef e = decompose_op(o, load(0, t, var(Space::Outer, 0)));
+      std::function<void(const ExprRef&)> walk = [&](const ExprRef& x) {
+        EXPECT_FALSE(x->kind == ExprKind::Op && is_composite(x->op)) << op_name(o);
+        for (const auto& a : x->args) walk(a);
+      };
+      walk(e);
+      EXPECT_EQ(e->dtype, t);
+    }
+}
+
+}  // namespace
+}  // namespace kfuse::ir
