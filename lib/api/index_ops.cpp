@@ -37,8 +37,9 @@ Tensor record_gather(const Tensor& x, int64_t axis, const Tensor& index) {
   return record(Op::Gather, x.dtype(), index.shape(), {x, index}, Attrs{{axis}, {}});
 }
 
-// index_select with the ids check attributed to `use` (embedding reuses it).
-Tensor select_rows(const char* op, const Tensor& x, int64_t axis_in, const Tensor& index, IndexUse use) {
+// index_select with the ids check attributed to `use`; none when the caller checked the ids
+// before flattening them (a flattened view is not the computed tensor the record-time check needs).
+Tensor select_rows(const char* op, const Tensor& x, int64_t axis_in, const Tensor& index, std::optional<IndexUse> use) {
   require_defined(op, x);
   require_defined(op, index);
   common_device(op, {x, index});
@@ -46,7 +47,7 @@ Tensor select_rows(const char* op, const Tensor& x, int64_t axis_in, const Tenso
   if (index.ndim() != 1) throw UserError(describe_call(op, {x, index}) + ": the indices must be 1-D");
   if (x.ndim() == 0) throw UserError(describe_call(op, {x, index}) + ": the input needs at least one dimension");
   const int64_t axis = tensor_axis(op, x, axis_in);
-  Tensor idx = checked(index, x.shape()[axis], use);
+  Tensor idx = use ? checked(index, x.shape()[axis], *use) : index;
   Shape col(x.shape().size(), 1), out = x.shape();
   col[axis] = out[axis] = index.numel();
   return record_gather(x, axis, idx.reshape(col).expand(out));
@@ -94,7 +95,8 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   require_index_dtype("embedding", "ids", ids, {table, ids});
   Shape out = ids.shape();
   out.push_back(table.shape()[1]);
-  return select_rows("embedding", table, 0, ids.reshape({ids.numel()}), IndexUse::Embedding).reshape(out);
+  Tensor ok = checked(ids, table.shape()[0], IndexUse::Embedding);
+  return select_rows("embedding", table, 0, ok.reshape({ids.numel()}), std::nullopt).reshape(out);
 }
 
 Tensor embedding_bag(const Tensor& table, const Tensor& ids, const Tensor& offsets, BagMode mode,
@@ -140,7 +142,8 @@ Tensor embedding_bag(const Tensor& table, const Tensor& ids, const Tensor& offse
   const int64_t N = ids.numel(), B = fixed ? ids.shape()[0] : offsets.numel();
   Shape row_col = fixed ? Shape{B, ids.shape()[1], 1} : Shape{N, 1};  // one value per id, broadcast over D
   Shape rows_shape = fixed ? Shape{B, ids.shape()[1], D} : Shape{N, D};
-  Tensor v = select_rows(op, table, 0, ids.reshape({N}), IndexUse::EmbeddingBag).reshape(rows_shape);
+  Tensor ok = checked(ids, R, IndexUse::EmbeddingBag);
+  Tensor v = select_rows(op, table, 0, ok.reshape({N}), std::nullopt).reshape(rows_shape);
   v = cast_if_needed(v, dt);
   if (per_sample_weights.defined()) v = v * cast_if_needed(per_sample_weights, dt).reshape(row_col);
   Tensor keep;  // ids that count (padding_idx skipped)
