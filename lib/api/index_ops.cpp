@@ -169,7 +169,9 @@ Tensor embedding_bag(const Tensor& table, const Tensor& ids, const Tensor& offse
   };
   Tensor r = segment(sum_like ? Op::SegmentSum : Op::SegmentMax, v);
   if (mode == BagMode::Sum) return r;
-  Tensor count = pad ? segment(Op::SegmentSum, keep.cast(cdt)) : (ends - starts).cast(cdt).reshape({B, 1});
+  // The id count of each bag, as a fold over the same bags: ends - starts would need the bag
+  // bounds outside the bag kernel (a second kernel).
+  Tensor count = segment(Op::SegmentSum, pad ? keep.cast(cdt) : make_const(1, cdt, {N, D}, table.device()));
   if (mode == BagMode::Mean) return r / maximum(count, 1.0);
   return where(count > 0.0, r, make_const(0, dt, {}, table.device()));
 }
