@@ -130,6 +130,7 @@ class Partitioner {
         if (!why.empty()) reasons_[{n, c}] = why;
       }
     }
+    join_producers_into_merged_consumers();
     Partition p = build();
     p.pattern_attempts = std::move(attempts_);
     return p;
@@ -172,6 +173,34 @@ class Partitioner {
     if (set_pattern_[a] == "lattice") set_pattern_[a] = set_pattern_[b];  // a pattern's group keeps its name
     for (const Node* n : sets_[a]) group_[pos(n)] = a;
     return {};
+  }
+
+  // The greedy pass tries a producer against each consumer group alone, before the consumers
+  // merge with each other: a value read by two consumers could join neither (its value was still
+  // needed outside the union; rule 5). When the consumers end up in ONE group, the producer may
+  // fit it now. Why this matters: embedding_bag's padding mask (and its bag bounds) feed both
+  // the value fold and the count fold of the same bags, which only merge through their epilogue;
+  // without this the mask would be a kernel writing an [ids, dim] temporary. Repeated until
+  // nothing merges, since a merge can unite the consumers of an earlier producer.
+  void join_producers_into_merged_consumers() {
+    for (bool merged = true; merged;) {
+      merged = false;
+      std::unordered_set<int> tried;
+      for (const Node* n : topo_) {
+        if (!fusible(n)) continue;
+        const int a = find(group_of(n));
+        if (!tried.insert(a).second || set_kernel_[a]) continue;
+        int target = -1;  // the single consumer group of a, or -2 when there are several / none fit
+        for (const Node* m : sets_[a])
+          for (const Node* c : consumers(m)) {
+            const int b = group_of(c) >= 0 ? find(group_of(c)) : -2;
+            if (b == a) continue;
+            target = !fusible(c) || (target >= 0 && target != b) ? -2 : (target == -1 ? b : target);
+          }
+        if (target < 0 || set_kernel_[target]) continue;
+        merged |= try_merge(target, a).empty();
+      }
+    }
   }
 
   // The pattern phase: candidates are the fusible nodes and opaque ones (a pattern with its own

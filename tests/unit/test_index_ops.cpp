@@ -61,7 +61,7 @@ TEST_P(IndexOpsOn, GatherAlongEachAxis) {
     Shape is = {4, 6, 2};
     is[axis] = 9;  // larger than x along the gather axis, smaller elsewhere
     const int64_t size = Shape{5, 7, 3}[axis];
-    auto iv = random_ints(static_cast<size_t>(count_of(is)), 10 + axis, 0, size);
+    auto iv = random_ints(static_cast<size_t>(count_of(is)), 10 + axis, 0, size - 1);
     std::vector<double> expected = generate(is, [&](const std::vector<int64_t>& i) {
       std::vector<int64_t> src = i;
       src[axis] = static_cast<int64_t>(iv[ravel(i, is)]);
@@ -213,19 +213,28 @@ TEST(IndexOpsFusion, DequantizedEmbeddingBagWithEpilogueIsOneKernel) {
   auto scale = random_values(R, 9, 0.01, 0.1), bias = random_values(R, 10, -1, 1);
   Tensor table = make_tensor(q, {R, D}, DType::U8).cast(DType::F32) * make_tensor(scale, {R}).reshape({R, 1}) +
                  make_tensor(bias, {R}).reshape({R, 1});
-  Tensor ids = make_tensor(random_ints(N, 11, 0, R), {N}, DType::I64);
+  auto idv = random_ints(N, 11, 0, R - 1);
+  Tensor ids = make_tensor(idv, {N}, DType::I64);
   Tensor offsets = make_tensor({0, 5, 5, 12, 20, 33, 39}, {B}, DType::I64);
+  Tensor psw = make_tensor(random_values(N, 15, 0.5, 1.5), {N});
   Tensor w = make_tensor(random_values(D, 12), {D}), b = make_tensor(random_values(D, 13), {D});
-  for (BagMode mode : {BagMode::Sum, BagMode::Mean, BagMode::Max}) {
-    Tensor y = relu(embedding_bag(table, ids, offsets, mode, {}, mode == BagMode::Mean ? std::optional<int64_t>(3) : std::nullopt) * w + b);
-    Explanation ex = explain(y);
-    EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
-    EXPECT_NE(ex.text().find("segment"), std::string::npos) << ex.text();
-    EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5)) << ex.text();
-  }
+  const auto pad = static_cast<int64_t>(idv[7]);  // an id that occurs
+  // Every mode with and without padding_idx (Sum also with per-sample weights): the padding mask
+  // and the bag bounds feed both the value fold and the id count, yet all stay in the one kernel.
+  for (BagMode mode : {BagMode::Sum, BagMode::Mean, BagMode::Max})
+    for (std::optional<int64_t> p : {std::optional<int64_t>{}, std::optional<int64_t>{pad}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + (p ? " pad" : ""));
+      Tensor y = relu(embedding_bag(table, ids, offsets, mode, mode == BagMode::Sum ? psw : Tensor(), p) * w + b);
+      Explanation ex = explain(y);
+      EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
+      EXPECT_NE(ex.text().find("[segment]"), std::string::npos) << ex.text();
+      EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5)) << ex.text();
+    }
   // fixed-size bags and plain embeddings fuse the same way
-  Tensor ids2 = make_tensor(random_ints(N, 14, 0, R), {5, 8}, DType::I32);
-  for (const Tensor& y : {relu(embedding_bag(table, ids2, {}, BagMode::Sum) * w + b), relu(embedding(table, ids2) * w)}) {
+  Tensor ids2 = make_tensor(random_ints(N, 14, 0, R - 1), {5, 8}, DType::I32);
+  for (const Tensor& y : {relu(embedding_bag(table, ids2, {}, BagMode::Sum) * w + b),
+                          relu(embedding_bag(table, ids2, {}, BagMode::Mean, {}, pad) * w + b),
+                          relu(embedding(table, ids2) * w)}) {
     Explanation ex = explain(y);
     EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
     EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5)) << ex.text();
