@@ -38,6 +38,8 @@
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
 // refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel
 // are closed to the lattice.
+// After the greedy pass, a group whose consumers all ended up in ONE other group is tried against
+// that group again (join_producers_into_merged_consumers: the greedy pass saw them apart).
 // The greedy order is deterministic (topological order, consumers in topological order), so the
 // same graph always gets the same plan.
 #include "partition.hpp"
