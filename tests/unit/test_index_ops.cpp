@@ -125,7 +125,8 @@ TEST_P(IndexOpsOn, EmbeddingBagWithOffsets) {
   auto psw_s = stored_values(psw, DType::F32);
   for (DType vt : kValueDtypes) {
     Tensor table = make_tensor(tv, {R, D}, vt);
-    for (DType it : {DType::I32, DType::I64})
+    // Both id dtypes with one value dtype (each combination is a compile: keeps the test cheap).
+    for (DType it : vt == DType::F32 ? std::vector<DType>{DType::I32, DType::I64} : std::vector<DType>{DType::I32})
       for (BagMode mode : {BagMode::Sum, BagMode::Mean, BagMode::Max})
         for (std::optional<int64_t> pad : {std::optional<int64_t>{}, std::optional<int64_t>{4}}) {
           SCOPED_TRACE(std::string(dtype_name(vt)) + " ids " + dtype_name(it) + " mode " +
