@@ -6,6 +6,7 @@
 #include "kfuse/dtype.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/explain.hpp"
+#include "kfuse/index_ops.hpp"
 #include "kfuse/node.hpp"
 #include "kfuse/op.hpp"
 #include "kfuse/shape.hpp"

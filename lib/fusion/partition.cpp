@@ -38,6 +38,8 @@
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
 // refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel
 // are closed to the lattice.
+// After the greedy pass, a group whose consumers all ended up in ONE other group is tried against
+// that group again (join_producers_into_merged_consumers: the greedy pass saw them apart).
 // The greedy order is deterministic (topological order, consumers in topological order), so the
 // same graph always gets the same plan.
 #include "partition.hpp"
@@ -130,6 +132,7 @@ class Partitioner {
         if (!why.empty()) reasons_[{n, c}] = why;
       }
     }
+    join_producers_into_merged_consumers();
     Partition p = build();
     p.pattern_attempts = std::move(attempts_);
     return p;
@@ -172,6 +175,34 @@ class Partitioner {
     if (set_pattern_[a] == "lattice") set_pattern_[a] = set_pattern_[b];  // a pattern's group keeps its name
     for (const Node* n : sets_[a]) group_[pos(n)] = a;
     return {};
+  }
+
+  // The greedy pass tries a producer against each consumer group alone, before the consumers
+  // merge with each other: a value read by two consumers could join neither (its value was still
+  // needed outside the union; rule 5). When the consumers end up in ONE group, the producer may
+  // fit it now. Why this matters: embedding_bag's padding mask (and its bag bounds) feed both
+  // the value fold and the count fold of the same bags, which only merge through their epilogue;
+  // without this the mask would be a kernel writing an [ids, dim] temporary. Repeated until
+  // nothing merges, since a merge can unite the consumers of an earlier producer.
+  void join_producers_into_merged_consumers() {
+    for (bool merged = true; merged;) {
+      merged = false;
+      std::unordered_set<int> tried;
+      for (const Node* n : topo_) {
+        if (!fusible(n)) continue;
+        const int a = find(group_of(n));
+        if (!tried.insert(a).second || set_kernel_[a]) continue;
+        int target = -1;  // the single consumer group of a, or -2 when there are several / none fit
+        for (const Node* m : sets_[a])
+          for (const Node* c : consumers(m)) {
+            const int b = group_of(c) >= 0 ? find(group_of(c)) : -2;
+            if (b == a) continue;
+            target = !fusible(c) || (target >= 0 && target != b) ? -2 : (target == -1 ? b : target);
+          }
+        if (target < 0 || set_kernel_[target]) continue;
+        merged |= try_merge(target, a).empty();
+      }
+    }
   }
 
   // The pattern phase: candidates are the fusible nodes and opaque ones (a pattern with its own
@@ -307,10 +338,16 @@ class Partitioner {
       if (!is_reduction(n->op)) continue;
       if (!first_red) {
         first_red = n;
-      } else if (n->inputs[0]->shape != first_red->inputs[0]->shape || n->attrs.ints != first_red->attrs.ints) {
+      } else if (reduce_full_shape(*n) != reduce_full_shape(*first_red) || n->attrs.ints != first_red->attrs.ints) {
         return "reduction domains differ: " + std::string(op_name(first_red->op)) + " over " +
-               shape_str(first_red->inputs[0]->shape) + " axes " + shape_str(first_red->attrs.ints) + " vs " +
-               op_name(n->op) + " over " + shape_str(n->inputs[0]->shape) + " axes " + shape_str(n->attrs.ints);
+               shape_str(reduce_full_shape(*first_red)) + " axes " + shape_str(first_red->attrs.ints) + " vs " +
+               op_name(n->op) + " over " + shape_str(reduce_full_shape(*n)) + " axes " + shape_str(n->attrs.ints);
+      } else if (is_segment_reduction(n->op) != is_segment_reduction(first_red->op) ||
+                 (is_segment_reduction(n->op) &&
+                  (n->inputs[1] != first_red->inputs[1] || n->inputs[2] != first_red->inputs[2]))) {
+        // A segment reduction's extent is data: only segment reductions over the same bags share it.
+        return "reduction domains differ: " + std::string(op_name(first_red->op)) + " and " + op_name(n->op) +
+               " do not iterate the same bags";
       }
     }
     const Node* contraction = nullptr;
@@ -327,7 +364,7 @@ class Partitioner {
     }
     Shape full, kept;
     if (first_red) {
-      full = first_red->inputs[0]->shape;
+      full = reduce_full_shape(*first_red);
       kept = first_red->shape;
     }
     // 4. values derived from reductions flow only through element-wise ops, broadcasts over the
@@ -364,6 +401,9 @@ class Partitioner {
         continue;
       }
       if (first_red) {
+        if (is_segment_reduction(first_red->op) && !same_squeezed(n->shape, kept))  // bags visit only their own ids
+          return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+                 " does not fit the per-bag shape " + shape_str(kept) + " of a segment reduction";
         if (n->shape != full && !same_squeezed(n->shape, kept))
           return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
                  " fits neither the reduction's full shape " + shape_str(full) + " nor its kept shape " +
@@ -590,8 +630,13 @@ Partition partition_graph(const std::vector<const Node*>& roots, const Partition
 
 ReduceSig reduce_signature(const FusionGroup& g) {
   for (const Node* n : g.nodes)
-    if (is_reduction(n->op)) return {n->inputs[0]->shape, n->attrs.ints};
+    if (is_reduction(n->op)) return {reduce_full_shape(*n), n->attrs.ints};
   return {};
+}
+
+Shape reduce_full_shape(const Node& n) {
+  if (is_segment_reduction(n.op)) return {n.shape[0], n.inputs[0]->shape[0], n.shape[2]};
+  return n.inputs[0]->shape;
 }
 
 bool same_squeezed(const Shape& a, const Shape& b) {
