@@ -1,5 +1,6 @@
 // Seeded random DAGs for property tests: element-wise ops, broadcasts, views, reductions over
-// random axes, softmax, matmul, rand/randn generators, shapes with 1 and odd sizes, several outputs.
+// random axes, softmax, matmul, gathers, rand/randn generators, shapes with 1 and odd sizes,
+// several outputs.
 #pragma once
 #include <functional>
 #include <random>
@@ -72,7 +73,11 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
         if (a.ndim() >= 1) r = max(a, static_cast<int64_t>(pick(a.ndim())), true);
         break;
       case 6:
-        if (a.ndim() == 2 && a.shape()[1] > 1) r = a.slice({Range::all(), Range{0, std::nullopt, 2}});
+        // A strided slice, or for seeds 2 mod 5 (no draw from g: the other DAGs stay the same) a
+        // gather: columns picked by an index tensor, reversed and repeated.
+        if (a.ndim() == 2 && a.shape()[1] > 1)
+          r = seed % 5 == 2 ? index_select(a, 1, Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3}))
+                            : a.slice({Range::all(), Range{0, std::nullopt, 2}});
         break;
       default:
         if (a.ndim() == 2 && a.shape()[1] > 0) r = softmax(a, -1);

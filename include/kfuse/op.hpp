@@ -26,6 +26,13 @@ enum class Op : uint8_t {
   ReduceMin,
   ArgMax,  ///< index of the first maximum within the reduced sub-space (row-major), i64
   ArgMin,
+  /// Segment (bag) reductions, the reduction of embedding_bag: inputs (values [N, D], starts [B],
+  /// ends [B], both i64); result [B, 1, D] with out[b, 0, d] = the fold of values[r, d] over r in
+  /// [starts[b], ends[b]) (an empty segment gives the fold's identity). They iterate the virtual
+  /// full shape [B, N, D] with axis 1 reduced (attrs.ints = {1}), whose per-row extent is data
+  /// (a dynamic reduce domain in the kernel IR).
+  SegmentSum,
+  SegmentMax,
   // views and data movement
   Reshape,  ///< attrs: none (the node's shape is the new shape)
   Permute,  ///< attrs.ints = permutation
@@ -33,12 +40,19 @@ enum class Op : uint8_t {
   Slice,    ///< attrs.ints = (start, step) per axis; the node's shape gives the count
   Pad,      ///< attrs.ints = (before, after) per axis; attrs.reals = {value}
   Concat,   ///< attrs.ints = {axis}
+  /// out[i] = x[i with axis replaced by index[i]] (take_along_axis); inputs (x, index); the node
+  /// has index's shape; attrs.ints = {axis}. Indices are clamped into range in kernels (the
+  /// index ops check them before: CheckIndex).
+  Gather,
   // contractions
   Matmul,  ///< batched matmul with broadcasting over batch dims (inputs already broadcast to [batch.., M, K], [batch.., K, N])
   // opaque
   /// The identity on class labels that first checks each is in [0, classes) or ignore_index
   /// (cross_entropy's labels when they are computed lazily); attrs.ints = {classes, ignore_index}.
   CheckLabels,
+  /// The identity on indices that first checks each is in [0, size) (index ops whose indices are
+  /// computed lazily); attrs.ints = {size, IndexUse} (lib/eval/check_index.hpp).
+  CheckIndex,
   Count_
 };
 
@@ -66,6 +80,8 @@ bool is_unary_elementwise(Op op);
 bool is_binary_elementwise(Op op);
 bool is_elementwise(Op op);
 bool is_reduction(Op op);
+/// SegmentSum / SegmentMax (reductions whose per-row extent is data).
+bool is_segment_reduction(Op op);
 bool is_view(Op op);
 /// f32 relative tolerance of one application of an element-wise op (see ops.def).
 double op_tolerance_f32(Op op);

@@ -485,11 +485,20 @@ class Accs {
   // The value of accumulator j over an empty reduce domain (reference: 0, prod 1, arg 0).
   std::string empty_result(int j) {
     const auto& A = c_.k.accs[j];
-    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " +
-           c_.lit(A.kind == AccKind::Prod ? 1 : 0, A.dtype) + ";";
+    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + empty_value(j) + ";";
+  }
+  // result(j) where `nonempty` holds, else empty_result's value (dynamic reduce domains).
+  std::string result_if(int j, const std::string& nonempty) {
+    const auto& A = c_.k.accs[j];
+    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + nonempty + " ? " +
+           (is_arg(A.kind) ? ai(j) : a(j)) + " : " + empty_value(j) + ";";
   }
 
  private:
+  std::string empty_value(int j) {
+    const auto& A = c_.k.accs[j];
+    return c_.lit(A.kind == AccKind::Prod ? 1 : 0, A.dtype);
+  }
   std::string extreme(DType t, bool high) {
     switch (t) {
       case DType::Bool:
@@ -540,6 +549,10 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
   bool has_reduce = false;
   for (const auto& ph : k.phases) has_reduce |= ph.over_reduce;
   const int64_t R = k.reduce_numel();
+  if (k.dynamic_reduce()) {  // segment kernels: a thread per outer point walks its own range
+    p.strategy = "segment-thread";
+    return p;
+  }
   if (!has_reduce || R == 0) {
     p.strategy = has_reduce ? "serial" : "pointwise";
     return p;
@@ -646,6 +659,10 @@ class KernelWriter {
   void phase_reduce(int p, const std::string& I, bool chunked) {
     const ir::Phase& ph = k().phases[p];
     const int64_t R = k().reduce_numel();
+    if (k().dynamic_reduce()) {
+      phase_dynamic(p, I);
+      return;
+    }
     if (R == 0) {
       for (int j : ph.accs) body_ << I << accs_.empty_result(j) << "\n";
       return;
@@ -683,6 +700,31 @@ class KernelWriter {
     team_reduce(ph.accs, I);
     if (!chunked)
       for (int j : ph.accs) body_ << I << accs_.result(j) << "\n";
+  }
+
+  // An over-reduce phase of a dynamic domain: the team's lanes stride over this point's
+  // [begin, end) (kernel.hpp); an empty range gives the empty-domain values.
+  void phase_dynamic(int p, const std::string& I) {
+    const ir::Phase& ph = k().phases[p];
+    body_ << I << "// phase " << p << " over the dynamic reduce domain\n";
+    Emitter pre(c_, body_, I);
+    const std::string lo = pre.val(k().reduce_begin), hi = pre.val(k().reduce_end);
+    for (int j : ph.accs) body_ << I << accs_.declare(j) << "\n";
+    const std::string J = I + "  ";
+    std::ostringstream loop;
+    Emitter em(c_, loop, J, &pre);
+    c_.heavy = false;
+    for (int j : ph.accs) {
+      const auto& A = k().accs[j];
+      std::string x = em.val(A.value);
+      loop << J << accs_.fold(j, x, A.value->dtype, "kf_r0") << "\n";
+    }
+    emit_stores(em, ph, J, loop);
+    if (c_.heavy) body_ << I << "KF_NO_UNROLL\n";
+    body_ << I << "for (kf_i64 kf_r0 = " << lo << " + kf_lane; kf_r0 < " << hi << "; kf_r0 += " << T_ << ") {\n";
+    body_ << loop.str() << I << "}\n";
+    team_reduce(ph.accs, I);
+    for (int j : ph.accs) body_ << I << accs_.result_if(j, "(" + hi + " > " + lo + ")") << "\n";
   }
 
   // Cascaded sums. Why: a lane folds its strided elements one after the other, so a float sum's

@@ -381,6 +381,31 @@ class Lowerer {
     }
   }
 
+  // An empty reduce domain's accumulator value: the reference's initial one (Prod 1, else 0).
+  Value* empty_value(int a) {
+    const ir::Accumulator& A = k_.accs[a];
+    llvm::Type* t = acc_type(a);
+    double v = A.kind == ir::AccKind::Prod ? 1.0 : 0.0;
+    return is_float(A.dtype) ? llvm::ConstantFP::get(t, v)
+                             : (A.dtype == DType::Bool ? static_cast<Value*>(b_.getInt1(v != 0))
+                                                       : llvm::ConstantInt::get(t, static_cast<uint64_t>(v)));
+  }
+
+  // A phase over a dynamic reduce domain (segment kernels): one counted loop over this point's
+  // [begin, end); an empty range gives empty_value, as an empty compile-time domain does.
+  void dynamic_phase(const ir::Phase& ph, ExprEmitter& ex) {
+    Value* lo = ex.emit(k_.reduce_begin);
+    Value* n = b_.CreateSub(ex.emit(k_.reduce_end), lo);
+    Carried fin = counted_loop(n, false, initial_states(ph), [&](Value* iv, const Carried& cur) {
+      return reduce_point(ph, ex, {b_.CreateAdd(lo, iv, "", true, true)}, cur);
+    });
+    ex.reset();
+    ex.reduce.clear();
+    finish_accs(ph, ex, fin);
+    Value* any = b_.CreateICmpSGT(n, b_.getInt64(0));
+    for (int a : ph.accs) ex.accs[a] = b_.CreateSelect(any, ex.accs[a], empty_value(a));
+  }
+
   // All phases (from `first`) of one outer point.
   void outer_point(ExprEmitter& ex, size_t first) {
     for (size_t p = first; p < k_.phases.size(); ++p) {
@@ -391,16 +416,12 @@ class Lowerer {
         run_stores(ph, ex);
         continue;
       }
+      if (k_.dynamic_reduce()) {
+        dynamic_phase(ph, ex);
+        continue;
+      }
       if (k_.reduce_numel() == 0) {
-        // empty reduce domain: the reference's initial accumulator values (Prod 1, else 0)
-        for (int a : ph.accs) {
-          const ir::Accumulator& A = k_.accs[a];
-          llvm::Type* t = acc_type(a);
-          double v = A.kind == ir::AccKind::Prod ? 1.0 : 0.0;
-          ex.accs[a] = is_float(A.dtype) ? llvm::ConstantFP::get(t, v)
-                                         : (A.dtype == DType::Bool ? static_cast<Value*>(b_.getInt1(v != 0))
-                                                                   : llvm::ConstantInt::get(t, static_cast<uint64_t>(v)));
-        }
+        for (int a : ph.accs) ex.accs[a] = empty_value(a);
         continue;
       }
       if (cascades(ph) && k_.reduce_numel() > kCascadeLeaf) {

@@ -236,6 +236,9 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     plan = Plan{};
     // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
     if (k.kind == "contraction") decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
+    // Its rows walk affine indices and compile-time reduce extents; the LLVM backend runs the rest.
+    if (k.dynamic_reduce()) decline("dynamic reduce domain (segment reduction): runs on LLVM");
+    if (k.has_gather()) decline("gather (a load index that reads memory): runs on LLVM");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
     for (const auto& b : k.buffers)

@@ -111,6 +111,7 @@ class ReferenceKernel final : public CompiledKernel {
       code_.push_back(std::move(pc));
     }
     for (const auto& o : k_.outer) outer_prog_slots_.push_back(outer_prog_.add(o));
+    if (k_.dynamic_reduce()) range_slots_ = {range_prog_.add(k_.reduce_begin), range_prog_.add(k_.reduce_end)};
   }
 
   void run(const ir::LaunchArgs& args) const override {
@@ -125,7 +126,7 @@ class ReferenceKernel final : public CompiledKernel {
     }
     int64_t rn = k_.reduce_numel();
     parallel_for(n, std::max<int64_t>(1, 4096 / std::max<int64_t>(rn, 1)), [&](int64_t b, int64_t e) {
-      Ctx c{&k_, &args, std::vector<int64_t>(extents.size()), std::vector<int64_t>(k_.reduce.size()),
+      Ctx c{&k_, &args, std::vector<int64_t>(extents.size()), std::vector<int64_t>(k_.dynamic_reduce() ? 1 : k_.reduce.size()),
             std::vector<Num>(k_.accs.size())};
       std::vector<Num> v;
       for (int64_t o = b; o < e; ++o) {
@@ -152,7 +153,16 @@ class ReferenceKernel final : public CompiledKernel {
       std::vector<Fold> acc;
       for (int a : ph.accs) acc.emplace_back(k_.accs[a].kind, k_.accs[a].value->dtype, k_.accs[a].dtype);
       std::fill(c.red_idx.begin(), c.red_idx.end(), 0);
-      for (int64_t r = 0; r < rn; ++r) {
+      if (k_.dynamic_reduce()) {  // r0 runs over this point's [begin, end)
+        run_program(range_prog_, c, v);
+        for (int64_t r = v[range_slots_[0]].i, end = v[range_slots_[1]].i; r < end; ++r) {
+          c.red_idx[0] = r;
+          run_program(pc.prog, c, v);
+          for (size_t i = 0; i < ph.accs.size(); ++i) acc[i].add(v[pc.acc_slots[i]], r);
+          do_stores(ph, pc, v, c);
+        }
+      }
+      for (int64_t r = 0; r < (k_.dynamic_reduce() ? 0 : rn); ++r) {
         run_program(pc.prog, c, v);
         for (size_t i = 0; i < ph.accs.size(); ++i) acc[i].add(v[pc.acc_slots[i]], r);
         do_stores(ph, pc, v, c);
@@ -178,6 +188,8 @@ class ReferenceKernel final : public CompiledKernel {
   std::vector<PhaseCode> code_;
   Program outer_prog_;
   std::vector<int> outer_prog_slots_;
+  Program range_prog_;  ///< a dynamic reduce domain's [begin, end)
+  std::vector<int> range_slots_;
 };
 
 class ReferenceBackend final : public Backend {

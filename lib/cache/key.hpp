@@ -21,7 +21,7 @@ inline constexpr int kFormatVersion = 1;
 /// Bump whenever a backend's generated code may change for the same kernel IR and target
 /// (code generator fixes, math-function changes): old entries then simply stop matching. What
 /// changed at each bump is in git log.
-inline constexpr int kCodegenVersion = 24;
+inline constexpr int kCodegenVersion = 25;
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
 struct KeyFields {

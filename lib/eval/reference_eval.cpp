@@ -7,6 +7,7 @@
 
 #include "core/random.hpp"
 #include "../graph/ref_math.hpp"
+#include "check_index.hpp"
 #include "check_labels.hpp"
 #include "exact_value.hpp"
 #include "backend/backend.hpp"
@@ -82,6 +83,20 @@ Values reduce_ref(const Node& n, const Values& in) {
   return out;
 }
 
+// out[b, 0, d] folds values[r, d] over r in [starts[b], ends[b]) (op.hpp: SegmentSum).
+Values segment_ref(const Node& n, const std::vector<const Values*>& ins) {
+  const Node& v = *n.inputs[0];
+  const int64_t B = n.shape[0], D = n.shape[2];
+  Values out(n.numel());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t d = 0; d < D; ++d) {
+      Fold f(ir::acc_kind(n.op), v.dtype, n.dtype);
+      for (int64_t r = (*ins[1])[b].i; r < (*ins[2])[b].i; ++r) f.add((*ins[0])[r * D + d], r);
+      out[b * D + d] = f.result();
+    }
+  return out;
+}
+
 Values view_ref(const Node& n, const std::vector<const Values*>& ins) {
   const Node& x = *n.inputs[0];
   const auto& in = *ins[0];
@@ -118,6 +133,16 @@ Values view_ref(const Node& n, const std::vector<const Values*>& ins) {
         out[lin] = inside ? in[offset_of(src, xs)] : num_from_double(n.attrs.reals[0], n.dtype);
       });
       return out;
+    case Op::Gather: {
+      const size_t axis = static_cast<size_t>(n.attrs.ints[0]);
+      for_each_index(n.shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
+        src = idx;
+        src[axis] = (*ins[1])[lin].i;
+        if (src[axis] < 0 || src[axis] >= x.shape[axis]) throw InternalError("gather: unchecked index out of range");
+        out[lin] = in[offset_of(src, xs)];
+      });
+      return out;
+    }
     case Op::Concat: {
       int64_t axis = n.attrs.ints[0];
       for_each_index(n.shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
@@ -227,13 +252,17 @@ Values evaluate_node(const Node& n, const std::vector<const Values*>& ins) {
       }
       return out;
     }
-    case OpKind::Reduce: return reduce_ref(n, *ins[0]);
+    case OpKind::Reduce: return is_segment_reduction(n.op) ? segment_ref(n, ins) : reduce_ref(n, *ins[0]);
     case OpKind::Broadcast:
     case OpKind::Injective: return view_ref(n, ins);
     case OpKind::Contraction: return matmul_ref(n, *ins[0], *ins[1]);
     case OpKind::Opaque:
       if (n.op == Op::CheckLabels) {
         check_class_labels(*ins[0], n.attrs.ints.at(0), n.attrs.ints.at(1));
+        return *ins[0];
+      }
+      if (n.op == Op::CheckIndex) {
+        check_indices(*ins[0], n.shape, n.attrs.ints.at(0), static_cast<IndexUse>(n.attrs.ints.at(1)));
         return *ins[0];
       }
       break;

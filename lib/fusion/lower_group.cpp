@@ -15,6 +15,11 @@
 // accumulators of depth d; full-shape stores go in the first phase after everything they read;
 // per-row stores go in a final once-phase.
 //
+// A group holding segment reductions (embedding_bag) lowers to a "segment" kernel: the domain
+// [B, N, D] with outer (b, d) and a DYNAMIC reduce domain r0 in [starts[b], ends[b]) (clamped to
+// [0, N); kernel.hpp); N is a run-time param. A gather lowers to a load whose index loads the
+// (clamped) index value.
+//
 // A group holding a matmul lowers to a CONTRACTION kernel (the contract shared with the GEMM
 // backends, see README "Matmul"): outer = the matmul's output dims [batch.., M, N], reduce = [K],
 // one Sum accumulator of Mul(A at (batch, m, k), B at (batch, k, n)) in the matmul's dtype folded
@@ -104,8 +109,15 @@ class Lowerer {
       // Outer = kept axes, reduce = reduced axes of S.
       std::vector<bool> red(sig_.full.size(), false);
       for (int64_t a : sig_.axes) red[a] = true;
+      for (const Node* n : g_.nodes)
+        if (is_segment_reduction(n->op)) segment_ = n;
       for (size_t a = 0; a < sig_.full.size(); ++a) {
-        if (red[a]) {
+        if (red[a] && segment_) {  // the ids axis: a run-time extent, ranged per bag below
+          full_idx_.push_back(ir::var(ir::Space::Reduce, 0));
+          full_dims_.push_back(outer_param(sig_.full[a], "ids"));
+          kept_idx_.push_back(ir::iconst(0));
+          kept_dims_.push_back(ir::iconst(1));
+        } else if (red[a]) {
           full_idx_.push_back(ir::var(ir::Space::Reduce, static_cast<int>(k.reduce.size())));
           full_dims_.push_back(ir::iconst(sig_.full[a]));
           k.reduce.push_back(sig_.full[a]);
@@ -123,7 +135,18 @@ class Lowerer {
       }
       bool inner_reduced = !sig_.full.empty() && red.back();
       k.kind = k.outer.empty() ? "global" : inner_reduced ? "row" : "column";
-      out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");
+      if (segment_) {
+        // Bag b folds ids [starts[b], ends[b]), clamped into [0, N): even unchecked offsets
+        // never make the kernel read outside the ids.
+        ExprRef b = kept_idx_[0], bd = kept_dims_[0];
+        ExprRef lo = emit(segment_->inputs[1].get(), {b}, {bd}, nullptr);
+        ExprRef hi = emit(segment_->inputs[2].get(), {b}, {bd}, nullptr);
+        k.reduce_begin = ir::op(Op::Maximum, DType::I64, {lo, ir::iconst(0)});
+        k.reduce_end = ir::op(Op::Minimum, DType::I64, {hi, full_dims_[1]});
+        k.kind = "segment";
+      } else {
+        out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");
+      }
     } else {
       const Shape& s = g_.outputs.at(0)->shape;
       bool has_views = std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node* n) {
@@ -350,7 +373,10 @@ class Lowerer {
           throw InternalError("lower_group: reduction consumed at a non-canonical index");
       auto ai = acc_id_.find(n);
       if (ai != acc_id_.end()) return ir::acc(ai->second, n->dtype);
-      ExprRef v = emit(n->inputs[0].get(), full_idx_, full_dims_, nullptr);
+      // A segment reduction reads its values [N, D] at (id, d) of the domain [B, N, D].
+      ExprRef v = is_segment_reduction(n->op)
+                      ? emit(n->inputs[0].get(), {full_idx_[1], full_idx_[2]}, {full_dims_[1], full_dims_[2]}, nullptr)
+                      : emit(n->inputs[0].get(), full_idx_, full_dims_, nullptr);
       int id = static_cast<int>(accs_.size());
       accs_.push_back({ir::acc_kind(n->op), n->dtype, v});
       acc_id_[n] = id;
@@ -414,8 +440,27 @@ class Lowerer {
         return result;
       }
       case Op::Reshape: return emit_reshape(n, x, idx, dims, guard);
+      case Op::Gather: return emit_gather(n, x, idx, dims, guard);
       default: throw InternalError(std::string("lower_group: cannot lower ") + op_name(n->op));
     }
+  }
+
+  // x at idx with the gather axis replaced by the index value: a load whose index holds a load.
+  ExprRef emit_gather(const Node* n, const Node* x, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
+                      ExprRef guard) {
+    const size_t axis = static_cast<size_t>(n->attrs.ints[0]);
+    const int64_t size = x->shape[axis];
+    if (size == 0) return ir::constant(0, n->dtype);  // nothing to read (only reached with no index)
+    ExprRef at = emit(n->inputs[1].get(), idx, dims, guard);
+    if (at->dtype != DType::I64) at = ir::op(Op::Cast, DType::I64, {at});
+    // Clamped: an unchecked index still reads inside x (CheckIndex is what reports it).
+    at = ir::op(Op::Minimum, DType::I64, {ir::op(Op::Maximum, DType::I64, {at, ir::iconst(0)}), ir::iconst(size - 1)});
+    std::vector<ExprRef> xi(idx.size()), xd(idx.size());
+    for (size_t a = 0; a < idx.size(); ++a) {
+      xi[a] = a == axis ? at : idx[a];
+      xd[a] = a != axis && x->shape[a] == n->shape[a] ? dims[a] : ir::iconst(x->shape[a]);
+    }
+    return emit(x, xi, xd, guard);
   }
 
   ExprRef emit_reshape(const Node* n, const Node* x, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
@@ -462,6 +507,7 @@ class Lowerer {
   const FusionGroup& g_;
   ir::Kernel* kernel_ = nullptr;       ///< the kernel being built (run's result)
   const Node* contraction_ = nullptr;  ///< the group's matmul, if any
+  const Node* segment_ = nullptr;      ///< a segment reduction: the reduce domain is dynamic
   std::unordered_map<const Node*, ExprRef> seed_param_;
   std::unordered_set<const Node*> members_;
   std::unordered_map<const Node*, int> buffer_id_;

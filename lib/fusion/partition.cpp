@@ -290,10 +290,16 @@ class Partitioner {
       if (!is_reduction(n->op)) continue;
       if (!first_red) {
         first_red = n;
-      } else if (n->inputs[0]->shape != first_red->inputs[0]->shape || n->attrs.ints != first_red->attrs.ints) {
+      } else if (reduce_full_shape(*n) != reduce_full_shape(*first_red) || n->attrs.ints != first_red->attrs.ints) {
         return "reduction domains differ: " + std::string(op_name(first_red->op)) + " over " +
-               shape_str(first_red->inputs[0]->shape) + " axes " + shape_str(first_red->attrs.ints) + " vs " +
-               op_name(n->op) + " over " + shape_str(n->inputs[0]->shape) + " axes " + shape_str(n->attrs.ints);
+               shape_str(reduce_full_shape(*first_red)) + " axes " + shape_str(first_red->attrs.ints) + " vs " +
+               op_name(n->op) + " over " + shape_str(reduce_full_shape(*n)) + " axes " + shape_str(n->attrs.ints);
+      } else if (is_segment_reduction(n->op) != is_segment_reduction(first_red->op) ||
+                 (is_segment_reduction(n->op) &&
+                  (n->inputs[1] != first_red->inputs[1] || n->inputs[2] != first_red->inputs[2]))) {
+        // A segment reduction's extent is data: only segment reductions over the same bags share it.
+        return "reduction domains differ: " + std::string(op_name(first_red->op)) + " and " + op_name(n->op) +
+               " do not iterate the same bags";
       }
     }
     const Node* contraction = nullptr;
@@ -310,7 +316,7 @@ class Partitioner {
     }
     Shape full, kept;
     if (first_red) {
-      full = first_red->inputs[0]->shape;
+      full = reduce_full_shape(*first_red);
       kept = first_red->shape;
     }
     // 4. values derived from reductions flow only through element-wise ops, broadcasts over the
@@ -347,6 +353,9 @@ class Partitioner {
         continue;
       }
       if (first_red) {
+        if (is_segment_reduction(first_red->op) && !same_squeezed(n->shape, kept))  // bags visit only their own ids
+          return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
+                 " does not fit the per-bag shape " + shape_str(kept) + " of a segment reduction";
         if (n->shape != full && !same_squeezed(n->shape, kept))
           return "output " + std::string(op_name(n->op)) + " " + shape_str(n->shape) +
                  " fits neither the reduction's full shape " + shape_str(full) + " nor its kept shape " +
@@ -573,8 +582,13 @@ Partition partition_graph(const std::vector<const Node*>& roots, const Partition
 
 ReduceSig reduce_signature(const FusionGroup& g) {
   for (const Node* n : g.nodes)
-    if (is_reduction(n->op)) return {n->inputs[0]->shape, n->attrs.ints};
+    if (is_reduction(n->op)) return {reduce_full_shape(*n), n->attrs.ints};
   return {};
+}
+
+Shape reduce_full_shape(const Node& n) {
+  if (is_segment_reduction(n.op)) return {n.shape[0], n.inputs[0]->shape[0], n.shape[2]};
+  return n.inputs[0]->shape;
 }
 
 bool same_squeezed(const Shape& a, const Shape& b) {

@@ -59,6 +59,9 @@ struct ReduceSig {
   bool operator==(const ReduceSig& o) const { return full == o.full && axes == o.axes; }
 };
 ReduceSig reduce_signature(const FusionGroup& g);
+/// The full shape a reduction node iterates: its input's shape, or for a segment reduction the
+/// virtual [B, N, D] (bags x ids x row) whose axis 1 has a per-bag dynamic range.
+Shape reduce_full_shape(const Node& n);
 Shape kept_shape(const ReduceSig& s);
 /// True when the shapes differ only by size-1 dims (a squeeze/unsqueeze: same row-major layout).
 bool same_squeezed(const Shape& a, const Shape& b);

@@ -28,14 +28,18 @@ constexpr OpInfo kOps[] = {
     {"min", OpKind::Reduce, 1, 0},
     {"argmax", OpKind::Reduce, 1, 0},
     {"argmin", OpKind::Reduce, 1, 0},
+    {"segment_sum", OpKind::Reduce, 3, 0},
+    {"segment_max", OpKind::Reduce, 3, 0},
     {"reshape", OpKind::Injective, 1, 0},
     {"permute", OpKind::Injective, 1, 0},
     {"expand", OpKind::Broadcast, 1, 0},
     {"slice", OpKind::Injective, 1, 0},
     {"pad", OpKind::Injective, 1, 0},
     {"concat", OpKind::Injective, -1, 0},
+    {"gather", OpKind::Injective, 2, 0},
     {"matmul", OpKind::Contraction, 2, 0},
     {"check_labels", OpKind::Opaque, 1, 0},
+    {"check_index", OpKind::Opaque, 1, 0},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::Count_), "op table out of sync");
 
@@ -64,6 +68,7 @@ bool is_unary_elementwise(Op op) { return op_kind(op) == OpKind::ElemWise && op_
 bool is_binary_elementwise(Op op) { return op_kind(op) == OpKind::ElemWise && op_arity(op) == 2; }
 bool is_elementwise(Op op) { return op_kind(op) == OpKind::ElemWise; }
 bool is_reduction(Op op) { return op_kind(op) == OpKind::Reduce; }
+bool is_segment_reduction(Op op) { return op == Op::SegmentSum || op == Op::SegmentMax; }
 bool is_view(Op op) { return op_kind(op) == OpKind::Injective || op_kind(op) == OpKind::Broadcast; }
 
 }  // namespace kfuse

@@ -46,15 +46,19 @@ std::string attrs_str(const Node& n) {
     case Op::ReduceMax:
     case Op::ReduceMin:
     case Op::ArgMax:
-    case Op::ArgMin: s += " axes=", s += list_str(ints); break;
+    case Op::ArgMin:
+    case Op::SegmentSum:
+    case Op::SegmentMax: s += " axes=", s += list_str(ints); break;
     case Op::Permute: s += " perm=", s += list_str(ints); break;
     case Op::Slice: s += " starts=", s += list_str(ints, 0, 2), s += " steps=", s += list_str(ints, 1, 2); break;
     case Op::Pad:
       s += " before=", s += list_str(ints, 0, 2), s += " after=", s += list_str(ints, 1, 2);
       s += " value=", s += real_str(reals.at(0), n.dtype);
       break;
-    case Op::Concat: s += " axis=", s += std::to_string(ints.at(0)); break;
+    case Op::Concat:
+    case Op::Gather: s += " axis=", s += std::to_string(ints.at(0)); break;
     case Op::CheckLabels: s += " classes=", s += std::to_string(ints.at(0)), s += " ignore=", s += std::to_string(ints.at(1)); break;
+    case Op::CheckIndex: s += " size=", s += std::to_string(ints.at(0)); break;
     default:  // ops without documented attributes print whatever they carry
       if (!ints.empty()) s += " ints=", s += list_str(ints);
       if (!reals.empty()) {

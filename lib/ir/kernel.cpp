@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kfuse/error.hpp"
 
@@ -168,9 +169,11 @@ const char* acc_kind_name(AccKind k) {
 
 AccKind acc_kind(Op reduce_op) {
   switch (reduce_op) {
-    case Op::ReduceSum: return AccKind::Sum;
+    case Op::ReduceSum:
+    case Op::SegmentSum: return AccKind::Sum;
     case Op::ReduceProd: return AccKind::Prod;
-    case Op::ReduceMax: return AccKind::Max;
+    case Op::ReduceMax:
+    case Op::SegmentMax: return AccKind::Max;
     case Op::ReduceMin: return AccKind::Min;
     case Op::ArgMax: return AccKind::ArgMax;
     case Op::ArgMin: return AccKind::ArgMin;
@@ -189,6 +192,23 @@ int64_t Kernel::reduce_numel() const {
   for (int64_t r : reduce) n *= r;
   return n;
 }
+bool Kernel::has_gather() const {
+  std::unordered_set<const Expr*> seen[2];  // visited as a value / inside a load index
+  std::function<bool(const ExprRef&, bool)> walk = [&](const ExprRef& e, bool in_index) -> bool {
+    if (e->kind == ExprKind::Load && in_index) return true;
+    if (!seen[in_index].insert(e.get()).second) return false;
+    for (size_t i = 0; i < e->args.size(); ++i)
+      if (walk(e->args[i], in_index || (e->kind == ExprKind::Load && i == 0))) return true;
+    return false;
+  };
+  for (const auto& a : accs)
+    if (walk(a.value, false)) return true;
+  for (const auto& ph : phases)
+    for (const auto& s : ph.stores)
+      if (walk(s.index, true) || walk(s.value, false)) return true;
+  return dynamic_reduce();
+}
+
 std::vector<int64_t> Kernel::param_values() const {
   std::vector<int64_t> v;
   v.reserve(params.size());
@@ -318,9 +338,14 @@ std::string print_kernel(const Kernel& k) {
       pr.count(s.index);
       pr.count(s.value);
     }
+  if (k.dynamic_reduce()) {
+    pr.count(k.reduce_begin);
+    pr.count(k.reduce_end);
+  }
   for (size_t i = 0; i < k.outer.size(); ++i) os << (i ? ", " : "") << pr.str(k.outer[i], "");
   os << "]  reduce: [";
   for (size_t i = 0; i < k.reduce.size(); ++i) os << (i ? ", " : "") << k.reduce[i];
+  if (k.dynamic_reduce()) os << "r0 in " << pr.str(k.reduce_begin, "  ") << " .. " << pr.str(k.reduce_end, "  ");
   os << "]\n";
   for (size_t p = 0; p < k.phases.size(); ++p) {
     const Phase& ph = k.phases[p];
@@ -361,7 +386,8 @@ void verify_kernel(const Kernel& k) {
     if (!e) fail("null expression");
     switch (e->kind) {
       case ExprKind::Var:
-        if (e->space == Space::Reduce && (!in_reduce || e->index >= static_cast<int>(k.reduce.size())))
+        if (e->space == Space::Reduce &&
+            (!in_reduce || e->index >= (k.dynamic_reduce() ? 1 : static_cast<int>(k.reduce.size()))))
           fail("reduce index r" + std::to_string(e->index) + " used outside a reduce loop");
         if (e->space == Space::Outer && e->index >= static_cast<int>(k.outer.size()))
           fail("outer index o" + std::to_string(e->index) + " out of range");
@@ -401,6 +427,13 @@ void verify_kernel(const Kernel& k) {
     for (const auto& a : e->args) check(a, phase, in_reduce);
   };
   for (const auto& o : k.outer) check(o, 0, false);
+  if (k.dynamic_reduce()) {
+    if (!k.reduce_end) fail("a dynamic reduce domain without an end");
+    if (!k.reduce.empty()) fail("a dynamic reduce domain with compile-time extents");
+    if (k.reduce_begin->dtype != DType::I64 || k.reduce_end->dtype != DType::I64) fail("dynamic reduce bounds are not i64");
+    check(k.reduce_begin, 0, false);  // of the outer point only: no reduce var, no accumulator
+    check(k.reduce_end, 0, false);
+  }
   for (size_t p = 0; p < k.phases.size(); ++p) {
     const Phase& ph = k.phases[p];
     for (int a : ph.accs) check(k.accs[a].value, static_cast<int>(p), true);

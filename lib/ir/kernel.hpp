@@ -8,6 +8,11 @@
 //   - a phase with over_reduce = false runs once per outer point (stores per-row values, or the
 //     whole body of a pointwise kernel).
 // Accumulator k's final value is available as Acc(k) to every later phase.
+// A DYNAMIC reduce domain (segment reductions: embedding_bag's bags) replaces the compile-time
+// extents by one dimension whose range depends on the outer point: Var(reduce 0) runs over
+// [reduce_begin, reduce_end), two i64 expressions of the outer point (they may Load, e.g. a
+// bag's offsets) evaluated once per outer point; an empty range folds nothing. Lowering clamps
+// that range into the buffers it indexes, so a kernel never reads out of bounds.
 //
 // Scalar and index arithmetic share one expression type (Expr, an immutable DAG). Index
 // expressions have dtype i64 and reach shapes only through Param (a run-time int64 parameter:
@@ -18,6 +23,8 @@
 // Semantics every backend must implement:
 //   Load(buffer, index[, mask]): element `index` of input buffer `buffer` (contiguous, row-major
 //     in its dtype); when `mask` (bool) is false the load must not touch memory and yields 0.
+//     The index may itself contain Loads (a gather: data-dependent, clamped into range by
+//     lowering), so it is not always affine in the loop vars.
 //   Op: an element-wise kfuse::Op (unary/binary from ops.def, Where, Cast) with the fp64
 //     reference semantics rounded to the expression's dtype; integer ops wrap; float -> int casts
 //     truncate and give the dtype minimum for NaN/out-of-range (x86 cvtt behaviour).
@@ -117,13 +124,19 @@ struct Kernel {
   std::vector<BufferParam> buffers;  ///< inputs first, then outputs
   std::vector<ParamInfo> params;
   std::vector<ExprRef> outer;   ///< extents (Param or Const)
-  std::vector<int64_t> reduce;  ///< extents, specialised at compile time
+  std::vector<int64_t> reduce;  ///< extents, specialised at compile time (empty when dynamic)
+  /// The dynamic reduce domain [reduce_begin, reduce_end) of Var(reduce 0), or null (see top).
+  ExprRef reduce_begin, reduce_end;
   std::vector<Accumulator> accs;
   std::vector<Phase> phases;
 
   int num_inputs() const;
   int num_outputs() const;
   int64_t reduce_numel() const;
+  bool dynamic_reduce() const { return reduce_begin != nullptr; }
+  /// Whether any Load's index reads memory (a gather). Backends that need affine indices
+  /// decline such kernels.
+  bool has_gather() const;
   /// Run-time parameter values in id order (what a launch passes).
   std::vector<int64_t> param_values() const;
 };

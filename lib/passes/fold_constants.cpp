@@ -72,6 +72,7 @@ std::optional<double> exact_repeated_sum(double c, int64_t n) {
 }
 
 NodeRef fold_reduction(const NodeRef& n) {
+  if (is_segment_reduction(n->op)) return nullptr;  // its extents are data
   auto c = const_of(n->inputs[0]);
   if (!c) return nullptr;
   int64_t count = n->numel() ? n->inputs[0]->numel() / n->numel() : 0;
