@@ -52,9 +52,11 @@ void check_round_trip(int bits, int64_t rows, int64_t cols) {
   const std::vector<double> bytes = values(q.values), sb = values(q.scale_bias), deq = values(dequantize_rowwise(q));
   const std::vector<double> qv = bits == 8 ? bytes : unpack4(bytes, rows, cols);
   const double levels = bits == 8 ? 255 : 15;
-  if (bits == 4 && cols % 2 != 0)
-    for (int64_t r = 0; r < rows; ++r)
+  if (bits == 4 && cols % 2 != 0) {
+    for (int64_t r = 0; r < rows; ++r) {
       EXPECT_LT(bytes[static_cast<size_t>(r * ((cols + 1) / 2) + cols / 2)], 16) << "odd column's pad nibble, row " << r;
+    }
+  }
   for (int64_t r = 0; r < rows; ++r) {
     auto row = x.begin() + r * cols;
     const double mn = *std::min_element(row, row + cols), mx = *std::max_element(row, row + cols);
@@ -67,7 +69,9 @@ void check_round_trip(int bits, int64_t rows, int64_t cols) {
       const auto i = static_cast<size_t>(r * cols + c);
       const double t = scale > 0 ? (x[i] - mn) / scale : 0;
       const bool near_tie = std::fabs(t - std::floor(t) - 0.5) < 1e-4;
-      if (!near_tie) EXPECT_EQ(qv[i], std::nearbyint(t)) << "row " << r << " col " << c;
+      if (!near_tie) {
+        EXPECT_EQ(qv[i], std::nearbyint(t)) << "row " << r << " col " << c;
+      }
       EXPECT_NEAR(deq[i], qv[i] * scale + bias, 1.2e-7 * (std::fabs(qv[i] * scale) + std::fabs(deq[i])));
       EXPECT_LE(std::fabs(x[i] - deq[i]), scale / 2 + 4e-6 * big) << "row " << r << " col " << c;
     }
