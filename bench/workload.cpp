@@ -18,20 +18,6 @@ int num_inputs(Kind k) {
   }
 }
 
-namespace {
-struct SplitMix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {  // [lo, hi)
-    return lo + (hi - lo) * static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
-  }
-};
-}  // namespace
 
 void make_inputs(Workload& w, uint64_t seed) {
   SplitMix rng{seed * 0x2545F4914F6CDD1DULL + 17};

@@ -90,6 +90,21 @@ struct Reference {
 /// over M plus the last), computed here in a cache-friendly loop.
 Reference gemm_reference(const Workload& w);
 
+/// The benchmarks' deterministic generator (SplitMix64): inputs must not depend on the library.
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) {  // [lo, hi)
+    return lo + (hi - lo) * static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
+  }
+  double unit() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
+};
+
 /// Number of inputs of a workload kind.
 int num_inputs(Kind k);
 /// Fills `w.inputs`, `w.out_numel` and `w.compulsory_bytes`; deterministic for a seed.

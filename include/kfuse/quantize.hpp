@@ -1,0 +1,40 @@
+/** \file quantize.hpp
+ * Row-wise quantised tables (embedding tables stored in 8 or 4 bits per value).
+ *
+ * Layout (README "Quantised tables"): a QuantizedTable holds two plain tensors rather than the
+ * classic "fused rowwise" byte rows (u8 values followed by an f32 scale and bias in the same row)
+ * because kfuse has no byte-reinterpreting load: with two tensors every access is an ordinary
+ * typed load, so dequantisation is a lazy element-wise graph that fuses into its consumer (an
+ * embedding bag reads the u8 row and the 8-byte scale/bias row it needs, nothing else).
+ *   values:     u8 [R, C] (8 bits) or u8 [R, ceil(C/2)] (4 bits: column 2j in the low nibble of
+ *               byte j, column 2j+1 in the high nibble; the high nibble of an odd C's last
+ *               byte is 0);
+ *   scale_bias: f32 [R, 2]: scale = (max - min) / (2^bits - 1) and bias = min of the row.
+ * Value q dequantises to q * scale + bias. Both functions are lazy, as every other op.
+ */
+#pragma once
+#include <cstdint>
+
+#include "kfuse/tensor.hpp"
+
+namespace kfuse {
+
+struct QuantizedTable {
+  Tensor values;      ///< u8 [R, C] or, at 4 bits, u8 [R, ceil(C/2)]
+  Tensor scale_bias;  ///< f32 [R, 2]: (scale, bias) per row
+  int bits = 8;       ///< 8 or 4
+  int64_t cols = 0;   ///< C, the dequantised width
+};
+
+/// Quantises each row of a float (or integer) table x [R, C] to `bits` = 8 or 4:
+/// q = round_half_even((x - min) / scale) with min/max over the row, computed in f32. A constant
+/// row has scale 0 and every q = 0 (it dequantises exactly). Round trip: |x - deq(q(x))| <=
+/// scale/2 plus f32 rounding (a few ulps of |x|). A row holding a NaN or an infinity
+/// dequantises to non-finite values, never to finite wrong ones.
+QuantizedTable quantize_rowwise(const Tensor& x, int bits = 8);
+
+/// The f32 table [R, C] that `q` encodes: values * scale + bias, element-wise (fuses into its
+/// consumers, e.g. an embedding bag over the rows it picks).
+Tensor dequantize_rowwise(const QuantizedTable& q);
+
+}  // namespace kfuse
