@@ -288,7 +288,13 @@ class GemmKernel final : public CompiledKernel {
 
   void run(const ir::LaunchArgs& args) const override { run_variant(args, 0); }
   // The variants are the paths of set_gemm_path, in its numbering (gemm_variants, gemm_plan.cpp).
-  std::vector<std::string> variants() const override { return gemm_variants(); }
+  std::vector<std::string> variants() const override {
+    // Converted or prologued operands are always packed (task()): "direct" would time the
+    // packed path under another name, so such kernels offer only "by size" and "packed".
+    std::vector<std::string> v = gemm_variants();
+    if (!plain_) v.resize(2);
+    return v;
+  }
   void run_variant(const ir::LaunchArgs& args, int variant) const override {
     const int nb = p_.nbatch;
     int64_t ext[kMaxOuterDims] = {};

@@ -231,8 +231,7 @@ class Partitioner {
       }
       a.matched = true;
       a.reason.clear();
-      const std::string by = "the match of " + c.pattern + " at " + op_name(c.root->op) + " " +
-                             dtype_name(c.root->dtype) + shape_str(c.root->shape);
+      const std::string by = "the match of " + c.pattern + " at " + describe_node(*c.root);
       for (const Node* n : u) taken[n] = by;
       commit_pattern(u, c.pattern, c.match.kernel);
     }

@@ -10,8 +10,6 @@ namespace kfuse::detail {
 
 namespace {
 
-std::string describe(const Node& n) { return std::string(op_name(n.op)) + " " + dtype_name(n.dtype) + shape_str(n.shape); }
-
 int position(const NodeMap& positions, const Node* n) {
   const uint32_t* p = positions.find(n);
   return p ? static_cast<int>(*p) : -1;
@@ -19,20 +17,24 @@ int position(const NodeMap& positions, const Node* n) {
 
 }  // namespace
 
+std::string describe_node(const Node& n) {
+  return std::string(op_name(n.op)) + " " + dtype_name(n.dtype) + shape_str(n.shape);
+}
+
 std::string match_members(const PatternCandidate& c, const NodeMap& positions, std::vector<const Node*>& u) {
   bool custom = c.match.kernel != nullptr;
   for (const Node* n : c.match.nodes) {
     if (!n) return "the match lists a null node";
     if (GraphView::is_inline_constant(*n)) continue;  // constants are inlined wherever they are read
-    if (position(positions, n) < 0) return "the match lists " + describe(*n) + ", which is not in this graph";
+    if (position(positions, n) < 0) return "the match lists " + describe_node(*n) + ", which is not in this graph";
     if (GraphView::is_input(*n))
-      return "the match lists " + describe(*n) + ", an input (a buffer or an already computed value), which is read, not fused";
+      return "the match lists " + describe_node(*n) + ", an input (a buffer or an already computed value), which is read, not fused";
     OpKind k = op_kind(n->op);  // rand is a generator member like any element-wise op
     if (k == OpKind::Opaque && !custom)
-      return "the match lists " + describe(*n) + ", which is opaque: only a pattern with its own kernel may fuse it";
+      return "the match lists " + describe_node(*n) + ", which is opaque: only a pattern with its own kernel may fuse it";
     if (std::find(u.begin(), u.end(), n) == u.end()) u.push_back(n);
   }
-  if (std::find(u.begin(), u.end(), c.root) == u.end()) return "the match does not contain its root " + describe(*c.root);
+  if (std::find(u.begin(), u.end(), c.root) == u.end()) return "the match does not contain its root " + describe_node(*c.root);
   std::sort(u.begin(), u.end(),
             [&](const Node* a, const Node* b) { return position(positions, a) < position(positions, b); });
   return {};
@@ -42,13 +44,13 @@ std::string validate_custom_kernel(const CustomKernel& k, const std::vector<cons
   std::vector<const Node*> need_out = view.outputs_of(u), may_in = view.inputs_of(u);
   for (const Node* n : need_out)
     if (std::find(k.outputs().begin(), k.outputs().end(), n) == k.outputs().end())
-      return "its kernel does not write " + describe(*n) + ", which is needed outside the match";
+      return "its kernel does not write " + describe_node(*n) + ", which is needed outside the match";
   for (const Node* n : k.outputs())
     if (std::find(u.begin(), u.end(), n) == u.end())
-      return "its kernel writes " + describe(*n) + ", which is not a matched node";
+      return "its kernel writes " + describe_node(*n) + ", which is not a matched node";
   for (const Node* n : k.inputs())
     if (std::find(may_in.begin(), may_in.end(), n) == may_in.end())
-      return "its kernel reads " + describe(*n) +
+      return "its kernel reads " + describe_node(*n) +
              (GraphView::is_inline_constant(*n) ? ", a constant (use KernelBuilder::constant)"
                                                 : ", which is not a value the matched nodes read from outside");
   return {};
@@ -87,7 +89,7 @@ void log_pattern_attempts(const std::vector<PatternAttempt>& attempts, const Nod
   for (size_t i = 0; i < attempts.size();) {
     const Node* n = attempts[i].node;
     std::string line = "%";
-    line.append(std::to_string(position(positions, n))).append(" ").append(describe(*n)).append(":");
+    line.append(std::to_string(position(positions, n))).append(" ").append(describe_node(*n)).append(":");
     for (; i < attempts.size() && attempts[i].node == n; ++i) {
       const auto& a = attempts[i];
       line += " [" + a.pattern + (a.matched ? ": matched]" : ": " + a.reason + "]");

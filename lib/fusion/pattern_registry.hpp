@@ -75,6 +75,8 @@ PatternMatches find_pattern_matches(const std::vector<const Node*>& candidates, 
 std::string match_members(const PatternCandidate& c, const NodeMap& positions, std::vector<const Node*>& u);
 /// Whether a pattern's own kernel binds exactly what a kernel for the group `u` reads and writes.
 std::string validate_custom_kernel(const CustomKernel& k, const std::vector<const Node*>& u, const GraphView& view);
+/// "op dtype[shape]": how pattern attempts and refusals name a node.
+std::string describe_node(const Node& n);
 /// Logs the attempts on the `patterns` channel, one line per node.
 void log_pattern_attempts(const std::vector<PatternAttempt>& attempts, const NodeMap& positions);
 

@@ -410,6 +410,8 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
       auto be = detail::xb::make_backend(isa);
       auto cr = be->compile(k);
       ASSERT_TRUE(cr.kernel) << cr.declined;
+      // always packed: KFUSE_TUNE must not time a "direct" form that would run packed anyway
+      EXPECT_EQ(cr.kernel->variants(), (std::vector<std::string>{"by size", "packed"}));
       // Inputs: small integers and halves (exact in every dtype here), stored in each dtype.
       std::mt19937 rng(11);
       std::uniform_int_distribution<int> u(-6, 6);
