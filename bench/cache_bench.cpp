@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     if (a == "--backend" && i + 1 < argc) backend = argv[++i];
     else if (a == "--json") json = true;
   }
-  std::string dir = (std::filesystem::temp_directory_path() / ("kfuse-cache-bench-" + std::to_string(::getpid()))).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("kfuse-cache-bench-" + std::to_string(::getpid()))).string();
 
   Tensor x = rand({64, 1000}, 1);
   auto plan = detail::make_plan({log_softmax(x, -1).node()}, false);
@@ -125,8 +126,9 @@ int main(int argc, char** argv) {
     std::printf("  memory hit          %8.2f us  (of which print_kernel %.2f us)\n", hit, print);
     std::printf("  disk load           %8.1f us\n", disk);
     std::printf("  compile (no cache)  %8.1f us\n", compile);
-    std::printf("  new process, first eval: %.0f us with a warm disk cache (%llu compiled), %.0f us cold (%llu compiled)\n",
-                warm, warm_compiled, cold, cold_compiled);
+    std::printf(
+        "  new process, first eval: %.0f us with a warm disk cache (%llu compiled), %.0f us cold (%llu compiled)\n",
+        warm, warm_compiled, cold, cold_compiled);
   }
   return 0;
 }

@@ -68,8 +68,8 @@ struct Cli {
   std::vector<std::string> peers{"torch", "onednn", "eigen", "openblas"};
   double min_time = -1;
   int max_reps = -1;
-  int64_t scale = 1;  // rows (or elements) of the 16M+ workloads multiplied by this
-  bool profile = false;  // kfuse rows: also the profiler's roofline fraction (same roofs)
+  int64_t scale = 1;           // rows (or elements) of the 16M+ workloads multiplied by this
+  bool profile = false;        // kfuse rows: also the profiler's roofline fraction (same roofs)
   bool check_profile = false;  // --profile, and exit 1 when the profiler and the bench disagree
   bool check_timing = true;    // ... on the fractions too, not only on the accounting
 };
@@ -306,13 +306,11 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
         need(r.frac >= 0.90, pct(r.frac) + " of ceiling (need 90%)");
         if (eigen)
           need(r.st.median <= eigen->st.median, ratio(eigen->st.median / r.st.median) + " vs eigen (need >=1x)");
-        else
-          why.push_back("eigen n/a");
+        else why.push_back("eigen n/a");
         if (torch_nat)
           need(r.st.median * 4 <= torch_nat->st.median,
                ratio(torch_nat->st.median / r.st.median) + " vs torch natural (need >=4x)");
-        else
-          why.push_back("torch natural n/a");
+        else why.push_back("torch natural n/a");
         break;
       case Target::Under1us: need(r.st.median <= 1e-6, fmt_time(r.st.median) + " (need <=1 us)"); break;
       case Target::Under5us: need(r.st.median <= 5e-6, fmt_time(r.st.median) + " (need <=5 us)"); break;
@@ -345,8 +343,8 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
 // Verifies, then times one implementation. `after` fills implementation-specific fields.
 // `ceiling`: the roof's GB/s for the workload's read/write mix, or for GEMM workloads the FMA peak
 // GFLOP/s, with `threads` threads.
-Row run_impl(Impl& im, const Workload& w, const Reference& ref, int threads, double ceiling,
-             const TimingConfig& cfg, const std::function<void(Row&)>& after = {}) {
+Row run_impl(Impl& im, const Workload& w, const Reference& ref, int threads, double ceiling, const TimingConfig& cfg,
+             const std::function<void(Row&)>& after = {}) {
   Row r;
   r.workload = w.name;
   r.impl = im.name;
@@ -458,13 +456,14 @@ int main(int argc, char** argv) {
   );
   if (!kHaveTorch || !kHaveDnnl || !kHaveEigen || !kHaveOpenblas)
     std::printf("missing peers are skipped; install them with scripts/bench.sh --install-peers\n");
-  std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n",
-              cfg.min_reps, cfg.min_time_s);
+  std::printf("timing: median of >=%d samples and >=%.2f s per row after warm-up; spread = p90/p10\n", cfg.min_reps,
+              cfg.min_time_s);
   // One definition of a ceiling with the profiler (Explanation::bound_seconds over kfuse::Roof).
-  std::printf("ceiling: the roofline bound of kfuse's plan, per kernel max(reads / read GB/s + writes / write GB/s "
-              "(%s), FLOPs / FMA peak), summed (the profiler's bound); probes of kfuse::machine(), re-measured per "
-              "workload\n",
-              kfuse::probe::stream_kind());
+  std::printf(
+      "ceiling: the roofline bound of kfuse's plan, per kernel max(reads / read GB/s + writes / write GB/s "
+      "(%s), FLOPs / FMA peak), summed (the profiler's bound); probes of kfuse::machine(), re-measured per "
+      "workload\n",
+      kfuse::probe::stream_kind());
   // A working set the L3 holds runs from it between samples (the probes' 192 MiB stream to DRAM on most machines).
   const double l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
   if (l3_bytes > 0) std::printf("L3: %s\n", fmt_bytes(l3_bytes).c_str());
@@ -472,12 +471,14 @@ int main(int argc, char** argv) {
   for (int t : cli.threads) {
     kfuse::CpuRoofs c = kfuse::measure_cpu_roofs(t, cli.quick);
     ceilings0.push_back({t, c.triad_gbps});
-    std::printf("  %d thread%s: read %.1f GB/s, write %.1f GB/s (streaming %.1f), triad %.1f GB/s, FMA peak %.1f GFLOP/s\n",
-                t, t > 1 ? "s" : "", c.read_gbps, c.write_gbps, c.write_nt_gbps, c.triad_gbps, c.fma_f32_gflops);
+    std::printf(
+        "  %d thread%s: read %.1f GB/s, write %.1f GB/s (streaming %.1f), triad %.1f GB/s, FMA peak %.1f GFLOP/s\n", t,
+        t > 1 ? "s" : "", c.read_gbps, c.write_gbps, c.write_nt_gbps, c.triad_gbps, c.fma_f32_gflops);
   }
   std::printf("FMA peak: %s, independent FMAs in registers\n", kfuse::probe::fma_kind());
-  std::printf("columns: GB/s = compulsory bytes (inputs once + output once) / median (GEMM: GFLOP/s of 2MNK); "
-              "%%ceil = the bound / median, same thread count; kern = kfuse kernels launched per call\n");
+  std::printf(
+      "columns: GB/s = compulsory bytes (inputs once + output once) / median (GEMM: GFLOP/s of 2MNK); "
+      "%%ceil = the bound / median, same thread count; kern = kfuse kernels launched per call\n");
 
   std::vector<Row> rows;
   bool any_bad = false;
@@ -550,16 +551,18 @@ int main(int argc, char** argv) {
       ceil_txt += b;
     }
     if (w.gemm())
-      std::printf("   %.3g GFLOP per call; fp64 reference (%zu of %lld rows) in %s; FMA peak %s\n"
-                  "   (GEMM: the GB/s column is GFLOP/s, %%ceil is %% of the FMA peak)\n",
-                  w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows), fmt_time(now_s() - t0).c_str(),
-                  ceil_txt.c_str());
+      std::printf(
+          "   %.3g GFLOP per call; fp64 reference (%zu of %lld rows) in %s; FMA peak %s\n"
+          "   (GEMM: the GB/s column is GFLOP/s, %%ceil is %% of the FMA peak)\n",
+          w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows), fmt_time(now_s() - t0).c_str(),
+          ceil_txt.c_str());
     else
       std::printf("   compulsory %s; fp64 reference in %s; ceiling %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
                   fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
     if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes)
-      std::printf("   (fits the %s L3: rows may run from cache, above the DRAM ceiling; --scale measures out of cache)\n",
-                  fmt_bytes(l3_bytes).c_str());
+      std::printf(
+          "   (fits the %s L3: rows may run from cache, above the DRAM ceiling; --scale measures out of cache)\n",
+          fmt_bytes(l3_bytes).c_str());
     print_header();
 
     for (int t : cli.threads) {
@@ -586,8 +589,9 @@ int main(int argc, char** argv) {
           KfusePlan p = kfuse_plan(w);
           r.planned = p.planned;
           r.backend = p.backends;
-          std::string n = p.planned < 0 ? std::string("planned n/a")
-                                         : "planned " + std::to_string(p.planned) + " kernel" + (p.planned == 1 ? "" : "s");
+          std::string n = p.planned < 0
+                              ? std::string("planned n/a")
+                              : "planned " + std::to_string(p.planned) + " kernel" + (p.planned == 1 ? "" : "s");
           n += p.backends.empty() ? ", backend: (not reported)" : ", backend: " + p.backends;
           if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
           if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
@@ -680,9 +684,10 @@ int main(int argc, char** argv) {
     std::printf("\nwrote %zu rows to %s\n", rows.size(), cli.json.c_str());
   }
   if (cli.profile) {
-    if (cli.check_timing) disagreements.insert(disagreements.end(), timing_disagreements.begin(), timing_disagreements.end());
-    std::printf("\nprofiler vs bench: %zu row%s disagree%s\n", disagreements.size(), disagreements.size() == 1 ? "" : "s",
-                disagreements.empty() ? "" : ":");
+    if (cli.check_timing)
+      disagreements.insert(disagreements.end(), timing_disagreements.begin(), timing_disagreements.end());
+    std::printf("\nprofiler vs bench: %zu row%s disagree%s\n", disagreements.size(),
+                disagreements.size() == 1 ? "" : "s", disagreements.empty() ? "" : ":");
     for (const auto& d : disagreements) std::printf("  %s\n", d.c_str());
     if (!cli.check_timing && !timing_disagreements.empty()) {
       std::printf("fractions apart by more than 10%% (not checked):\n");

@@ -163,8 +163,9 @@ int main(int argc, char** argv) {
   if (l3 > 0) std::printf("L3: %s\n", fmt_bytes(l3).c_str());
   std::printf("timing: median of >= %d samples and >= %.2f s per row; spread = p90/p10\n", cfg.min_reps,
               cfg.min_time_s);
-  std::printf("GB/s: (distinct rows touched x bytes per stored row + ids + offsets + f32 result) / median;\n"
-              "%%ceil: of kfuse::Roof for that read/write mix and thread count, measured before each group\n");
+  std::printf(
+      "GB/s: (distinct rows touched x bytes per stored row + ids + offsets + f32 result) / median;\n"
+      "%%ceil: of kfuse::Roof for that read/write mix and thread count, measured before each group\n");
 
   // The f32 table and its f16 / 8-bit / 4-bit copies, made once (kfuse computes the copies).
   BagProblem p;
@@ -200,7 +201,8 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
                 "ceil", "%ceil", "kern", "check");
     for (Variant& v : variants) {
-      if (!cli.filter.empty() && v.name.find(cli.filter) == std::string::npos && cli.filter != (zipf ? "zipf" : "uniform"))
+      if (!cli.filter.empty() && v.name.find(cli.filter) == std::string::npos &&
+          cli.filter != (zipf ? "zipf" : "uniform"))
         continue;
       const double read_bytes = static_cast<double>(distinct.size()) * v.row_bytes + index_bytes;
       const Reference ref = bag_reference(p, v.name == "f32" ? table : as_floats(v.table()));

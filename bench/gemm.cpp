@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     int64_t M, K, N;
     bool tb = false;
   };
-  const Shape shapes[] = {{64, 64, 64},     {256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
-                          {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096},  {512, 1024, 4096, true}};
+  const Shape shapes[] = {{64, 64, 64},       {256, 256, 256},   {512, 512, 512}, {1024, 1024, 1024},
+                          {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}, {512, 1024, 4096, true}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Shape& s : shapes) {
@@ -163,17 +163,21 @@ int main(int argc, char** argv) {
       row("kfuse", time_it([&] { cr.kernel->run(args); }, min_time));
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS
       openblas_set_num_threads(t);
-      row("openblas", time_it([&] {
-            cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.tb ? s.K : s.N,
-                        0.0f, R.data(), s.N);
-          }, min_time));
+      row("openblas", time_it(
+                          [&] {
+                            cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
+                                        s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
+                          },
+                          min_time));
 #endif
 #ifdef KFUSE_BENCH_HAVE_DNNL
       omp_set_num_threads(t);
-      row("onednn", time_it([&] {
-            dnnl_sgemm('N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.tb ? s.K : s.N, 0.0f,
-                       R.data(), s.N);
-          }, min_time));
+      row("onednn", time_it(
+                        [&] {
+                          dnnl_sgemm('N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
+                                     s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
+                        },
+                        min_time));
 #endif
     }
   }

@@ -144,27 +144,19 @@ Verdict verify(const float* got, const Reference& ref) {
 std::string fmt_time(double s) {
   char b[32];
   if (s <= 0) return "-";
-  if (s < 1e-6)
-    std::snprintf(b, sizeof b, "%.1f ns", s * 1e9);
-  else if (s < 1e-3)
-    std::snprintf(b, sizeof b, "%.2f us", s * 1e6);
-  else if (s < 1)
-    std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.2f s", s);
+  if (s < 1e-6) std::snprintf(b, sizeof b, "%.1f ns", s * 1e9);
+  else if (s < 1e-3) std::snprintf(b, sizeof b, "%.2f us", s * 1e6);
+  else if (s < 1) std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
+  else std::snprintf(b, sizeof b, "%.2f s", s);
   return b;
 }
 
 std::string fmt_bytes(double v) {
   char b[32];
-  if (v < 1e3)
-    std::snprintf(b, sizeof b, "%.0f B", v);
-  else if (v < 1e6)
-    std::snprintf(b, sizeof b, "%.1f KB", v / 1e3);
-  else if (v < 1e9)
-    std::snprintf(b, sizeof b, "%.1f MB", v / 1e6);
-  else
-    std::snprintf(b, sizeof b, "%.2f GB", v / 1e9);
+  if (v < 1e3) std::snprintf(b, sizeof b, "%.0f B", v);
+  else if (v < 1e6) std::snprintf(b, sizeof b, "%.1f KB", v / 1e3);
+  else if (v < 1e9) std::snprintf(b, sizeof b, "%.1f MB", v / 1e6);
+  else std::snprintf(b, sizeof b, "%.2f GB", v / 1e9);
   return b;
 }
 
@@ -183,8 +175,7 @@ void print_row(const Row& r) {
   char gb[16] = "-", fr[16] = "-", kern[16] = "-", spread[16] = "-";
   if (r.gflops > 0)  // GEMM rows: GFLOP/s and % of the FMA peak in these two columns
     std::snprintf(gb, sizeof gb, "%.1fGF", r.gflops);
-  else if (r.bytes > 0 && r.gbps > 0)
-    std::snprintf(gb, sizeof gb, "%.2f", r.gbps);
+  else if (r.bytes > 0 && r.gbps > 0) std::snprintf(gb, sizeof gb, "%.2f", r.gbps);
   if (r.frac > 0) std::snprintf(fr, sizeof fr, "%.1f%%", r.frac * 100);
   if (r.kernels >= 0) std::snprintf(kern, sizeof kern, "%.3g", r.kernels);
   if (r.st.spread() > 0) std::snprintf(spread, sizeof spread, "%.2f", r.st.spread());

@@ -8,10 +8,10 @@
 namespace kbench {
 
 struct TimingConfig {
-  double min_time_s = 0.5;  // keep sampling until this much time was spent (after min_reps)
-  int min_reps = 5;         // at least this many samples
-  int max_reps = 200;       // at most this many samples
-  int warmup = 2;           // warm-up calls (not timed)
+  double min_time_s = 0.5;        // keep sampling until this much time was spent (after min_reps)
+  int min_reps = 5;               // at least this many samples
+  int max_reps = 200;             // at most this many samples
+  int warmup = 2;                 // warm-up calls (not timed)
   double sample_floor_s = 20e-6;  // batch calls so one sample lasts at least this long
 };
 

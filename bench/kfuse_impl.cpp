@@ -31,10 +31,8 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   kfuse::Shape shape = w.one_d() ? kfuse::Shape{w.cols} : kfuse::Shape{w.rows, w.cols};
   for (size_t i = 0; i < w.inputs.size(); ++i) {
     float* p = const_cast<float*>(w.inputs[i].data());
-    if (w.kind == Kind::LayerNorm && i > 0)
-      in.push_back(kfuse::Tensor::borrow(p, kfuse::Shape{w.cols}));
-    else
-      in.push_back(kfuse::Tensor::borrow(p, shape));
+    if (w.kind == Kind::LayerNorm && i > 0) in.push_back(kfuse::Tensor::borrow(p, kfuse::Shape{w.cols}));
+    else in.push_back(kfuse::Tensor::borrow(p, shape));
   }
   return in;
 }
@@ -106,9 +104,7 @@ KfusePlan kfuse_plan(const Workload& w) {
     for (auto& k : ex.kernels)
       if (!k.backend.empty()) names.insert(k.backend);
     for (auto& n : names) p.backends += (p.backends.empty() ? "" : ",") + n;
-  } catch (const std::exception& e) {
-    p.error = e.what();
-  }
+  } catch (const std::exception& e) { p.error = e.what(); }
   return p;
 }
 
@@ -172,7 +168,8 @@ Row kfuse_compile_row(const std::string& backend, int count, const kfuse::Option
       double first = now_s() - t0;
       auto after = kfuse::counters();
       // The backend's own time (analysis, emission, executable copy) of this kernel.
-      if (after.kernels_compiled == before.kernels_compiled + 1) emits.push_back((after.compile_ms - before.compile_ms) * 1e-3);
+      if (after.kernels_compiled == before.kernels_compiled + 1)
+        emits.push_back((after.compile_ms - before.compile_ms) * 1e-3);
       auto y2 = compile_expr(x, id, c);
       t0 = now_s();
       y2.eval();

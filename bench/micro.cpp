@@ -72,7 +72,8 @@ TEST_CASE("cached eval on tiny tensors", "[!benchmark][eval]") {
   };
   BENCHMARK("record+eval 10-op chain, 8 floats") {
     auto t = kfuse::Tensor::borrow(x.data(), kfuse::Shape{8});
-    auto y = kfuse::sqrt(kfuse::sigmoid(kfuse::log(kfuse::relu(kfuse::square(kfuse::tanh(t * 1.5 + 0.5)) - 0.25) + 1.0)));
+    auto y =
+        kfuse::sqrt(kfuse::sigmoid(kfuse::log(kfuse::relu(kfuse::square(kfuse::tanh(t * 1.5 + 0.5)) - 0.25) + 1.0)));
     y.eval();
     return y.data();
   };

@@ -101,7 +101,8 @@ ProfileAgreement profile_agreement(Impl& im, const Workload& w, const kfuse::Cpu
   a.timed = r.st.median >= kMinComparedCall;
   if (a.timed && (a.bench_frac <= 0 || std::fabs(a.prof_call_frac / a.bench_frac - 1) > tolerance)) {
     char b[96];
-    std::snprintf(b, sizeof b, "fractions %.4g vs %.4g (apart more than %.0f%%)", a.prof_call_frac, a.bench_frac, 100 * tolerance);
+    std::snprintf(b, sizeof b, "fractions %.4g vs %.4g (apart more than %.0f%%)", a.prof_call_frac, a.bench_frac,
+                  100 * tolerance);
     why.push_back(b);
   }
   for (size_t i = 0; i < why.size(); ++i) a.problem += (i ? ", " : "") + why[i];

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (int i = 0; i < 1000; ++i) run();  // compiled, planned, pools warm
-  (void)kfuse::machine();               // the model is read (or measured) outside the batches
+  (void)kfuse::machine();                // the model is read (or measured) outside the batches
   constexpr int kBatch = 500, kBatches = 41;
   std::vector<double> off, on;
   for (int b = 0; b < kBatches; ++b) {  // alternating, so that both see the same load

@@ -18,7 +18,6 @@ int num_inputs(Kind k) {
   }
 }
 
-
 void make_inputs(Workload& w, uint64_t seed) {
   SplitMix rng{seed * 0x2545F4914F6CDD1DULL + 17};
   const int64_t n = w.numel();
@@ -62,7 +61,8 @@ void make_inputs(Workload& w, uint64_t seed) {
   w.read_bytes = in_bytes;
   w.write_bytes = 4.0 * static_cast<double>(w.out_numel);
   w.compulsory_bytes = w.read_bytes + w.write_bytes;
-  w.flops = w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
+  w.flops =
+      w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
 }
 
 Reference gemm_reference(const Workload& w) {

@@ -32,14 +32,14 @@ enum class Kind {
 /// Which target of the issue applies to the kfuse rows of this workload.
 enum class Target {
   None,
-  FasterThanBestPeer4x,   // log_softmax [4096,10]: >= 4x faster than the best peer
-  Ceiling75,              // log_softmax / layer_norm [32768,512]: >= 75% of the ceiling
-  Chain16M,               // element-wise at 16M: >= 90% ceiling, >= Eigen, natural >= 4x LibTorch natural
-  Ceiling90,              // sums over [4096,4096]: >= 90% of the ceiling
-  Under1us,               // 10-op chain on 8 floats: <= 1 us
-  Compile100us,           // xbyak compile: <= 100 us median
-  Under5us,               // record + eval of an already-planned small matmul: <= 5 us
-  Epilogue5pct,           // MLP block: <= 1.05x the bare GEMM of its shape (same run, threads, impl)
+  FasterThanBestPeer4x,  // log_softmax [4096,10]: >= 4x faster than the best peer
+  Ceiling75,             // log_softmax / layer_norm [32768,512]: >= 75% of the ceiling
+  Chain16M,              // element-wise at 16M: >= 90% ceiling, >= Eigen, natural >= 4x LibTorch natural
+  Ceiling90,             // sums over [4096,4096]: >= 90% of the ceiling
+  Under1us,              // 10-op chain on 8 floats: <= 1 us
+  Compile100us,          // xbyak compile: <= 100 us median
+  Under5us,              // record + eval of an already-planned small matmul: <= 5 us
+  Epilogue5pct,          // MLP block: <= 1.05x the bare GEMM of its shape (same run, threads, impl)
 };
 
 constexpr float kLayerNormEps = 1e-5f;
@@ -48,14 +48,14 @@ struct Workload {
   std::string name;  // e.g. "log_softmax [4096,10]"
   Kind kind{};
   Target target = Target::None;
-  int64_t rows = 0, cols = 0;  // for 1-D workloads rows = 1, cols = N
-  int64_t inner = 0;           // GEMM workloads: K (rows = M, cols = N)
-  std::string bare;            // Mlp: the name of the bare GEMM workload of its shape
+  int64_t rows = 0, cols = 0;              // for 1-D workloads rows = 1, cols = N
+  int64_t inner = 0;                       // GEMM workloads: K (rows = M, cols = N)
+  std::string bare;                        // Mlp: the name of the bare GEMM workload of its shape
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;
-  double compulsory_bytes = 0;  // inputs read once + output written once
+  double compulsory_bytes = 0;             // inputs read once + output written once
   double read_bytes = 0, write_bytes = 0;  // its two parts (the ceiling weighs them apart)
-  double flops = 0;             // GEMM workloads: 2 M N K (0: a memory-bound workload)
+  double flops = 0;                        // GEMM workloads: 2 M N K (0: a memory-bound workload)
 
   int64_t numel() const { return rows * cols; }
   bool rowwise() const { return kind == Kind::LogSoftmax || kind == Kind::Softmax || kind == Kind::LayerNorm; }
@@ -68,8 +68,8 @@ struct Workload {
 /// One implementation of a workload, ready to run. `setup` runs before warm-up (thread counts,
 /// allocation), `run` is the timed call, `result` returns the output of the last run.
 struct Impl {
-  std::string name;     // e.g. "torch natural"
-  std::string note;     // free text shown after the row
+  std::string name;  // e.g. "torch natural"
+  std::string note;  // free text shown after the row
   std::function<void()> setup;
   std::function<void()> run;
   std::function<const float*()> result;

@@ -44,10 +44,11 @@ int main() {
   }
   std::sort(times.begin(), times.end());
   Counters c = counters();
-  std::printf("log_softmax [%lld, %lld]: first eval %.3f ms (includes compiling), cached eval median %.1f us "
-              "(min %.1f us); kernels compiled %llu, launched %llu\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), first_ms, times[times.size() / 2], times[0],
-              static_cast<unsigned long long>(c.kernels_compiled), static_cast<unsigned long long>(c.kernels_launched));
+  std::printf(
+      "log_softmax [%lld, %lld]: first eval %.3f ms (includes compiling), cached eval median %.1f us "
+      "(min %.1f us); kernels compiled %llu, launched %llu\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), first_ms, times[times.size() / 2], times[0],
+      static_cast<unsigned long long>(c.kernels_compiled), static_cast<unsigned long long>(c.kernels_launched));
   std::printf("max |error| vs fp64 reference: %.2e: %s\n", max_err, ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

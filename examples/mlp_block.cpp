@@ -82,13 +82,14 @@ int main(int argc, char** argv) {
     std::printf("%s(%s.txt, .json, .trace.json, .svg)\n\n", p.table().c_str(), profile_prefix.c_str());
   }
   std::sort(times.begin(), times.end());
-  const int threads = options().num_threads > 0 ? options().num_threads
-                                                : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads =
+      options().num_threads > 0 ? options().num_threads : static_cast<int>(std::thread::hardware_concurrency());
   const double med = times[times.size() / 2];
   const double gflop = 2.0 * static_cast<double>(batch * in) * static_cast<double>(hidden) * 1e-9;
-  std::printf("time: first eval %.2f ms (plan + compile), then median of %d evals %.2f ms (min %.2f) = %.1f GFLOP/s "
-              "on %d thread(s)\n",
-              first * 1e3, reps, med * 1e3, times.front() * 1e3, gflop / med, threads);
+  std::printf(
+      "time: first eval %.2f ms (plan + compile), then median of %d evals %.2f ms (min %.2f) = %.1f GFLOP/s "
+      "on %d thread(s)\n",
+      first * 1e3, reps, med * 1e3, times.front() * 1e3, gflop / med, threads);
 
   // Rows are independent: the last rows of y against the fp64 reference of the same block on
   // those rows of x (the interpreter's reference of the whole batch would take minutes).
@@ -99,10 +100,10 @@ int main(int argc, char** argv) {
   double max_err = 0;
   for (size_t i = 0; i < ref.size(); ++i) max_err = std::fmax(max_err, std::fabs(got[off + i] - ref[i]));
   bool ok = max_err < 1e-3;
-  std::printf("mlp block [%lld x %lld] -> [%lld]: %zu kernels (an op-by-op library: %lld), max |error| %.2e on the "
-              "last %lld rows: %s\n",
-              static_cast<long long>(batch), static_cast<long long>(in), static_cast<long long>(hidden),
-              plan.kernel_count(), static_cast<long long>(plan.unfused_kernels), max_err,
-              static_cast<long long>(nrows), ok ? "PASS" : "FAIL");
+  std::printf(
+      "mlp block [%lld x %lld] -> [%lld]: %zu kernels (an op-by-op library: %lld), max |error| %.2e on the "
+      "last %lld rows: %s\n",
+      static_cast<long long>(batch), static_cast<long long>(in), static_cast<long long>(hidden), plan.kernel_count(),
+      static_cast<long long>(plan.unfused_kernels), max_err, static_cast<long long>(nrows), ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -13,7 +13,8 @@ namespace kfuse::test {
 class ForcedBackend : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!detail::find_backend(GetParam())) GTEST_SKIP() << "backend " << GetParam() << " is not built in or unavailable";
+    if (!detail::find_backend(GetParam()))
+      GTEST_SKIP() << "backend " << GetParam() << " is not built in or unavailable";
     saved_ = options();
     Options o = saved_;
     o.backends = {GetParam()};

@@ -39,9 +39,9 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
     switch (pick(8)) {
       case 0: {
         static const std::function<Tensor(const Tensor&)> un[] = {
-            [](const Tensor& x) { return neg(x); },     [](const Tensor& x) { return tanh(x); },
-            [](const Tensor& x) { return sigmoid(x); }, [](const Tensor& x) { return relu(x); },
-            [](const Tensor& x) { return abs(x); },     [](const Tensor& x) { return sin(x); },
+            [](const Tensor& x) { return neg(x); },        [](const Tensor& x) { return tanh(x); },
+            [](const Tensor& x) { return sigmoid(x); },    [](const Tensor& x) { return relu(x); },
+            [](const Tensor& x) { return abs(x); },        [](const Tensor& x) { return sin(x); },
             [](const Tensor& x) { return x * 0.5 + 0.25; }};
         r = un[pick(7)](a);
         break;
@@ -87,7 +87,8 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
   }
   Dag d;
   size_t n_out = 1 + pick(3);
-  for (size_t i = 0; i < n_out && i < pool.size(); ++i) d.roots.push_back(pool[pool.size() - 1 - pick(std::min<size_t>(pool.size(), 4))]);
+  for (size_t i = 0; i < n_out && i < pool.size(); ++i)
+    d.roots.push_back(pool[pool.size() - 1 - pick(std::min<size_t>(pool.size(), 4))]);
   return d;
 }
 

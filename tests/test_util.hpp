@@ -68,9 +68,7 @@ inline bool device_usable(Device d) {
   try {
     Tensor::from_vector<float>({1.f}, {1}).to(d);
     return true;
-  } catch (const BackendUnavailable&) {
-    return false;
-  }
+  } catch (const BackendUnavailable&) { return false; }
 }
 
 /// A tensor holding `v` converted to `dt` (values must be representable).
@@ -196,14 +194,14 @@ inline std::vector<double> transposed(const std::vector<double>& v, int64_t rows
 }  // namespace kfuse::test
 
 /// Expects `stmt` to throw kfuse::UserError whose what() is exactly `msg`.
-#define EXPECT_USER_ERROR(stmt, msg)                                                        \
-  do {                                                                                      \
-    try {                                                                                   \
-      (void)(stmt);                                                                         \
-      ADD_FAILURE() << "expected UserError from " #stmt;                                    \
-    } catch (const kfuse::UserError& e) {                                                   \
-      EXPECT_EQ(std::string(e.what()), std::string(msg));                                   \
-    } catch (const std::exception& e) {                                                     \
+#define EXPECT_USER_ERROR(stmt, msg)                                                             \
+  do {                                                                                           \
+    try {                                                                                        \
+      (void)(stmt);                                                                              \
+      ADD_FAILURE() << "expected UserError from " #stmt;                                         \
+    } catch (const kfuse::UserError& e) {                                                        \
+      EXPECT_EQ(std::string(e.what()), std::string(msg));                                        \
+    } catch (const std::exception& e) {                                                          \
       ADD_FAILURE() << "expected UserError from " #stmt ", got another exception: " << e.what(); \
-    }                                                                                       \
+    }                                                                                            \
   } while (0)

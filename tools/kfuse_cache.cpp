@@ -24,7 +24,8 @@ bool disassemble_x86(const uint8_t* code, size_t size, uint64_t address, std::st
   size_t pos = 0;
   char line[256];
   while (pos < size) {
-    size_t n = LLVMDisasmInstruction(dc, const_cast<uint8_t*>(code + pos), size - pos, address + pos, line, sizeof line);
+    size_t n =
+        LLVMDisasmInstruction(dc, const_cast<uint8_t*>(code + pos), size - pos, address + pos, line, sizeof line);
     char addr[32];
     std::snprintf(addr, sizeof addr, "  %6llx:", static_cast<unsigned long long>(address + pos));
     *text += addr;

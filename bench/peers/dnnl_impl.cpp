@@ -38,9 +38,7 @@ struct State {
   }
 };
 
-memory mem(State& st, const memory::desc& md, const float* p) {
-  return memory(md, st.eng, const_cast<float*>(p));
-}
+memory mem(State& st, const memory::desc& md, const float* p) { return memory(md, st.eng, const_cast<float*>(p)); }
 
 int post_arg(int idx) { return DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1; }
 
@@ -95,7 +93,8 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
                      [gs] { return static_cast<const float*>(gs->data()); }});
     dnnl::matmul::desc d(a_md, b_md, c_md);
     dnnl::matmul::primitive_desc pd(d, st->eng);
-    st->steps.push_back({dnnl::matmul(pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
+    st->steps.push_back(
+        {dnnl::matmul(pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
   } else {
     st->t1.assign(static_cast<size_t>(M * N), 0.0f);
     memory::desc bias_md({1, N}, dt::f32, tag::ab);
@@ -105,12 +104,15 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
     dnnl::matmul::desc d(a_md, b_md, bias_md, c_md);
     dnnl::matmul::primitive_desc pd(d, with_post_ops(po), st->eng);
     st->steps.push_back({dnnl::matmul(pd),
-                         {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, mem(*st, bias_md, w.inputs[2].data())},
+                         {{DNNL_ARG_SRC, a},
+                          {DNNL_ARG_WEIGHTS, b},
+                          {DNNL_ARG_BIAS, mem(*st, bias_md, w.inputs[2].data())},
                           {DNNL_ARG_DST, t1}}});
     dnnl::layer_normalization_forward::desc ld(dnnl::prop_kind::forward_inference, c_md, kLayerNormEps,
                                                dnnl::normalization_flags::none);
     dnnl::layer_normalization_forward::primitive_desc lpd(ld, st->eng);
-    st->steps.push_back({dnnl::layer_normalization_forward(lpd), {{DNNL_ARG_SRC, t1}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
+    st->steps.push_back(
+        {dnnl::layer_normalization_forward(lpd), {{DNNL_ARG_SRC, t1}, {DNNL_ARG_DST, mem(*st, c_md, st->y.data())}}});
     note = "matmul + bias + gelu post-op, then layer_norm";
   }
   v.push_back(Impl{"onednn matmul", note, setup, [st] { st->run(); },
@@ -132,8 +134,7 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
   for (size_t i = 0; i < w.inputs.size(); ++i) {
     if (w.kind == Kind::LayerNorm && i > 0)
       in.push_back(mem(*st, memory::desc({C}, dt::f32, tag::a), w.inputs[i].data()));
-    else
-      in.push_back(mem(*st, md, w.inputs[i].data()));
+    else in.push_back(mem(*st, md, w.inputs[i].data()));
   }
   memory y = mem(*st, md, st->y.data());
   std::string note;
@@ -150,8 +151,9 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
       auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
       dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md, kLayerNormEps, flags);
       dnnl::layer_normalization_forward::primitive_desc pd(d, st->eng);
-      st->steps.push_back({dnnl::layer_normalization_forward(pd),
-                           {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DST, y}, {DNNL_ARG_SCALE, in[1]}, {DNNL_ARG_SHIFT, in[2]}}});
+      st->steps.push_back(
+          {dnnl::layer_normalization_forward(pd),
+           {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DST, y}, {DNNL_ARG_SCALE, in[1]}, {DNNL_ARG_SHIFT, in[2]}}});
       break;
     }
     case Kind::ReluFma: {
@@ -170,7 +172,7 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
       st->t2.assign(static_cast<size_t>(N), 0.f);
       memory t1 = mem(*st, md, st->t1.data()), t2 = mem(*st, md, st->t2.data());
       eltwise(*st, algorithm::eltwise_linear, 0.5f, 0.f, in[0], t1);  // t1 = 0.5 a
-      binary(*st, algorithm::binary_add, t1, in[1], t1);               // t1 += b
+      binary(*st, algorithm::binary_add, t1, in[1], t1);              // t1 += b
       eltwise(*st, algorithm::eltwise_tanh, 0.f, 0.f, t1, t1);
       eltwise(*st, algorithm::eltwise_logistic, 0.f, 0.f, in[2], t2);  // t2 = sigmoid(c)
       binary(*st, algorithm::binary_mul, t1, t2, t1);                  // t1 *= t2
@@ -190,15 +192,9 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
       note = "binary add + post-op relu";
       break;
     }
-    case Kind::SumAxis0:
-      reduce_sum(*st, in[0], mem(*st, memory::desc({1, C}, dt::f32, tag::ab), st->y.data()));
-      break;
-    case Kind::SumAxis1:
-      reduce_sum(*st, in[0], mem(*st, memory::desc({R, 1}, dt::f32, tag::ab), st->y.data()));
-      break;
-    case Kind::SumAll:
-      reduce_sum(*st, in[0], mem(*st, memory::desc({1, 1}, dt::f32, tag::ab), st->y.data()));
-      break;
+    case Kind::SumAxis0: reduce_sum(*st, in[0], mem(*st, memory::desc({1, C}, dt::f32, tag::ab), st->y.data())); break;
+    case Kind::SumAxis1: reduce_sum(*st, in[0], mem(*st, memory::desc({R, 1}, dt::f32, tag::ab), st->y.data())); break;
+    case Kind::SumAll: reduce_sum(*st, in[0], mem(*st, memory::desc({1, 1}, dt::f32, tag::ab), st->y.data())); break;
     case Kind::Chain10: {
       // One primitive per op (see Chain3: post-op chains gave wrong results in oneDNN 2.6).
       eltwise(*st, algorithm::eltwise_linear, 1.5f, 0.5f, in[0], y);

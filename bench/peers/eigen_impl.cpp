@@ -69,9 +69,9 @@ std::function<void()> make_run(const Workload& w, State* st, Dev* dev) {
         Map1 M(m, R), S(s, R);
         M.device(*dev) = x.mean(red1);
         S.device(*dev) = ((x - M.reshape(col).broadcast(bc)).square().mean(red1) + kLayerNormEps).rsqrt();
-        Y.device(*dev) = (x - M.reshape(col).broadcast(bc)) * S.reshape(col).broadcast(bc) *
-                             g.reshape(rowv).broadcast(bcr) +
-                         b.reshape(rowv).broadcast(bcr);
+        Y.device(*dev) =
+            (x - M.reshape(col).broadcast(bc)) * S.reshape(col).broadcast(bc) * g.reshape(rowv).broadcast(bcr) +
+            b.reshape(rowv).broadcast(bcr);
       };
     case Kind::ReluFma:
       return [=] {

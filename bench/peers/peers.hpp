@@ -12,7 +12,7 @@ namespace kbench {
 std::vector<Impl> torch_impls(const Workload& w, int threads);  // "torch natural", "torch out="
 std::string torch_version();
 
-std::vector<Impl> dnnl_impls(const Workload& w, int threads);   // "onednn"
+std::vector<Impl> dnnl_impls(const Workload& w, int threads);  // "onednn"
 std::string dnnl_version_string();
 
 std::vector<Impl> openblas_impls(const Workload& w, int threads);  // "openblas sgemm" (GEMM only)

@@ -35,14 +35,16 @@ std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
   auto* s = st.get();
   auto result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
   Impl nat{"torch natural", "", setup, nullptr, result};
-  Impl out{"torch out=", "", [setup, s, M, N, opts] {
+  Impl out{"torch out=", "",
+           [setup, s, M, N, opts] {
              setup();
              s->y = at::empty({M, N}, opts);
              s->t1 = at::empty({M, N}, opts);
              s->t2 = at::empty({M, N}, opts);
              s->s1 = at::empty({M, 1}, opts);
              s->s2 = at::empty({M, 1}, opts);
-           }, nullptr, result};
+           },
+           nullptr, result};
   if (w.kind == Kind::Matmul) {
     nat.run = [s] { s->y = at::mm(s->in[0], s->in[1]); };
     out.run = [s] { at::mm_out(s->y, s->in[0], s->in[1]); };
@@ -69,10 +71,8 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   const int64_t R = w.rows, C = w.cols;
   std::vector<int64_t> shape = w.one_d() ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};
   for (size_t i = 0; i < w.inputs.size(); ++i) {
-    if (w.kind == Kind::LayerNorm && i > 0)
-      st->in.push_back(wrap(w.inputs[i], {C}));
-    else
-      st->in.push_back(wrap(w.inputs[i], shape));
+    if (w.kind == Kind::LayerNorm && i > 0) st->in.push_back(wrap(w.inputs[i], {C}));
+    else st->in.push_back(wrap(w.inputs[i], shape));
   }
   auto opts = at::TensorOptions().dtype(at::kFloat);
   std::vector<int64_t> out_shape = shape;
@@ -85,10 +85,12 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   auto* s = st.get();
 
   Impl nat{"torch natural", "", setup, nullptr, result};
-  Impl out{"torch out=", "", [setup, s, out_shape, opts] {
+  Impl out{"torch out=", "",
+           [setup, s, out_shape, opts] {
              setup();
              s->y = at::empty(out_shape, opts);
-           }, nullptr, result};
+           },
+           nullptr, result};
   std::vector<Impl> extra;
 
   switch (w.kind) {

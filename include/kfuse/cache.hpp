@@ -11,8 +11,8 @@
 namespace kfuse {
 
 struct CacheStats {
-  std::string mode;       ///< off | memory | disk
-  std::string dir;        ///< the disk cache directory (also when not in use)
+  std::string mode;  ///< off | memory | disk
+  std::string dir;   ///< the disk cache directory (also when not in use)
   bool disk_readable = false, disk_writable = false;
   std::string disk_note;  ///< why the disk cache is not (fully) in use, "" when it is
   uint64_t memory_entries = 0, memory_bytes = 0, memory_evictions = 0;

@@ -30,13 +30,13 @@ class Device {
 /// reuse them (see README "Device memory"), so a steady-state evaluation loop makes no driver
 /// allocation, free or host wait; these counters show it.
 struct DeviceMemoryStats {
-  std::string allocator;        ///< e.g. "cuMemAllocAsync pool", "block cache", "host"
-  uint64_t driver_allocs = 0;   ///< allocations the driver made (clCreateBuffer, cuMemAlloc)
-  uint64_t driver_frees = 0;    ///< blocks given back to the driver
-  uint64_t reuses = 0;          ///< requests served from freed blocks (cache or stream-ordered pool)
-  uint64_t host_syncs = 0;      ///< times the host waited for the device (reads, synchronize())
-  uint64_t bytes_in_use = 0;    ///< held by live tensors and kernel scratch
-  uint64_t bytes_cached = 0;    ///< freed, kept for reuse
+  std::string allocator;       ///< e.g. "cuMemAllocAsync pool", "block cache", "host"
+  uint64_t driver_allocs = 0;  ///< allocations the driver made (clCreateBuffer, cuMemAlloc)
+  uint64_t driver_frees = 0;   ///< blocks given back to the driver
+  uint64_t reuses = 0;         ///< requests served from freed blocks (cache or stream-ordered pool)
+  uint64_t host_syncs = 0;     ///< times the host waited for the device (reads, synchronize())
+  uint64_t bytes_in_use = 0;   ///< held by live tensors and kernel scratch
+  uint64_t bytes_cached = 0;   ///< freed, kept for reuse
 };
 
 /// The counters of `device` since the process started ("host" and zeros for the CPU).

@@ -16,15 +16,15 @@
 namespace kfuse {
 
 /// X-macro: enumerator, printed name, byte size, category (0 bool, 1 integer, 2 float).
-#define KFUSE_DTYPES(X)   \
-  X(Bool, "bool", 1, 0)   \
-  X(I32, "i32", 4, 1)     \
-  X(I64, "i64", 8, 1)     \
-  X(F32, "f32", 4, 2)     \
-  X(F64, "f64", 8, 2)      \
-  X(U8, "u8", 1, 1)        \
-  X(I8, "i8", 1, 1)        \
-  X(F16, "f16", 2, 2)      \
+#define KFUSE_DTYPES(X) \
+  X(Bool, "bool", 1, 0) \
+  X(I32, "i32", 4, 1)   \
+  X(I64, "i64", 8, 1)   \
+  X(F32, "f32", 4, 2)   \
+  X(F64, "f64", 8, 2)   \
+  X(U8, "u8", 1, 1)     \
+  X(I8, "i8", 1, 1)     \
+  X(F16, "f16", 2, 2)   \
   X(BF16, "bf16", 2, 2)
 
 enum class DType : uint8_t {
@@ -83,16 +83,45 @@ DType promote_with_scalar(DType tensor, DTypeCategory scalar_cat);
 DType to_float_type(DType t);
 
 /// C++ type -> DType mapping, for to_vector<T>(), from_data<T>() and friends.
-template <typename T> struct dtype_of;
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
-template <> struct dtype_of<half> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BF16; };
-template <typename T> inline constexpr DType dtype_v = dtype_of<T>::value;
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::I8;
+};
+template <>
+struct dtype_of<half> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::BF16;
+};
+template <typename T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
 
 }  // namespace kfuse

@@ -13,23 +13,23 @@
 namespace kfuse {
 
 struct KernelReport {
-  std::string name;                  ///< readable stem, e.g. k_log_softmax_f32
-  std::string kind;                  ///< pointwise | row | column | global | contraction | opaque
-  std::string pattern;               ///< the pattern that formed the group ("lattice" by default)
-  std::vector<std::string> ops;      ///< fused ops in topological order
-  std::vector<std::string> inputs;   ///< "%3 f32[4096, 10]"
+  std::string name;                 ///< readable stem, e.g. k_log_softmax_f32
+  std::string kind;                 ///< pointwise | row | column | global | contraction | opaque
+  std::string pattern;              ///< the pattern that formed the group ("lattice" by default)
+  std::vector<std::string> ops;     ///< fused ops in topological order
+  std::vector<std::string> inputs;  ///< "%3 f32[4096, 10]"
   std::vector<std::string> outputs;
-  int64_t min_bytes = 0;             ///< compulsory traffic: inputs read once + outputs written once
-  int64_t read_bytes = 0;            ///< the inputs' part of min_bytes
-  int64_t write_bytes = 0;           ///< the outputs' part
-  double flops = 0;                  ///< counted from the kernel IR (lib/ir/flops.cpp; 0 for opaque ops)
-  std::string backend;               ///< backend that ran it, when this structure was evaluated before (else empty)
+  int64_t min_bytes = 0;    ///< compulsory traffic: inputs read once + outputs written once
+  int64_t read_bytes = 0;   ///< the inputs' part of min_bytes
+  int64_t write_bytes = 0;  ///< the outputs' part
+  double flops = 0;         ///< counted from the kernel IR (lib/ir/flops.cpp; 0 for opaque ops)
+  std::string backend;      ///< backend that ran it, when this structure was evaluated before (else empty)
 };
 
 struct BoundaryReport {
   std::string producer;  ///< node printed as "%id op"
   std::string consumer;
-  std::string reason;    ///< the rule that kept them apart
+  std::string reason;  ///< the rule that kept them apart
 };
 
 /// Per node: which patterns were tried and why each failed (for pattern authors).
@@ -41,17 +41,17 @@ struct PatternTrace {
 };
 
 struct Explanation {
-  std::string graph;                     ///< the graph after passes, one node per line
+  std::string graph;  ///< the graph after passes, one node per line
   std::vector<KernelReport> kernels;
   std::vector<BoundaryReport> boundaries;
   std::vector<PatternTrace> patterns;
-  int64_t unfused_kernels = 0;           ///< kernels an op-by-op library would launch
+  int64_t unfused_kernels = 0;  ///< kernels an op-by-op library would launch
   size_t kernel_count() const { return kernels.size(); }
   /// The roofline bound of one evaluation of this plan: the sum over its kernels of
   /// roof.seconds(reads, writes, FLOPs). The profiler adds up the same per launch, and the bench
   /// divides it by its time per call: one definition of bytes, FLOPs and ceiling for both.
   double bound_seconds(const Roof& roof) const;
-  std::string text() const;              ///< the human-readable report
+  std::string text() const;  ///< the human-readable report
 };
 
 /// Plans (does not run) the evaluation of `ts`.

@@ -41,7 +41,7 @@ struct float16_storage {
   explicit operator float() const { return From(bits); }
   explicit operator double() const { return static_cast<double>(From(bits)); }
 };
-using half = float16_storage<float_to_f16_bits, f16_bits_to_float>;      ///< dtype f16
+using half = float16_storage<float_to_f16_bits, f16_bits_to_float>;        ///< dtype f16
 using bfloat16 = float16_storage<float_to_bf16_bits, bf16_bits_to_float>;  ///< dtype bf16
 
 }  // namespace kfuse

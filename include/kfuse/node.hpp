@@ -30,8 +30,8 @@ struct Storage {
   DType dtype = DType::F32;
   int64_t numel = 0;
   Device device = Device::cpu();
-  void* data = nullptr;            ///< host pointer (CPU) or device handle (GPU backends)
-  std::shared_ptr<void> owner;     ///< keeps `data` alive; empty when borrowed
+  void* data = nullptr;         ///< host pointer (CPU) or device handle (GPU backends)
+  std::shared_ptr<void> owner;  ///< keeps `data` alive; empty when borrowed
   size_t bytes() const { return static_cast<size_t>(numel) * dtype_size(dtype); }
 
   /// Allocates uninitialised, 64-byte aligned host memory.

@@ -45,7 +45,8 @@ enum class Op : uint8_t {
   /// index ops check them before: CheckIndex).
   Gather,
   // contractions
-  Matmul,  ///< batched matmul with broadcasting over batch dims (inputs already broadcast to [batch.., M, K], [batch.., K, N])
+  Matmul,  ///< batched matmul with broadcasting over batch dims (inputs already broadcast to [batch.., M, K], [batch..,
+           ///< K, N])
   // opaque
   /// The identity on class labels that first checks each is in [0, classes) or ignore_index
   /// (cross_entropy's labels when they are computed lazily); attrs.ints = {classes, ignore_index}.

@@ -240,7 +240,7 @@ bool unregister_pattern(const std::string& name);
 
 struct PatternStatus {
   std::string name;
-  std::string source;    ///< "builtin", "code" or the plugin file it came from
+  std::string source;  ///< "builtin", "code" or the plugin file it came from
   int benefit = 0;
   bool enabled = true;
   std::string disabled_reason;  ///< e.g. "match() threw: ..."
@@ -326,9 +326,7 @@ inline int init(kfuse_plugin_api* api, const char* name, void (*fn)(PluginRegist
     m.resize(std::min(m.size(), sizeof(api->error) - 1));
     for (size_t i = 0; i <= m.size(); ++i) api->error[i] = i < m.size() ? m[i] : '\0';
     return KFUSE_PLUGIN_INIT_FAILED;
-  } catch (...) {
-    return KFUSE_PLUGIN_INIT_FAILED;
-  }
+  } catch (...) { return KFUSE_PLUGIN_INIT_FAILED; }
   return KFUSE_PLUGIN_OK;
 }
 }  // namespace plugin_detail
@@ -338,7 +336,7 @@ inline int init(kfuse_plugin_api* api, const char* name, void (*fn)(PluginRegist
 /// Defines the plugin entry point. NAME: a string literal; FN: void(kfuse::PluginRegistrar&).
 ///   static void register_all(kfuse::PluginRegistrar& r) { r.add(std::make_shared<MyPattern>()); }
 ///   KFUSE_PLUGIN("my_plugin", register_all)
-#define KFUSE_PLUGIN(NAME, FN)                                                                  \
+#define KFUSE_PLUGIN(NAME, FN)                                                                     \
   extern "C" __attribute__((visibility("default"))) int kfuse_plugin_init(kfuse_plugin_api* api) { \
-    return ::kfuse::plugin_detail::init(api, NAME, FN);                                         \
+    return ::kfuse::plugin_detail::init(api, NAME, FN);                                            \
   }

@@ -8,7 +8,8 @@
  *   EXPECT_TRUE(kfuse::testkit::does_not_fire("my_pattern", {x * 2.0f}, "root is not"));
  *   EXPECT_TRUE(kfuse::testkit::check_against_reference(
  *       "my_pattern", {{{4, 8}}, {{1, 3}}, {{33, 17}}},              // shapes of the inputs, per case
- *       [](const std::vector<kfuse::Tensor>& in) { return std::vector<kfuse::Tensor>{in[0] + 2.0f * kfuse::tanh(in[0])}; }));
+ *       [](const std::vector<kfuse::Tensor>& in) { return std::vector<kfuse::Tensor>{in[0] + 2.0f *
+ * kfuse::tanh(in[0])}; }));
  *
  * With GoogleTest, `EXPECT_TRUE(r) << r.message` also prints the message (a Result converts to
  * bool and prints itself through operator<<).
@@ -143,10 +144,11 @@ inline Result check_against_reference(const std::string& pattern, const std::vec
     eval(out);
     for (size_t k = 0; k < out.size(); ++k) {
       std::vector<double> got = out[k].to_vector<double>();
-      if (got.size() != want[k].size()) return Result::failure(where + ": output " + std::to_string(k) + " size differs");
+      if (got.size() != want[k].size())
+        return Result::failure(where + ": output " + std::to_string(k) + " size differs");
       for (size_t i = 0; i < got.size(); ++i) {
         double w = want[k][i], v = got[i];
-        bool same = std::isnan(w) ? std::isnan(v)
+        bool same = std::isnan(w)   ? std::isnan(v)
                     : std::isinf(w) ? v == w
                                     : std::isfinite(v) && std::fabs(v - w) <= o.atol + o.rtol * std::fabs(w);
         if (!same) {

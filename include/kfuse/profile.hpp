@@ -26,12 +26,12 @@ namespace kfuse {
 /// Roofs of the CPU with one thread count.
 struct CpuRoofs {
   int threads = 1;
-  double read_gbps = 0;      ///< sum over an array (reads only)
-  double write_gbps = 0;     ///< ordinary stores (the write-allocate read is not counted as traffic)
-  double write_nt_gbps = 0;  ///< streaming (non-temporal) stores
-  double copy_gbps = 0;      ///< a = b, streaming stores (bytes read + bytes written)
-  double triad_gbps = 0;     ///< a = b + s*c, streaming stores (the bench's former ceiling)
-  double fma_f32_gflops = 0; ///< independent FMA chains in registers
+  double read_gbps = 0;       ///< sum over an array (reads only)
+  double write_gbps = 0;      ///< ordinary stores (the write-allocate read is not counted as traffic)
+  double write_nt_gbps = 0;   ///< streaming (non-temporal) stores
+  double copy_gbps = 0;       ///< a = b, streaming stores (bytes read + bytes written)
+  double triad_gbps = 0;      ///< a = b + s*c, streaming stores (the bench's former ceiling)
+  double fma_f32_gflops = 0;  ///< independent FMA chains in registers
   double fma_f64_gflops = 0;
 };
 
@@ -39,17 +39,17 @@ struct CpuRoofs {
 struct DeviceRoofs {
   std::string device;  ///< "opencl:0", "cuda:0"
   std::string name;
-  double read_gbps = 0;   ///< bandwidth of a copy kernel (read + write bytes / time); used for both
+  double read_gbps = 0;  ///< bandwidth of a copy kernel (read + write bytes / time); used for both
   double write_gbps = 0;
   double fma_f32_gflops = 0;
 };
 
 struct MachineModel {
-  std::string cpu;        ///< "AMD EPYC 9R14 (2 threads)"
-  std::string isa;        ///< FMA form of the probe, "avx2 (ymm)"
-  std::string measured;   ///< ISO 8601 date and time of the measurement
+  std::string cpu;       ///< "AMD EPYC 9R14 (2 threads)"
+  std::string isa;       ///< FMA form of the probe, "avx2 (ymm)"
+  std::string measured;  ///< ISO 8601 date and time of the measurement
   int64_t measured_unix = 0;
-  bool quick = false;     ///< measured in quick mode (small arrays, few passes)
+  bool quick = false;                ///< measured in quick mode (small arrays, few passes)
   std::vector<CpuRoofs> cpu_roofs;   ///< by thread count, ascending
   std::vector<DeviceRoofs> devices;  ///< measured GPU devices
 
@@ -64,8 +64,8 @@ struct MachineModel {
 };
 
 struct MachineOptions {
-  bool remeasure = false;  ///< measure again even when the cached model matches this machine
-  bool quick = false;      ///< small arrays and few passes (tests); not written to the disk cache
+  bool remeasure = false;       ///< measure again even when the cached model matches this machine
+  bool quick = false;           ///< small arrays and few passes (tests); not written to the disk cache
   std::vector<Device> devices;  ///< GPU devices to measure as well (beside those already cached)
 };
 
@@ -120,19 +120,19 @@ const char* stream_kind();  ///< the stores the streaming kernels use
 
 /// One kernel launch (or host step) inside a profiled region.
 struct KernelLaunch {
-  std::string kernel;   ///< readable stem, e.g. k_log_softmax_f32
-  std::string kind;     ///< pointwise | row | column | global | contraction | host
-  std::string backend;  ///< xbyak, llvm, opencl, cuda, reference, host
-  std::string device;   ///< "cpu", "opencl:0"
-  std::string shape;    ///< output shapes, "f32[4096, 10]"
-  std::string dtype;    ///< the dtype of the roof ("f32")
-  int64_t eval = 0;     ///< which evaluation of the region it belongs to (0-based)
-  double start_us = 0;  ///< since the region started
-  double seconds = 0;   ///< device events on GPUs, the host clock around the call on CPUs
+  std::string kernel;                      ///< readable stem, e.g. k_log_softmax_f32
+  std::string kind;                        ///< pointwise | row | column | global | contraction | host
+  std::string backend;                     ///< xbyak, llvm, opencl, cuda, reference, host
+  std::string device;                      ///< "cpu", "opencl:0"
+  std::string shape;                       ///< output shapes, "f32[4096, 10]"
+  std::string dtype;                       ///< the dtype of the roof ("f32")
+  int64_t eval = 0;                        ///< which evaluation of the region it belongs to (0-based)
+  double start_us = 0;                     ///< since the region started
+  double seconds = 0;                      ///< device events on GPUs, the host clock around the call on CPUs
   double read_bytes = 0, write_bytes = 0;  ///< the plan's minimum traffic
-  double flops = 0;     ///< from the kernel IR
-  double bound_seconds = 0;  ///< the roofline bound of this launch (0: no roofs for its device)
-  std::string bound_by;      ///< "memory" or "compute": the roof that gives bound_seconds
+  double flops = 0;                        ///< from the kernel IR
+  double bound_seconds = 0;                ///< the roofline bound of this launch (0: no roofs for its device)
+  std::string bound_by;                    ///< "memory" or "compute": the roof that gives bound_seconds
 };
 
 /// A kernel compiled or loaded from the disk cache inside the region.

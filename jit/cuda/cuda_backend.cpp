@@ -123,8 +123,7 @@ class CudaKernel final : public CompiledKernel {
     try {
       cuda::device(index_);
       cuda::driver().ModuleUnload(mod_);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
   void run(const ir::LaunchArgs& args) const override {

@@ -163,18 +163,14 @@ bool cuda_available(int index) {
   try {
     cuda::device(index);
     return true;
-  } catch (const Error&) {
-    return false;
-  }
+  } catch (const Error&) { return false; }
 }
 
 std::string cuda_describe(int index) {
   try {
     cuda::Dev& d = cuda::device(index);
     return d.name + " (sm_" + std::to_string(d.arch) + ", driver " + std::to_string(cuda::driver().version) + ")";
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
 }
 
 std::shared_ptr<Storage> cuda_alloc(DType dtype, int64_t numel, int index) {

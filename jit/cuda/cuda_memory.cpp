@@ -26,7 +26,7 @@ struct Memory {
   CUmemoryPool pool = nullptr;             // set: stream-ordered allocation
   std::unique_ptr<gpu::BlockCache> cache;  // otherwise
   std::mutex mu;
-  DeviceMemoryStats st;  // pool path only (the block cache keeps its own)
+  DeviceMemoryStats st;   // pool path only (the block cache keeps its own)
   uint64_t reserved = 0;  // the pool's reserved bytes after the last allocation
 };
 
@@ -98,10 +98,8 @@ void* mem_take(int index, size_t bytes) {
   if (d.MemPoolGetAttribute) d.MemPoolGetAttribute(m.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
   std::lock_guard<std::mutex> lk(m.mu);
   // The pool grew: the driver allocated; otherwise freed memory of the pool was reused.
-  if (reserved > m.reserved)
-    ++m.st.driver_allocs;
-  else
-    ++m.st.reuses;
+  if (reserved > m.reserved) ++m.st.driver_allocs;
+  else ++m.st.reuses;
   m.reserved = reserved;
   m.st.bytes_in_use += bytes;
   return hptr(p);

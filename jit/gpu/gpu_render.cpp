@@ -39,16 +39,11 @@ std::string fill(std::string t, const std::vector<std::pair<std::string, std::st
 
 const char* ctype(DType t) {
   switch (compute_type(t)) {  // narrow dtypes are computed in their compute type
-    case DType::Bool:
-      return "kf_bool";
-    case DType::I32:
-      return "kf_i32";
-    case DType::I64:
-      return "kf_i64";
-    case DType::F32:
-      return "float";
-    case DType::F64:
-      return "double";
+    case DType::Bool: return "kf_bool";
+    case DType::I32: return "kf_i32";
+    case DType::I64: return "kf_i64";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
     default: break;  // narrow: never a compute type
   }
   return "?";
@@ -153,14 +148,10 @@ class Emitter {
     c_.note(e->dtype);
     std::string s;
     switch (e->kind) {
-      case ExprKind::Const:
-        return c_.lit(e->value, e->dtype);
-      case ExprKind::Var:
-        return std::string(e->space == ir::Space::Outer ? "kf_o" : "kf_r") + std::to_string(e->index);
-      case ExprKind::Param:
-        return "kf_p.v[" + std::to_string(e->index) + "]";
-      case ExprKind::Acc:
-        return "kf_acc" + std::to_string(e->index);
+      case ExprKind::Const: return c_.lit(e->value, e->dtype);
+      case ExprKind::Var: return std::string(e->space == ir::Space::Outer ? "kf_o" : "kf_r") + std::to_string(e->index);
+      case ExprKind::Param: return "kf_p.v[" + std::to_string(e->index) + "]";
+      case ExprKind::Acc: return "kf_acc" + std::to_string(e->index);
       case ExprKind::Load: {
         std::string idx = val(e->args[0]);
         const std::string b = "kf_b" + std::to_string(e->index);
@@ -174,15 +165,9 @@ class Emitter {
         if (e->args.size() > 1) s = "(" + val(e->args[1]) + " ? " + s + " : " + c_.lit(0, e->dtype) + ")";
         break;
       }
-      case ExprKind::IDiv:
-        s = "kf_idiv(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
-        break;
-      case ExprKind::IMod:
-        s = "kf_imod(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
-        break;
-      case ExprKind::Op:
-        s = op(*e, e->dtype);
-        break;
+      case ExprKind::IDiv: s = "kf_idiv(" + val(e->args[0]) + ", " + val(e->args[1]) + ")"; break;
+      case ExprKind::IMod: s = "kf_imod(" + val(e->args[0]) + ", " + val(e->args[1]) + ")"; break;
+      case ExprKind::Op: s = op(*e, e->dtype); break;
       case ExprKind::Rand:  // helpers.tmpl
         s = std::string("kf_rand_") + sfx(e->dtype) + "(" + val(e->args[0]) + ", " + val(e->args[1]) + ")";
         break;
@@ -212,10 +197,8 @@ class Emitter {
       case Op::Or:
       case Op::Not:
       case Op::Where:
-      case Op::Cast:
-        return true;
-      default:
-        return false;
+      case Op::Cast: return true;
+      default: return false;
     }
   }
 
@@ -250,95 +233,58 @@ class Emitter {
         return c_.math(fn, t) + "(" + x + ")";
       };
       switch (o) {
-        case Op::Neg:
-          return F ? "(-" + x + ")" : std::string("kf_sub_") + sfx(t) + "(" + zero + ", " + x + ")";
+        case Op::Neg: return F ? "(-" + x + ")" : std::string("kf_sub_") + sfx(t) + "(" + zero + ", " + x + ")";
         case Op::Abs:
           return F ? m("fabs") : "(" + x + " < 0 ? kf_sub_" + sfx(t) + "(" + zero + ", " + x + ") : " + x + ")";
-        case Op::Exp:
-          return m("exp");
-        case Op::Exp2:
-          return m("exp2");
-        case Op::Log:
-          return m("log");
-        case Op::Log2:
-          return m("log2");
-        case Op::Log1p:
-          return m("log1p");
-        case Op::Expm1:
-          return m("expm1");
-        case Op::Sqrt:
-          return m("sqrt");
-        case Op::Rsqrt:
-          return m("rsqrt");
-        case Op::Recip:
-          need_float();
-          return "(" + one + " / " + x + ")";
+        case Op::Exp: return m("exp");
+        case Op::Exp2: return m("exp2");
+        case Op::Log: return m("log");
+        case Op::Log2: return m("log2");
+        case Op::Log1p: return m("log1p");
+        case Op::Expm1: return m("expm1");
+        case Op::Sqrt: return m("sqrt");
+        case Op::Rsqrt: return m("rsqrt");
+        case Op::Recip: need_float(); return "(" + one + " / " + x + ")";
         case Op::Square:
           return F ? "(" + x + " * " + x + ")" : std::string("kf_mul_") + sfx(t) + "(" + x + ", " + x + ")";
-        case Op::Sin:
-          return m("sin");
-        case Op::Cos:
-          return m("cos");
-        case Op::Tanh:
-          return m("tanh");
-        case Op::Erf:
-          return m("erf");
+        case Op::Sin: return m("sin");
+        case Op::Cos: return m("cos");
+        case Op::Tanh: return m("tanh");
+        case Op::Erf: return m("erf");
         case Op::Relu:
           return F ? "(" + x + " > " + zero + " ? " + x + " : (isnan(" + x + ") ? " + x + " : " + zero + "))"
                    : "(" + x + " > " + zero + " ? " + x + " : " + zero + ")";
-        case Op::Floor:
-          return F ? m("floor") : x;
-        case Op::Ceil:
-          return F ? m("ceil") : x;
-        case Op::Round:
-          return F ? m("rint") : x;  // round half to even
+        case Op::Floor: return F ? m("floor") : x;
+        case Op::Ceil: return F ? m("ceil") : x;
+        case Op::Round: return F ? m("rint") : x;  // round half to even
         case Op::Sign:
           return "(" + x + " > " + zero + " ? " + one + " : (" + x + " < " + zero + " ? " + c_.lit(-1, t) + " : " +
                  (F ? x : zero) + "))";
-        default:
-          break;
+        default: break;
       }
       throw Unsupported(std::string("unary op ") + op_name(o));
     }
     switch (o) {
-      case Op::Eq:
-        return cmp("==");
-      case Op::Ne:
-        return cmp("!=");
-      case Op::Lt:
-        return cmp("<");
-      case Op::Le:
-        return cmp("<=");
-      case Op::Gt:
-        return cmp(">");
-      case Op::Ge:
-        return cmp(">=");
-      case Op::And:
-        return c_.cast("(" + truth(0) + " && " + truth(1) + ")", DType::Bool, t);
-      case Op::Or:
-        return c_.cast("(" + truth(0) + " || " + truth(1) + ")", DType::Bool, t);
-      default:
-        break;
+      case Op::Eq: return cmp("==");
+      case Op::Ne: return cmp("!=");
+      case Op::Lt: return cmp("<");
+      case Op::Le: return cmp("<=");
+      case Op::Gt: return cmp(">");
+      case Op::Ge: return cmp(">=");
+      case Op::And: return c_.cast("(" + truth(0) + " && " + truth(1) + ")", DType::Bool, t);
+      case Op::Or: return c_.cast("(" + truth(0) + " || " + truth(1) + ")", DType::Bool, t);
+      default: break;
     }
     const std::string a = arg(e, 0, t), b = arg(e, 1, t);
     switch (o) {
-      case Op::Add:
-        return wrap_arith("add", "+", t, a, b);
-      case Op::Sub:
-        return wrap_arith("sub", "-", t, a, b);
-      case Op::Mul:
-        return wrap_arith("mul", "*", t, a, b);
-      case Op::Div:
-        need_float();
-        return "(" + a + " / " + b + ")";
-      case Op::Pow:
-        need_float();
-        return c_.math("pow", t) + "(" + a + ", " + b + ")";
+      case Op::Add: return wrap_arith("add", "+", t, a, b);
+      case Op::Sub: return wrap_arith("sub", "-", t, a, b);
+      case Op::Mul: return wrap_arith("mul", "*", t, a, b);
+      case Op::Div: need_float(); return "(" + a + " / " + b + ")";
+      case Op::Pow: need_float(); return c_.math("pow", t) + "(" + a + ", " + b + ")";
       case Op::Maximum:
-      case Op::Minimum:
-        return max_min(o == Op::Maximum, t, a, b);
-      default:
-        break;
+      case Op::Minimum: return max_min(o == Op::Maximum, t, a, b);
+      default: break;
     }
     throw Unsupported(std::string("binary op ") + op_name(o));
   }
@@ -369,7 +315,9 @@ void emit_stores(Emitter& em, const ir::Phase& ph, const std::string& I, std::os
       case DType::F16: os << I << "KF_ST_F16(" << b << ", " << idx << ", " << v << ");\n"; break;
       case DType::BF16: os << I << b << "[" << idx << "] = kf_f32_to_bf16(" << v << ");\n"; break;
       case DType::U8:
-      case DType::I8: os << I << b << "[" << idx << "] = (" << mem_ctype(em.buffer_dtype(s.buffer)) << ")(" << v << ");\n"; break;
+      case DType::I8:
+        os << I << b << "[" << idx << "] = (" << mem_ctype(em.buffer_dtype(s.buffer)) << ")(" << v << ");\n";
+        break;
       default: os << I << b << "[" << idx << "] = " << v << ";\n"; break;
     }
   }
@@ -419,16 +367,11 @@ class Accs {
   std::string init(int j) {
     const DType t = vtype(j);
     switch (c_.k.accs[j].kind) {
-      case AccKind::Sum:
-        return c_.lit(0, t);
-      case AccKind::Prod:
-        return c_.lit(1, t);
-      case AccKind::Max:
-        return extreme(t, false);
-      case AccKind::Min:
-        return extreme(t, true);
-      default:
-        return c_.lit(0, t);
+      case AccKind::Sum: return c_.lit(0, t);
+      case AccKind::Prod: return c_.lit(1, t);
+      case AccKind::Max: return extreme(t, false);
+      case AccKind::Min: return extreme(t, true);
+      default: return c_.lit(0, t);
     }
   }
   // Declares the lane state of accumulator j.
@@ -487,14 +430,12 @@ class Accs {
   }
   std::string extreme(DType t, bool high) {
     switch (t) {
-      case DType::Bool:
-        return c_.lit(high ? 1 : 0, t);
+      case DType::Bool: return c_.lit(high ? 1 : 0, t);
       case DType::I32:
         return c_.int_lit(high ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int32_t>::min(), t);
       case DType::I64:
         return c_.int_lit(high ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min(), t);
-      default:
-        return c_.lit(high ? INFINITY : -INFINITY, t);
+      default: return c_.lit(high ? INFINITY : -INFINITY, t);
     }
   }
   std::string binop(AccKind k, DType t, const std::string& x, const std::string& y) {
@@ -504,10 +445,8 @@ class Accs {
       case AccKind::Prod:
         return t == DType::Bool ? "((kf_bool)(" + x + " & " + y + "))" : wrap_arith("mul", "*", t, x, y);
       case AccKind::Max:
-      case AccKind::Min:
-        return max_min(k == AccKind::Max, t, x, y);
-      default:
-        break;
+      case AccKind::Min: return max_min(k == AccKind::Max, t, x, y);
+      default: break;
     }
     throw InternalError("gpu renderer: binop of an arg accumulator");
   }
@@ -620,10 +559,8 @@ class KernelWriter {
       first = 1;
     }
     for (size_t i = first; i < k().phases.size(); ++i) {
-      if (k().phases[i].over_reduce)
-        phase_reduce(static_cast<int>(i), I, per_chunk_);
-      else
-        phase_once(static_cast<int>(i), I);
+      if (k().phases[i].over_reduce) phase_reduce(static_cast<int>(i), I, per_chunk_);
+      else phase_once(static_cast<int>(i), I);
     }
     return fill_kernel(stage, name);
   }
@@ -762,7 +699,8 @@ class KernelWriter {
     if (levels == 0 || cascade_accs(js).empty()) return;
     body_ << I << "kf_i64 kf_cn" << tag << " = 0;\n";
     for (int j : cascade_accs(js))
-      for (int l = 1; l <= levels; ++l) body_ << I << ctype(accs_.vtype(j)) << " " << cvar(l, j, tag) << " = " << accs_.init(j) << ";\n";
+      for (int l = 1; l <= levels; ++l)
+        body_ << I << ctype(accs_.vtype(j)) << " " << cvar(l, j, tag) << " = " << accs_.init(j) << ";\n";
   }
   // After one element of the lane: close the levels that end here.
   std::string cascade_step(const std::vector<int>& js, int levels, const std::string& tag, const std::string& I) {
@@ -772,7 +710,8 @@ class KernelWriter {
     int64_t block = 1;
     for (int l = 1; l <= levels; ++l) {
       block *= kCascadeFan;
-      s += (l == 1 ? "if ((++kf_cn" + tag + " & " : " if ((kf_cn" + tag + " & ") + std::to_string(block - 1) + ") == 0) {";
+      s += (l == 1 ? "if ((++kf_cn" + tag + " & " : " if ((kf_cn" + tag + " & ") + std::to_string(block - 1) +
+           ") == 0) {";
       for (int j : cs) {
         const std::string lower = l == 1 ? accs_.a(j) : cvar(l - 1, j, tag);
         s.append(" ").append(accs_.combine(j, cvar(l, j, tag), "", lower, "")).append(" ").append(lower).append(" = ");
@@ -946,10 +885,11 @@ class KernelWriter {
     }
     std::string shared;
     if (shared_slots_ > 0) shared = "  KF_SHARED kf_i64 kf_smem[" + std::to_string(shared_slots_ * p_.block) + "];\n";
-    std::string doc = stage == 1   ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
-                      : stage == 2 ? std::string(per_chunk_ ? "unit = (outer point, chunk), " : "unit = outer point, ") +
-                                         "combines " + std::to_string(p_.split) + " partials"
-                                   : "unit = outer point";
+    std::string doc = stage == 1 ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
+                      : stage == 2
+                          ? std::string(per_chunk_ ? "unit = (outer point, chunk), " : "unit = outer point, ") +
+                                "combines " + std::to_string(p_.split) + " partials"
+                          : "unit = outer point";
     return fill(template_text("gpu/kernel.tmpl"),
                 {{"ENTRY", name},
                  {"STRATEGY", p_.strategy + (stage ? " stage " + std::to_string(stage) : "")},
@@ -1010,8 +950,8 @@ bool unit_step(const ir::Expr* e, ir::Space s, int dim) {
 }
 
 struct GemmForm {
-  ExprRef pa, pb;  // the operands of the product
-  DType mt = DType::F32, at = DType::F32;  // product and accumulator dtypes
+  ExprRef pa, pb;                           // the operands of the product
+  DType mt = DType::F32, at = DType::F32;   // product and accumulator dtypes
   bool a_m_fast = false, b_n_fast = false;  // staging walks M (N) fastest, else K
 };
 
@@ -1061,32 +1001,31 @@ class GemmWriter {
     std::ostringstream epi;
     Emitter em(c_, epi, "          ");
     emit_stores(em, c_.k.phases[1], "          ", epi);
-    return fill(template_text("gpu/gemm.tmpl"),
-                {{"ENTRY", name},
-                 {"ARGS", kernel_args(c_)},
-                 {"EXTENTS", ext},
-                 {"BATCH", batch},
-                 {"BATCH_VARS", bv.str()},
-                 {"STAGE_A", stage(true)},
-                 {"STAGE_B", stage(false)},
-                 {"MAC_FULL", mac(std::to_string(kGemmTK))},
-                 {"MAC_TAIL", mac("kf_kn")},
-                 {"EPILOGUE", epi.str()},
-                 {"K", c_.int_lit(c_.k.reduce[0], DType::I64)},
-                 {"MT", ctype(g_.mt)},
-                 {"AT", ctype(g_.at)},
-                 {"AZERO", c_.lit(0, g_.at)},
-                 {"ROW", std::to_string(kGemmRow)},
-                 {"THREADS", std::to_string(kGemmWX * kGemmWY)},
-                 {"WX", std::to_string(kGemmWX)},
-                 {"WY", std::to_string(kGemmWY)},
-                 {"MR", std::to_string(kGemmMR)},
-                 {"NR", std::to_string(kGemmNR)},
-                 {"TM", std::to_string(kGemmTM)},
-                 {"TN", std::to_string(kGemmTN)},
-                 {"TK", std::to_string(kGemmTK)},
-                 {"MD", std::to_string(md_)},
-                 {"ND", std::to_string(md_ + 1)}});
+    return fill(template_text("gpu/gemm.tmpl"), {{"ENTRY", name},
+                                                 {"ARGS", kernel_args(c_)},
+                                                 {"EXTENTS", ext},
+                                                 {"BATCH", batch},
+                                                 {"BATCH_VARS", bv.str()},
+                                                 {"STAGE_A", stage(true)},
+                                                 {"STAGE_B", stage(false)},
+                                                 {"MAC_FULL", mac(std::to_string(kGemmTK))},
+                                                 {"MAC_TAIL", mac("kf_kn")},
+                                                 {"EPILOGUE", epi.str()},
+                                                 {"K", c_.int_lit(c_.k.reduce[0], DType::I64)},
+                                                 {"MT", ctype(g_.mt)},
+                                                 {"AT", ctype(g_.at)},
+                                                 {"AZERO", c_.lit(0, g_.at)},
+                                                 {"ROW", std::to_string(kGemmRow)},
+                                                 {"THREADS", std::to_string(kGemmWX * kGemmWY)},
+                                                 {"WX", std::to_string(kGemmWX)},
+                                                 {"WY", std::to_string(kGemmWY)},
+                                                 {"MR", std::to_string(kGemmMR)},
+                                                 {"NR", std::to_string(kGemmNR)},
+                                                 {"TM", std::to_string(kGemmTM)},
+                                                 {"TN", std::to_string(kGemmTN)},
+                                                 {"TK", std::to_string(kGemmTK)},
+                                                 {"MD", std::to_string(md_)},
+                                                 {"ND", std::to_string(md_ + 1)}});
   }
 
  private:
@@ -1098,10 +1037,8 @@ class GemmWriter {
     const bool fast = a ? g_.a_m_fast : g_.b_n_fast;
     const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
     std::ostringstream os;
-    if (fast)
-      os << I << "const int kf_x = kf_q % " << T << ", kf_kk = kf_q / " << T << ";\n";
-    else
-      os << I << "const int kf_x = kf_q / " << kGemmTK << ", kf_kk = kf_q % " << kGemmTK << ";\n";
+    if (fast) os << I << "const int kf_x = kf_q % " << T << ", kf_kk = kf_q / " << T << ";\n";
+    else os << I << "const int kf_x = kf_q / " << kGemmTK << ", kf_kk = kf_q % " << kGemmTK << ";\n";
     os << I << "const kf_i64 " << v << " = " << (a ? "kf_m0" : "kf_n0") << " + kf_x;\n";
     os << I << "const kf_i64 kf_r0 = kf_k0 + kf_kk;\n";
     os << I << ctype(g_.mt) << " kf_v = " << c_.lit(0, g_.mt) << ";\n";
@@ -1140,8 +1077,8 @@ class GemmWriter {
     os << J << "    " << el << " = " << wrap_arith("add", "+", g_.at, el, prod) << ";\n";
     os << J << "  }\n" << I << "}\n";
     if (two)
-      os << I << "for (int kf_i = 0; kf_i < " << n << "; ++kf_i) kf_c[kf_i] = "
-         << wrap_arith("add", "+", g_.at, "kf_c[kf_i]", "kf_s[kf_i]") << ";\n";
+      os << I << "for (int kf_i = 0; kf_i < " << n
+         << "; ++kf_i) kf_c[kf_i] = " << wrap_arith("add", "+", g_.at, "kf_c[kf_i]", "kf_s[kf_i]") << ";\n";
     return os.str();
   }
 
@@ -1156,7 +1093,6 @@ std::string sanitize(const std::string& s) {
   if (o.empty() || std::isdigit(static_cast<unsigned char>(o[0]))) o = "k_" + o;
   return o;
 }
-
 
 }  // namespace
 
@@ -1230,7 +1166,8 @@ Rendered render(const ir::Kernel& kernel, const Dialect& d) {
   r.source = fill(template_text(d.prelude_template),
                   {{"NAME", base}, {"BLOCK", std::to_string(p.block)}, {"TYPEDEFS", td.str()}}) +
              fill(template_text("gpu/helpers.tmpl"),
-                  {{"I64", d.i64_literal_suffix}, {"U64", std::string("U") + d.i64_literal_suffix}}) + kernels;
+                  {{"I64", d.i64_literal_suffix}, {"U64", std::string("U") + d.i64_literal_suffix}}) +
+             kernels;
   if (r.uses_f64) r.source = "#define KF_USES_FP64 1\n" + r.source;
   return r;
 }

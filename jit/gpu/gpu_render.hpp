@@ -67,7 +67,8 @@ struct Stage {
 
 struct Rendered {
   std::string source;
-  std::string strategy;       ///< pointwise | row-warp | row-block | serial | two-stage-thread | two-stage-block | gemm-tiled
+  std::string
+      strategy;  ///< pointwise | row-warp | row-block | serial | two-stage-thread | two-stage-block | gemm-tiled
   std::vector<Stage> stages;  ///< launches per run, in order
   int64_t split = 1;          ///< chunks per outer point (two-stage)
   int64_t scratch_slots = 0;  ///< 8-byte partial slots per stage-1 unit

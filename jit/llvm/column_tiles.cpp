@@ -51,9 +51,10 @@ namespace {
 // stay hot in the TLB and the hardware prefetchers, which stop at 4 KiB page boundaries, keep
 // streaming). Measured on [4096, 4096] f32, 1 thread, before the 4-row unroll of
 // lower_kernel.cpp (ms, sum axis 0 / x - mean(x, 0, keepdim)): tile 64: 3.7 / 22.0, 256:
-// 3.5 / 14.9, 1024: 2.8 / 11.2, 2048: 2.6 / 10.1, 4096 and 8192 the same as 2048. Narrow tiles that would keep a multi-phase kernel's block of rows in L2 between
-// its phases lose for the same reason (every row visit lands on another page), so there is no
-// such rule. The slots of all accumulators of a tile stay within kStateBytes (stack, mostly L1).
+// 3.5 / 14.9, 1024: 2.8 / 11.2, 2048: 2.6 / 10.1, 4096 and 8192 the same as 2048. Narrow tiles that would keep a
+// multi-phase kernel's block of rows in L2 between its phases lose for the same reason (every row visit lands on
+// another page), so there is no such rule. The slots of all accumulators of a tile stay within kStateBytes (stack,
+// mostly L1).
 constexpr int64_t kMaxLanes = 2048;
 constexpr int64_t kStateBytes = 16 << 10;
 
@@ -73,7 +74,9 @@ std::optional<int64_t> lane_step(const ir::ExprRef& e, int lane) {
 }  // namespace
 
 int64_t plan_column_tile(const ir::Kernel& k) {
-  if ((k.kind != ir::KernelKind::Column && k.kind != ir::KernelKind::Contraction) || k.outer.empty() || k.reduce.empty() || k.reduce_numel() <= 0) return 0;
+  if ((k.kind != ir::KernelKind::Column && k.kind != ir::KernelKind::Contraction) || k.outer.empty() ||
+      k.reduce.empty() || k.reduce_numel() <= 0)
+    return 0;
   const int lane = static_cast<int>(k.outer.size()) - 1;
   bool ok = true;
   std::set<const ir::Expr*> seen;

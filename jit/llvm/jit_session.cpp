@@ -86,7 +86,8 @@ class Session final : public JitSession, public std::enable_shared_from_this<Ses
     jit_ = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating LLJIT");
     const char prefix = tm_->createDataLayout().getGlobalPrefix();
     auto& main = jit_->getMainJITDylib();
-    main.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols"));
+    main.addGenerator(
+        unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols"));
     main.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::Load("libsleef.so.3", prefix),
                              "loading libsleef.so.3 (install libsleef3)"));
 
@@ -138,7 +139,8 @@ class Session final : public JitSession, public std::enable_shared_from_this<Ses
     return std::vector<uint8_t>(obj.begin(), obj.end());
   }
 
-  std::shared_ptr<LoadedCode> load(const std::vector<uint8_t>& object, const std::vector<std::string>& symbols) override {
+  std::shared_ptr<LoadedCode> load(const std::vector<uint8_t>& object,
+                                   const std::vector<std::string>& symbols) override {
     std::string name = "kf" + std::to_string(next_id_++);
     auto jde = jit_->createJITDylib(name);
     if (!jde) throw BackendError("llvm: creating a JITDylib: " + to_string(jde.takeError()));

@@ -33,7 +33,6 @@ namespace {
 
 using namespace llvmjit;
 
-
 class LlvmKernel final : public CompiledKernel {
  public:
   LlvmKernel(const ir::Kernel& k, const LaunchPlan& plan, std::shared_ptr<LoadedCode> code)
@@ -59,7 +58,8 @@ class LlvmKernel final : public CompiledKernel {
       std::vector<int64_t> partials(static_cast<size_t>(plan_.nblocks * plan_.nacc));
       void* p = partials.data();
       if (chunk > 0) {
-        for (int64_t b = 0; b < plan_.nblocks; b += chunk) part_(bufs, params, b, std::min(b + chunk, plan_.nblocks), p);
+        for (int64_t b = 0; b < plan_.nblocks; b += chunk)
+          part_(bufs, params, b, std::min(b + chunk, plan_.nblocks), p);
       } else {
         parallel_for(plan_.nblocks, 1, [&](int64_t b, int64_t e) { part_(bufs, params, b, e, p); });
       }

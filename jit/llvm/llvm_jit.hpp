@@ -63,9 +63,9 @@ struct LaunchPlan {
   /// combined in block order (outer empty, phase 0 the only over_reduce phase, no stores in it,
   /// Sum/Prod/Max/Min accumulators only).
   bool split = false;
-  int64_t block = 0;    ///< reduce points per block (fixed: independent of the thread count)
-  int64_t nblocks = 0;  ///< ceil(reduce_numel / block)
-  int nacc = 0;         ///< accumulators of phase 0 (8-byte partial slots per block)
+  int64_t block = 0;           ///< reduce points per block (fixed: independent of the thread count)
+  int64_t nblocks = 0;         ///< ceil(reduce_numel / block)
+  int nacc = 0;                ///< accumulators of phase 0 (8-byte partial slots per block)
   int64_t work_per_point = 1;  ///< reduce points visited per outer point (grain heuristics)
   /// > 0: a column kernel lowered as tiles of this many adjacent columns, reduce loops outside
   /// the lane loop (column_tiles.cpp); 0: point by point.

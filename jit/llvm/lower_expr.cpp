@@ -187,8 +187,7 @@ Value* ExprEmitter::emit_load(const ir::Expr& e) {
   // Masked: the memory access happens only when the mask holds (a branch the vectoriser turns
   // into a masked load or gather); otherwise the value is 0.
   Value* m = truth(emit(e.args[1]), e.args[1]->dtype);
-  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(m))
-    return c->isZero() ? const_of(b_, e.dtype, 0) : do_load();
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(m)) return c->isZero() ? const_of(b_, e.dtype, 0) : do_load();
   llvm::Function* f = b_.GetInsertBlock()->getParent();
   auto* then_bb = llvm::BasicBlock::Create(b_.getContext(), "mload", f);
   auto* join_bb = llvm::BasicBlock::Create(b_.getContext(), "mjoin", f);
@@ -214,7 +213,9 @@ void ExprEmitter::store(int buffer, Value* index, Value* value) {
     case DType::U8:
     case DType::I8: value = b_.CreateTrunc(value, mt); break;
     case DType::F16: value = b_.CreateFPTrunc(value, mt); break;
-    case DType::BF16: value = b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(value, b_.getInt32Ty()), b_.getInt32(16)), mt); break;
+    case DType::BF16:
+      value = b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(value, b_.getInt32Ty()), b_.getInt32(16)), mt);
+      break;
     default: break;
   }
   b_.CreateStore(value, b_.CreateInBoundsGEP(mt, buffers.at(buffer), index));
@@ -242,7 +243,12 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
   }
   // Comparisons and logical ops: operands compared in their common dtype, result bool.
   switch (e.op) {
-    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: {
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge: {
       DType ct = promote_types(e.args.at(0)->dtype, e.args.at(1)->dtype);
       Value* a = arg_as(0, ct);
       Value* c = arg_as(1, ct);
@@ -289,7 +295,12 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
     switch (e.op) {
       case Op::Maximum: return b_.CreateOr(x, y);
       case Op::Minimum: return b_.CreateAnd(x, y);
-      case Op::Abs: case Op::Relu: case Op::Floor: case Op::Ceil: case Op::Round: case Op::Sign: return x;
+      case Op::Abs:
+      case Op::Relu:
+      case Op::Floor:
+      case Op::Ceil:
+      case Op::Round:
+      case Op::Sign: return x;
       default: return unsupported();
     }
   }
@@ -301,7 +312,9 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
       case Op::Abs: return intrinsic(llvm::Intrinsic::abs, {x, b_.getFalse()});
       case Op::Square: return b_.CreateMul(x, x);
       case Op::Relu: return intrinsic(llvm::Intrinsic::smax, {x, llvm::ConstantInt::get(t, 0)});
-      case Op::Floor: case Op::Ceil: case Op::Round: return x;
+      case Op::Floor:
+      case Op::Ceil:
+      case Op::Round: return x;
       case Op::Sign: {
         Value* zero = llvm::ConstantInt::get(t, 0);
         Value* s = b_.CreateSelect(b_.CreateICmpSLT(x, zero), llvm::ConstantInt::get(t, -1, true), x);
@@ -349,7 +362,7 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
     case Op::Floor: return intrinsic(llvm::Intrinsic::floor, {x});
     case Op::Ceil: return intrinsic(llvm::Intrinsic::ceil, {x});
     case Op::Round: return intrinsic(llvm::Intrinsic::roundeven, {x});  // nearbyint, ties to even
-    case Op::Sign: {  // 1, -1, or x itself (+-0, NaN)
+    case Op::Sign: {                                                    // 1, -1, or x itself (+-0, NaN)
       Value* s = b_.CreateSelect(b_.CreateFCmpOLT(x, fc(0.0)), fc(-1.0), x);
       return b_.CreateSelect(b_.CreateFCmpOGT(x, fc(0.0)), fc(1.0), s);
     }

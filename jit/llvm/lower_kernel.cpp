@@ -248,10 +248,14 @@ class Lowerer {
       case ir::AccKind::Prod: return fl ? llvm::ConstantFP::get(t, 1.0) : llvm::ConstantInt::get(t, 1);
       case ir::AccKind::Max:
         if (fl) return llvm::ConstantFP::getInfinity(t, true);
-        return A.dtype == DType::Bool ? b_.getFalse() : llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+        return A.dtype == DType::Bool
+                   ? b_.getFalse()
+                   : llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
       case ir::AccKind::Min:
         if (fl) return llvm::ConstantFP::getInfinity(t, false);
-        return A.dtype == DType::Bool ? b_.getTrue() : llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(t->getIntegerBitWidth()));
+        return A.dtype == DType::Bool
+                   ? b_.getTrue()
+                   : llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(t->getIntegerBitWidth()));
       default: break;
     }
     return nullptr;
@@ -426,7 +430,8 @@ class Lowerer {
         continue;
       }
       if (cascades(ph) && k_.reduce_numel() > kCascadeLeaf) {
-        Carried fin = cascade(ph, ex, cascade_levels(k_.reduce_numel()), b_.getInt64(0), b_.getInt64(k_.reduce_numel()));
+        Carried fin =
+            cascade(ph, ex, cascade_levels(k_.reduce_numel()), b_.getInt64(0), b_.getInt64(k_.reduce_numel()));
         ex.reset();
         ex.reduce.clear();
         finish_accs(ph, ex, fin);
@@ -483,8 +488,9 @@ class Lowerer {
     if (level == 0) {
       std::vector<Value*> ext;
       for (int64_t r : k_.reduce) ext.push_back(b_.getInt64(r));
-      return flat_range(start, b_.CreateAdd(start, count, "", true, true), ext, true, initial_states(ph),
-                        [&](const std::vector<Value*>& ridx, const Carried& cur) { return reduce_point(ph, ex, ridx, cur); });
+      return flat_range(
+          start, b_.CreateAdd(start, count, "", true, true), ext, true, initial_states(ph),
+          [&](const std::vector<Value*>& ridx, const Carried& cur) { return reduce_point(ph, ex, ridx, cur); });
     }
     int64_t S = kCascadeLeaf;
     for (int l = 1; l < level; ++l) S *= kCascadeFan;
@@ -508,9 +514,7 @@ class Lowerer {
     if (is_arg(A.kind)) return {reg_type(c_, A.value->dtype), b_.getInt64Ty()};
     return {acc_type(a)};
   }
-  static llvm::Type* slot_type(llvm::Type* t) {
-    return t->isIntegerTy(1) ? llvm::Type::getInt8Ty(t->getContext()) : t;
-  }
+  static llvm::Type* slot_type(llvm::Type* t) { return t->isIntegerTy(1) ? llvm::Type::getInt8Ty(t->getContext()) : t; }
 
   void alloc_tile_slots() {
     slots_.assign(k_.accs.size(), {});
@@ -543,28 +547,29 @@ class Lowerer {
       if (!levels_[a].empty()) out.push_back(a);
     return out;
   }
-  Value* level_ptr(int a, int l, Value* lane) {
-    return b_.CreateInBoundsGEP(acc_type(a), levels_[a][l - 1], lane);
-  }
+  Value* level_ptr(int a, int l, Value* lane) { return b_.CreateInBoundsGEP(acc_type(a), levels_[a][l - 1], lane); }
   // The points up to flat reduce position `after` were folded, the last `count` of them by the
   // visit just made: close every level whose block ended within them.
   void tile_close(const std::vector<int>& cs, Value* w, Value* after, int64_t count, int l = 1) {
     int64_t S = kTileLeaf;
     for (int i = 1; i < l; ++i) S *= kCascadeFan;
     Value* crossed = b_.CreateICmpULT(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(count));
-    if_else(crossed, [&] {
-      counted_loop(w, true, {}, [&](Value* j, const Carried&) {
-        for (int a : cs) {
-          Value* lower = l == 1 ? load_state(a, j).v[0] : b_.CreateLoad(acc_type(a), level_ptr(a, l - 1, j));
-          Value* up = b_.CreateLoad(acc_type(a), level_ptr(a, l, j));
-          b_.CreateStore(fold(a, up, lower, false), level_ptr(a, l, j));
-          if (l == 1) store_state(a, j, init_state(a));
-          else b_.CreateStore(identity(a), level_ptr(a, l - 1, j));
-        }
-        return Carried{};
-      });
-      if (l < tile_levels()) tile_close(cs, w, after, count, l + 1);
-    }, [] {});
+    if_else(
+        crossed,
+        [&] {
+          counted_loop(w, true, {}, [&](Value* j, const Carried&) {
+            for (int a : cs) {
+              Value* lower = l == 1 ? load_state(a, j).v[0] : b_.CreateLoad(acc_type(a), level_ptr(a, l - 1, j));
+              Value* up = b_.CreateLoad(acc_type(a), level_ptr(a, l, j));
+              b_.CreateStore(fold(a, up, lower, false), level_ptr(a, l, j));
+              if (l == 1) store_state(a, j, init_state(a));
+              else b_.CreateStore(identity(a), level_ptr(a, l - 1, j));
+            }
+            return Carried{};
+          });
+          if (l < tile_levels()) tile_close(cs, w, after, count, l + 1);
+        },
+        [] {});
   }
 
   AccState load_state(int a, Value* lane) {
@@ -697,7 +702,8 @@ class Lowerer {
         lanes([&](Value* j) {
           for (int a : cs) {
             Value* v = load_state(a, j).v[0];
-            for (int l = 1; l <= tile_levels(); ++l) v = fold(a, v, b_.CreateLoad(acc_type(a), level_ptr(a, l, j)), false);
+            for (int l = 1; l <= tile_levels(); ++l)
+              v = fold(a, v, b_.CreateLoad(acc_type(a), level_ptr(a, l, j)), false);
             store_state(a, j, {{v}});
           }
         });
@@ -742,12 +748,16 @@ class Lowerer {
         // Tiles or points is chosen from the shape of the launch, never from the chunk (a chunk
         // boundary only shortens a tile), so every column's result is chunk-independent.
         alloc_tile_slots();
-        if_else(b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)), [&] {
-          flat_segments(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& first, Value* len, const Carried&) {
-            column_segment(ex, first, len);
-            return Carried{};
-          });
-        }, point_by_point);
+        if_else(
+            b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)),
+            [&] {
+              flat_segments(a[0], a[1], ext, false, {},
+                            [&](const std::vector<Value*>& first, Value* len, const Carried&) {
+                              column_segment(ex, first, len);
+                              return Carried{};
+                            });
+            },
+            point_by_point);
       }
     }
     b_.CreateRetVoid();
@@ -767,10 +777,12 @@ class Lowerer {
       Value* rb = b_.CreateMul(blk, b_.getInt64(plan_.block), "", true, true);
       Value* re = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
                                      {b_.CreateAdd(rb, b_.getInt64(plan_.block)), b_.getInt64(k_.reduce_numel())});
-      Carried fin = cascades(ph) ? cascade(ph, ex, cascade_levels(plan_.block), rb, b_.CreateSub(re, rb, "", true, true))
-                                 : flat_range(rb, re, ext, true, initial_states(ph), [&](const std::vector<Value*>& ridx, const Carried& cur) {
-                                     return reduce_point(ph, ex, ridx, cur);
-                                   });
+      Carried fin = cascades(ph)
+                        ? cascade(ph, ex, cascade_levels(plan_.block), rb, b_.CreateSub(re, rb, "", true, true))
+                        : flat_range(rb, re, ext, true, initial_states(ph),
+                                     [&](const std::vector<Value*>& ridx, const Carried& cur) {
+                                       return reduce_point(ph, ex, ridx, cur);
+                                     });
       for (size_t j = 0; j < ph.accs.size(); ++j) {
         Value* slot = b_.CreateAdd(b_.CreateMul(blk, b_.getInt64(plan_.nacc)), b_.getInt64(j));
         b_.CreateStore(fin[j], b_.CreateInBoundsGEP(b_.getInt64Ty(), a[2], slot));
@@ -819,7 +831,7 @@ class Lowerer {
   llvm::LLVMContext& c_;
   Builder b_;
   const MathLib& math_;
-  std::vector<std::vector<Value*>> slots_;  // column tiles: per accumulator, its state arrays
+  std::vector<std::vector<Value*>> slots_;   // column tiles: per accumulator, its state arrays
   std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
 };
 

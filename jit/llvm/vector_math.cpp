@@ -47,8 +47,7 @@ Variant variant(MathLib::Tier t) {
 }
 
 std::string sleef_name(MathFn f, bool f64, int width, const char* suffix) {
-  return std::string("Sleef_") + kNames[static_cast<int>(f)] + (f64 ? "d" : "f") + std::to_string(width) + "_" +
-         suffix;
+  return std::string("Sleef_") + kNames[static_cast<int>(f)] + (f64 ? "d" : "f") + std::to_string(width) + "_" + suffix;
 }
 
 // VecDesc holds StringRefs: the strings live here for the life of the process.
@@ -105,8 +104,7 @@ void MathLib::add_vector_functions(llvm::TargetLibraryInfoImpl& tlii) const {
         int w = width(f64);
         std::string abi = "_ZGV_LLVM_N" + std::to_string(w) + (arity(f) == 2 ? "vv" : "v");
         std::string vname = vector_name(f, f64) + (f == MathFn::Sin || f == MathFn::Cos ? "_kf" : "");
-        d.emplace_back(keep(scalar_name(f, f64)), keep(vname), llvm::ElementCount::getFixed(w), false,
-                       keep(abi));
+        d.emplace_back(keep(scalar_name(f, f64)), keep(vname), llvm::ElementCount::getFixed(w), false, keep(abi));
       }
     }
   }
@@ -125,8 +123,8 @@ void set_pure(llvm::Function* fn) {
 // SLEEF's vector sin/cos take a fast argument reduction only when EVERY lane is below a range
 // (TRIGRANGEMAX2: 125 for f32, 15 for f64) and a more precise one for all lanes otherwise, so a
 // lane's result would depend on its neighbours (and on the thread chunking). This internal
-// wrapper (<variant>_kf, the vectoriser's target for sin/cos) calls the variant directly when all lanes are in range, else once per lane on a splat: each element's
-// value then depends on the element alone.
+// wrapper (<variant>_kf, the vectoriser's target for sin/cos) calls the variant directly when all lanes are in range,
+// else once per lane on a splat: each element's value then depends on the element alone.
 llvm::Function* lane_uniform_trig(llvm::Module& m, llvm::Function* sleef, bool f64, int bits) {
   const std::string name = sleef->getName().str() + "_kf";
   if (llvm::Function* f = m.getFunction(name)) return f;

@@ -49,9 +49,11 @@ void Gen<Vmm>::accumulate(int a, const Vmm& v0, bool masked) {
     case ir::AccKind::Max:
     case ir::AccKind::Min: {
       Vmm nan(acc_nan_.at(a));
-      if (kind == ir::AccKind::Max) vmaxps(m(acc), v, acc); else vminps(m(acc), v, acc);  // NaN in v -> acc kept
+      if (kind == ir::AccKind::Max) vmaxps(m(acc), v, acc);
+      else vminps(m(acc), v, acc);  // NaN in v -> acc kept
       if constexpr (Z) {
-        if (masked) vcmpps(k2 | k1, v, v, kUnordQ); else vcmpps(k2, v, v, kUnordQ);
+        if (masked) vcmpps(k2 | k1, v, v, kUnordQ);
+        else vcmpps(k2, v, v, kUnordQ);
         vmovups(nan | k2, v);
       } else {
         vcmpps(tmp, v, v, kUnordQ);
@@ -72,7 +74,8 @@ void Gen<Vmm>::finish_acc(int a) {
   Label done;
   if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
     Vmm nan(acc_nan_.at(a));
-    if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan); else vminps(acc, acc, nan);
+    if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan);
+    else vminps(acc, acc, nan);
     Label clean;
     if constexpr (Z) {
       vcmpps(k2, acc, acc, kUnordQ);
@@ -174,7 +177,9 @@ void Gen<Vmm>::combine_acc_sets(const std::vector<int>& accs) {
           case ir::AccKind::Max: vmaxps(d, d, o); break;
           default: vminps(d, d, o); break;
         }
-        if (acc_sets_[s].second.count(a)) inj_.vor(Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s + step].second.at(a)));
+        if (acc_sets_[s].second.count(a))
+          inj_.vor(Vmm(acc_sets_[s].second.at(a)), Vmm(acc_sets_[s].second.at(a)),
+                   Vmm(acc_sets_[s + step].second.at(a)));
       }
   use_acc_set(0);
 }
@@ -277,21 +282,21 @@ void Gen<Vmm>::cascade_end() {
 }
 
 // Defined here, called from the other files.
-#define KFUSE_XB_ACC_MEMBERS(V)                                                        \
-  template float Gen<V>::identity(ir::AccKind);                                        \
-  template void Gen<V>::accumulate(int, const V&, bool);                               \
-  template void Gen<V>::finish_acc(int);                                               \
-  template void Gen<V>::hreduce(ir::AccKind, const V&);                                \
-  template void Gen<V>::pin_accs(const std::vector<int>&, int);                        \
-  template void Gen<V>::use_acc_set(int);                                              \
-  template void Gen<V>::release_accs();                                                \
-  template int Gen<V>::acc_regs(const std::vector<int>&) const;                        \
-  template void Gen<V>::combine_acc_sets(const std::vector<int>&);                      \
-  template void Gen<V>::cascade_begin(const std::vector<int>&, int64_t, int64_t);      \
-  template std::vector<int> Gen<V>::sum_regs(const std::vector<int>&) const;           \
-  template Address Gen<V>::cascade_slot(int, int);                                     \
-  template void Gen<V>::cascade_fold();                                                \
-  template void Gen<V>::cascade_scale(const V&, const V&);                             \
+#define KFUSE_XB_ACC_MEMBERS(V)                                                   \
+  template float Gen<V>::identity(ir::AccKind);                                   \
+  template void Gen<V>::accumulate(int, const V&, bool);                          \
+  template void Gen<V>::finish_acc(int);                                          \
+  template void Gen<V>::hreduce(ir::AccKind, const V&);                           \
+  template void Gen<V>::pin_accs(const std::vector<int>&, int);                   \
+  template void Gen<V>::use_acc_set(int);                                         \
+  template void Gen<V>::release_accs();                                           \
+  template int Gen<V>::acc_regs(const std::vector<int>&) const;                   \
+  template void Gen<V>::combine_acc_sets(const std::vector<int>&);                \
+  template void Gen<V>::cascade_begin(const std::vector<int>&, int64_t, int64_t); \
+  template std::vector<int> Gen<V>::sum_regs(const std::vector<int>&) const;      \
+  template Address Gen<V>::cascade_slot(int, int);                                \
+  template void Gen<V>::cascade_fold();                                           \
+  template void Gen<V>::cascade_scale(const V&, const V&);                        \
   template void Gen<V>::cascade_end();
 KFUSE_XB_ACC_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_ACC_MEMBERS(Xbyak::Ymm)

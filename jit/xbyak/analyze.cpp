@@ -63,9 +63,7 @@ void lane_plan(const ir::Kernel& k, Plan& plan) {
       Affine a = split(b, ir::Space::Outer, 0);
       if (a.coeff > (1 << 22) || a.coeff < -(1 << 22)) return;  // byte offsets of 2W rows fit in 32 bits
       stride.push_back(a.coeff);
-    } catch (const Decline&) {
-      return;
-    }
+    } catch (const Decline&) { return; }
   }
   std::unordered_set<int> loaded;
   for (const auto& [e, a] : plan.loads) loaded.insert(plan.addrs[a.addr].buffer);
@@ -121,15 +119,14 @@ bool depends_on_row(const ExprRef& e) {
 // they save. Per-row code only (not rows across lanes), rows of at most kReuseMaxReduce (the
 // row and the scratch row stay in L2), and a pointer register free for the scratch row (one
 // pointer: the same row serves this row and the previous one). softmax, 1 thread, kernel
-// alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms), in cache [64,1024] 30 -> 19-25 us. Against the online loop (whose terms are relative to a
-// running maximum, so the store computes the exps again: twice the exps, but one loop that reads
-// row i while it writes row i-1, where this plan reads row i in its max loop and writes in the
-// next): on the AVX-512 Xeon the online loop wins from kOnlineOverReuse on (softmax, kernel alone,
-// 1 / 2 threads, reuse vs online: [8192,32000] 164-173 vs 138-142 / 87 vs 82 ms, [21845,12288]
-// 168-171 vs 128-146 / 85-89 vs 75-76, [2048,16384] 20-22 vs 17-19, [4096,8192] 21.4-21.6 vs
-// 18.2-19.9 / 8.7-9.4 vs 8.0-8.3; [5461,6144] 18.2 vs 19.3 / 8.8 vs 9.4 and [43690,6144] 142-151
-// vs 144 / 80-83 vs 82-83 stay with this plan). (Session 4 measured on the AMD VM, before the
-// online loop prefetched and kept its constants in registers, this plan ahead everywhere.)
+// alone: [4096,1024] 2.1 -> 1.5-1.7 ms (log_softmax: 1.5 ms), in cache [64,1024] 30 -> 19-25 us. Against the online
+// loop (whose terms are relative to a running maximum, so the store computes the exps again: twice the exps, but one
+// loop that reads row i while it writes row i-1, where this plan reads row i in its max loop and writes in the next):
+// on the AVX-512 Xeon the online loop wins from kOnlineOverReuse on (softmax, kernel alone, 1 / 2 threads, reuse vs
+// online: [8192,32000] 164-173 vs 138-142 / 87 vs 82 ms, [21845,12288] 168-171 vs 128-146 / 85-89 vs 75-76,
+// [2048,16384] 20-22 vs 17-19, [4096,8192] 21.4-21.6 vs 18.2-19.9 / 8.7-9.4 vs 8.0-8.3; [5461,6144] 18.2 vs 19.3 / 8.8
+// vs 9.4 and [43690,6144] 142-151 vs 144 / 80-83 vs 82-83 stay with this plan). (Session 4 measured on the AMD VM,
+// before the online loop prefetched and kept its constants in registers, this plan ahead everywhere.)
 void reuse_plan(const ir::Kernel& k, Plan& plan) {
   const size_t q = k.phases.size() - 1, j = q - 1;
   if (plan.lanes || plan.reduce_n > kReuseMaxReduce || stream_pointers(plan, true) + 1 > kPipelinePointers) return;
@@ -197,7 +194,8 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
   try {
     plan = Plan{};
     // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
-    if (k.kind == ir::KernelKind::Contraction) decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
+    if (k.kind == ir::KernelKind::Contraction)
+      decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
     // Its rows walk affine indices and compile-time reduce extents; the LLVM backend runs the rest.
     if (k.dynamic_reduce()) decline("dynamic reduce domain (segment reduction): runs on LLVM");
     if (k.has_gather()) decline("gather (a load index that reads memory): runs on LLVM");
@@ -238,7 +236,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     }
 
     std::unordered_map<ExprRef, int, ir::ExprStructHash, ir::ExprStructEq> base_ids;  // structural identity
-    std::map<std::pair<int, int>, int> addr_ids;                                     // (buffer, base) -> id
+    std::map<std::pair<int, int>, int> addr_ids;                                      // (buffer, base) -> id
     auto access = [&](int buffer, const ExprRef& index, bool in_loop) -> Access {
       Affine a = split(index, is, idim);
       if (a.coeff != 0 && a.coeff != 1)
@@ -316,9 +314,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     lane_plan(k, plan);
     row_plan(k, plan);
     return {};
-  } catch (const Decline& d) {
-    return d.why;
-  }
+  } catch (const Decline& d) { return d.why; }
 }
 
 }  // namespace kfuse::detail::xb

@@ -95,8 +95,8 @@ class XbyakKernel final : public CompiledKernel {
   XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n)
       : k_(k), plan_(std::move(plan)), mem_(code, n, k.name) {
     for (const auto& ph : k_.phases)  // once here, not per launch
-      stored_per_point_ += static_cast<int64_t>(ph.stores.size()) *
-                           (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
+      stored_per_point_ +=
+          static_cast<int64_t>(ph.stores.size()) * (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
   }
 
   int64_t row_ways(const Frame& base) const {
@@ -149,13 +149,14 @@ class XbyakKernel final : public CompiledKernel {
             fn(&f);
           });
         } else {
-          parallel_for(rows, std::max<int64_t>(1, kPointwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t b, int64_t e) {
-            Frame f;
-            frame_for_rows(f, b, e);
-            f.lo = 0;
-            f.hi = inner;
-            fn(&f);
-          });
+          parallel_for(rows, std::max<int64_t>(1, kPointwiseGrain / std::max<int64_t>(inner, 1)),
+                       [&](int64_t b, int64_t e) {
+                         Frame f;
+                         frame_for_rows(f, b, e);
+                         f.lo = 0;
+                         f.hi = inner;
+                         fn(&f);
+                       });
         }
         return;
       }
@@ -264,9 +265,7 @@ class XbyakBackend final : public Backend {
     Code code;
     try {
       code = emit(k, plan, isa_);
-    } catch (const DeclineError& e) {
-      return {nullptr, e.what()};
-    }
+    } catch (const DeclineError& e) { return {nullptr, e.what()}; }
     auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size());
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fill(*ck, k, code, ms);
@@ -326,10 +325,11 @@ class XbyakBackend final : public Backend {
     ck.compile_ms = ms;
     // A header only: the kernel IR this code implements is the cache entry's IR section (printing
     // it again here was ~8% of a kernel's emit time), and the instructions are the disassembly.
-    ck.source = "; xbyak " + std::string(isa_name(isa_)) + ": " + std::to_string(code.code_bytes) +
-                " bytes of code, " + std::to_string(code.bytes.size() - code.code_bytes) +
+    ck.source = "; xbyak " + std::string(isa_name(isa_)) + ": " + std::to_string(code.code_bytes) + " bytes of code, " +
+                std::to_string(code.bytes.size() - code.code_bytes) +
                 " bytes of constants (RIP-relative), entry at 0\n"
-                "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp; kernel " + k.name + "\n";
+                "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp; kernel " +
+                k.name + "\n";
     ck.source_kind = "asm";
     ck.binary.resize(kHeader + code.bytes.size());
     uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa_), static_cast<uint32_t>(code.code_bytes)};
@@ -359,7 +359,8 @@ std::shared_ptr<Backend> make_xbyak_backend() {
   }
   xb::Isa isa = xb::cpu_supports(xb::Isa::Avx512) ? xb::Isa::Avx512 : xb::Isa::Avx2;
   if (want == "avx2") isa = xb::Isa::Avx2;
-  else if (want == "avx512" && isa != xb::Isa::Avx512) log("backend", "xbyak: KFUSE_ISA=avx512 but the CPU lacks AVX-512; using avx2");
+  else if (want == "avx512" && isa != xb::Isa::Avx512)
+    log("backend", "xbyak: KFUSE_ISA=avx512 but the CPU lacks AVX-512; using avx2");
   return xb::make_backend(isa);
 }
 

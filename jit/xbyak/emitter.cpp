@@ -44,7 +44,8 @@ size_t Gen<Vmm>::generate() {
       row_loop([&] {
         std::vector<PhaseItem> items;
         for (size_t ph = 0; ph < k_.phases.size(); ++ph)
-          for (size_t s = 0; s < k_.phases[ph].stores.size(); ++s) items.push_back({&k_.phases[ph].stores[s], p_.stores[ph][s]});
+          for (size_t s = 0; s < k_.phases[ph].stores.size(); ++s)
+            items.push_back({&k_.phases[ph].stores[s], p_.stores[ph][s]});
         loop_phase(items, {}, false);
       });
       break;
@@ -130,7 +131,7 @@ void Gen<Vmm>::prologue() {
 template <class Vmm>
 void Gen<Vmm>::epilogue() {
   if (uses_stream_) {  // order the write-combined stores before the pool's completion signal
-    Label no_fence;     // (only when streaming was asked for: sfence waits for every store)
+    Label no_fence;    // (only when streaming was asked for: sfence waits for every store)
     cmp(qword[rdi + frame_off::stream], 0);
     je(no_fence, T_NEAR);
     sfence();
@@ -238,7 +239,8 @@ void Gen<Vmm>::ieval(const ExprRef& e, size_t depth) {
       mov(r, qword[rax + 8 * e->index]);
       return;
     case ExprKind::Var:
-      if (e->space != ir::Space::Outer || e->index >= p_.row_dims) throw DeclineError("xbyak: internal: inner var in base");
+      if (e->space != ir::Space::Outer || e->index >= p_.row_dims)
+        throw DeclineError("xbyak: internal: inner var in base");
       mov(r, qword[rdi + frame_off::idx + 8 * e->index]);
       return;
     case ExprKind::IDiv:
@@ -288,7 +290,8 @@ void Gen<Vmm>::compute_addrs() {
 template <class Vmm>
 void Gen<Vmm>::load_ptr_regs() {
   const size_t n = static_cast<size_t>(nptrs_);
-  for (size_t a = 0; a < n && a < ptr_pool().size(); ++a) mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
+  for (size_t a = 0; a < n && a < ptr_pool().size(); ++a)
+    mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
 }
 
 // base register of a stream (rax reloaded for overflow streams); the previous row's in prev_row_
@@ -381,7 +384,8 @@ int Gen<Vmm>::unroll_for(const std::vector<int>& accs) const {
 // recip: the division -> the slot of 1/s. softmax [8,32000] in cache, 1 thread: 0.090 -> 0.078
 // ms (a vdivps per vector: 2.7 ns each on the AVX-512 Xeon); out of cache within the noise.
 template <class Vmm>
-std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes,
+std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::vector<const ir::Expr*>& roots,
+                                                                    bool lanes,
                                                                     std::unordered_map<const ir::Expr*, int>* recip) {
   std::unordered_map<const ir::Expr*, bool> var;
   for (const auto* r : roots) mark_variant(r, var);
@@ -771,9 +775,7 @@ Code emit_isa(const ir::Kernel& k, const Plan& p) {
     c.code_bytes = code;
     c.bytes.assign(g.getCode(), g.getCode() + g.getSize());
     return c;
-  } catch (const Xbyak::Error& e) {
-    throw DeclineError(std::string("xbyak: emitter error: ") + e.what());
-  }
+  } catch (const Xbyak::Error& e) { throw DeclineError(std::string("xbyak: emitter error: ") + e.what()); }
 }
 
 }  // namespace
@@ -795,9 +797,7 @@ Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
   }
   try {
     return emit_isa<Vmm>(k, plan);
-  } catch (const DeclineError&) {
-    return emit_with_fallback<Vmm>(k, plainer);
-  }
+  } catch (const DeclineError&) { return emit_with_fallback<Vmm>(k, plainer); }
 }
 
 Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {

@@ -85,11 +85,11 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
 template <class Vmm>
 void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int>& reg = ev_reg_;  // per node: register holding it, or -1
+  std::vector<int>& reg = ev_reg_;    // per node: register holding it, or -1
   std::vector<int>& slot = ev_slot_;  // per node: spill slot, or -1
   reg.assign(n, -1);
   slot.assign(n, -1);
-  int owner[32];                             // per register: node held, or -1
+  int owner[32];  // per register: node held, or -1
   bool pinned[32];
   for (int i = 0; i < NREG; ++i) {
     owner[i] = -1;
@@ -219,9 +219,7 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
   }
   const ir::Expr* e = n.e;
   switch (e->kind) {
-    case ExprKind::Const:
-      vmovups(d, const_operand(e));
-      return;
+    case ExprKind::Const: vmovups(d, const_operand(e)); return;
     case ExprKind::Acc:
       if (ev.lanes) {
         lane_acc(d, e->index);
@@ -390,10 +388,12 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
     case Op::Maximum:
     case Op::Minimum:
       if (e->dtype == DType::Bool) {  // max/min of truth masks
-        if (e->op == Op::Maximum) inj_.vor(d, a, b); else inj_.vand(d, a, b);
+        if (e->op == Op::Maximum) inj_.vor(d, a, b);
+        else inj_.vand(d, a, b);
         return;
       }
-      if (e->op == Op::Maximum) vmaxps(t[0], a, b); else vminps(t[0], a, b);  // NaN in b -> b
+      if (e->op == Op::Maximum) vmaxps(t[0], a, b);
+      else vminps(t[0], a, b);                                                      // NaN in b -> b
       select(t[0], a, a, kUnordQ, a, d.getIdx() == a.getIdx() ? Vmm(kAccTmp) : d);  // NaN in a -> a
       vmovups(d, t[0]);
       return;
@@ -404,7 +404,7 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
     case Op::Gt:
     case Op::Ge: {
       static const std::map<Op, uint8_t> pred = {{Op::Eq, kEqOQ}, {Op::Ne, kNeqUQ}, {Op::Lt, kLtOS},
-                                                 {Op::Le, kLeOS}, {Op::Gt, kGtOS}, {Op::Ge, kGeOS}};
+                                                 {Op::Le, kLeOS}, {Op::Gt, kGtOS},  {Op::Ge, kGeOS}};
       if (e->args[0]->dtype == DType::Bool) {  // compare truth masks: as 0/1 floats
         inj_.vand(t[0], a, cst(1.0f));
         inj_.vand(d, b, cst(1.0f));
@@ -418,7 +418,8 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
     case Op::Or:
       truth(t[0], e->args[0].get(), a);
       truth(d, e->args[1].get(), b);
-      if (e->op == Op::And) inj_.vand(d, d, t[0]); else inj_.vor(d, d, t[0]);
+      if (e->op == Op::And) inj_.vand(d, d, t[0]);
+      else inj_.vor(d, d, t[0]);
       return;
     case Op::Where: {
       Vmm c(o[0]), x(o[1]), y(o[2]);
@@ -470,13 +471,13 @@ void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm
 
 // The entry points called from emitter.cpp and lanes.cpp (the other members are instantiated
 // through them).
-#define KFUSE_XB_EVAL_ENTRY_POINTS(V)                                                                    \
-  template typename Gen<V>::Dag Gen<V>::make_dag(                                                        \
-      const std::vector<const ir::Expr*>&, const std::unordered_map<const ir::Expr*, int>*,              \
-      const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*,  \
-      const std::unordered_map<const ir::Expr*, int>*) const;                                              \
-  template void Gen<V>::eval(const Dag&, const Eval&);                                                  \
-  template void Gen<V>::emit_leaf(const typename Dag::Node&, const V&, const Eval&);                     \
+#define KFUSE_XB_EVAL_ENTRY_POINTS(V)                                                                          \
+  template typename Gen<V>::Dag Gen<V>::make_dag(                                                              \
+      const std::vector<const ir::Expr*>&, const std::unordered_map<const ir::Expr*, int>*,                    \
+      const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*, \
+      const std::unordered_map<const ir::Expr*, int>*) const;                                                  \
+  template void Gen<V>::eval(const Dag&, const Eval&);                                                         \
+  template void Gen<V>::emit_leaf(const typename Dag::Node&, const V&, const Eval&);                           \
   template bool Gen<V>::sum_of_exps_at_max(const ir::Expr*) const;
 KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Zmm)
 KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Ymm)

@@ -79,8 +79,8 @@ class Arena {
  private:
   static uint8_t* map(size_t pages) {
     // MAP_POPULATE: the pages are faulted in here, once per chunk, not on the first copy.
-    void* m = mmap(nullptr, pages * page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
+    void* m =
+        mmap(nullptr, pages * page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (m == MAP_FAILED) throw BackendError("xbyak: mmap of executable memory failed");
     return static_cast<uint8_t*>(m);
   }

@@ -18,10 +18,10 @@ namespace kfuse::detail::xb {
 
 /// What a contraction kernel is, independent of the launch's extents.
 struct GemmPlan {
-  int nbatch = 0;              ///< batch dims: outer[0, nbatch); M = outer[nbatch], N = outer[nbatch + 1]
-  int64_t K = 0;               ///< the reduce extent
-  int a_buf = 0, b_buf = 0;    ///< input buffers of A and B
-  ir::ExprRef a_idx, b_idx;    ///< their load indices (affine in batch, M/N and K vars)
+  int nbatch = 0;            ///< batch dims: outer[0, nbatch); M = outer[nbatch], N = outer[nbatch + 1]
+  int64_t K = 0;             ///< the reduce extent
+  int a_buf = 0, b_buf = 0;  ///< input buffers of A and B
+  ir::ExprRef a_idx, b_idx;  ///< their load indices (affine in batch, M/N and K vars)
   /// The dtype A and B are stored in: packing converts them to f32 exactly (a Cast to f32 of
   /// the load in the IR). Any dtype but f32 or a prologue takes the packed path.
   DType a_dt = DType::F32, b_dt = DType::F32;

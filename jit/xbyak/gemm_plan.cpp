@@ -124,8 +124,14 @@ bool reads_buffer(const ir::Expr* e, int b) {
 
 bool packable_dtype(DType d) {
   switch (d) {
-    case DType::F32: case DType::F64: case DType::F16: case DType::BF16: case DType::I8: case DType::U8:
-    case DType::I32: case DType::I64: return true;
+    case DType::F32:
+    case DType::F64:
+    case DType::F16:
+    case DType::BF16:
+    case DType::I8:
+    case DType::U8:
+    case DType::I32:
+    case DType::I64: return true;
     default: return false;
   }
 }
@@ -180,7 +186,8 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
         !k.phases[0].stores.empty() || k.phases[1].over_reduce || k.phases[1].stores.empty())
       decline("phases are not [reduce {acc 0}, once {stores}]");
     const ExprRef& v = k.accs[0].value;
-    if (v->kind != ExprKind::Op || v->op != Op::Mul || v->args.size() != 2) decline("accumulated value is not a product");
+    if (v->kind != ExprKind::Op || v->op != Op::Mul || v->args.size() != 2)
+      decline("accumulated value is not a product");
     const int mdim = nouter - 2, ndim = nouter - 1;
     plan.nbatch = mdim;
     plan.K = k.reduce[0];
@@ -256,9 +263,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     epi->phases.push_back(std::move(ph));
     plan.epi = std::move(epi);
     return {};
-  } catch (const DeclineError& d) {
-    return d.what();
-  }
+  } catch (const DeclineError& d) { return d.what(); }
 }
 
 }  // namespace kfuse::detail::xb

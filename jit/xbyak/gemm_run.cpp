@@ -60,8 +60,8 @@ constexpr int64_t kParallelFlops = int64_t{1} << 21;  // below this a launch run
 // column strip down K, one 16 KiB row stride per k, and ran at half of oneDNN on
 // [1,4096]x[4096,4096]). Every t[j] is the FMA chain of the microkernels, k ascending from 0:
 // the result does not depend on the path. The xbyak backend needs AVX2 + FMA anyway.
-__attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_ks, const float* b, int64_t b_rs,
-                                                    float* t, int64_t n, int64_t kc) {
+__attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_ks, const float* b, int64_t b_rs, float* t,
+                                                   int64_t n, int64_t kc) {
   std::fill(t, t + n, 0.0f);
   const int64_t nv = n / 8 * 8;
   int64_t k = 0;
@@ -217,7 +217,8 @@ GemmBlocking gemm_blocking(const Ukrs& u) {
   GemmBlocking b;
   b.kc = std::clamp<int64_t>(round_down(l1 / 2 / (u.nr * 4), 8), 64, 1024);
   b.mc = std::clamp<int64_t>(round_down(l2 / 2 / (b.kc * 4), u.mr), u.mr, 1024 / u.mr * u.mr);
-  b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr, 4096 / u.nr * u.nr);  // (VMs report the whole L3)
+  b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr,
+                             4096 / u.nr * u.nr);  // (VMs report the whole L3)
   return b;
 }
 
@@ -231,7 +232,10 @@ void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) {
 class GemmKernel final : public CompiledKernel {
  public:
   GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa)
-      : k_(k), p_(std::move(plan)), u_(gemm_ukrs(isa)), blk_(gemm_blocking(u_)),
+      : k_(k),
+        p_(std::move(plan)),
+        u_(gemm_ukrs(isa)),
+        blk_(gemm_blocking(u_)),
         l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
@@ -253,9 +257,7 @@ class GemmKernel final : public CompiledKernel {
       if (w.empty()) {
         try {
           code = emit(*pro, plan, isa);
-        } catch (const DeclineError& e) {
-          w = e.what();
-        }
+        } catch (const DeclineError& e) { w = e.what(); }
       }
       if (!w.empty()) {
         *why = std::string("xbyak: contraction prologue of ") + (side ? "B" : "A") + ": " + w;
@@ -274,9 +276,7 @@ class GemmKernel final : public CompiledKernel {
     if (w.empty()) {
       try {
         *code = emit(*p_.epi, epi_plan_, isa);
-      } catch (const DeclineError& e) {
-        w = e.what();
-      }
+      } catch (const DeclineError& e) { w = e.what(); }
     }
     if (!w.empty()) {
       *why = "xbyak: contraction epilogue: " + w;
@@ -368,11 +368,11 @@ class GemmKernel final : public CompiledKernel {
   struct Task {
     const void* a;  // f32 when plain_ (the GEMV and direct paths read them in place)
     const void* b;
-    float* c;       // C(m, n) = c + m * c_rs + n (global m, n; temp C: offset back by the task origin)
+    float* c;  // C(m, n) = c + m * c_rs + n (global m, n; temp C: offset back by the task origin)
     int64_t c_rs;
-    float* acc_ptr; // the epilogue's accumulator buffer pointer
+    float* acc_ptr;  // the epilogue's accumulator buffer pointer
     int64_t bidx[kMaxOuterDims];
-    int64_t brow;   // first outer row of this batch (batch index * M)
+    int64_t brow;  // first outer row of this batch (batch index * M)
   };
 
   // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
@@ -416,7 +416,10 @@ class GemmKernel final : public CompiledKernel {
   bool with_loader(DType dt, F&& f) const {
     switch (dt) {
       case DType::F32: f(LoadF32{}); return true;
-      case DType::F16: if (!f16c_) return false; f(LoadF16{}); return true;
+      case DType::F16:
+        if (!f16c_) return false;
+        f(LoadF16{});
+        return true;
       case DType::BF16: f(LoadBF16{}); return true;
       default: return false;
     }
@@ -603,8 +606,7 @@ class GemmKernel final : public CompiledKernel {
         for (int64_t r = m0; r < m1; ++r) {
           gemv_rows(af + r * sa.row + pc * sa.col, sa.col, bf + pc * sb.row + n0, sb.row, sums, n, kc);
           float* c = t.c + r * t.c_rs + n0;
-          if (first)
-            std::copy(sums, sums + n, c);
+          if (first) std::copy(sums, sums + n, c);
           else
             for (int64_t j = 0; j < n; ++j) c[j] = c[j] + sums[j];
         }
@@ -620,8 +622,15 @@ class GemmKernel final : public CompiledKernel {
         const int64_t mfull = m0 + m / MR * MR, nfull = n0 + n / NR * NR;
         for (int64_t j = n0; j < nfull; j += NR)
           for (int64_t i = m0; i < mfull; i += MR) {
-            UkrArgs a{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc,
-                      sa.row * 4, sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1};
+            UkrArgs a{af + i * sa.row + pc * sa.col,
+                      bf + pc * sb.row + j,
+                      t.c + i * t.c_rs + j,
+                      kc,
+                      sa.row * 4,
+                      sa.col * 4,
+                      sb.row * 4,
+                      t.c_rs * 4,
+                      first ? 0 : 1};
             u_.direct(&a);
           }
         if (nfull < n1) edge_tiles(t, sa, sb, m0, m1, nfull, n1, pc, kc, first);
@@ -672,9 +681,9 @@ class GemmKernel final : public CompiledKernel {
 
   ir::Kernel k_;
   GemmPlan p_;
-  ToF32 cvt_[2] = {};  // A, B: null for f32 storage
-  int64_t es_[2] = {};  // element sizes of A and B
-  bool plain_ = true;   // f32 operands without prologues: the GEMV and direct paths may run
+  ToF32 cvt_[2] = {};                           // A, B: null for f32 storage
+  int64_t es_[2] = {};                          // element sizes of A and B
+  bool plain_ = true;                           // f32 operands without prologues: the GEMV and direct paths may run
   bool f16c_ = __builtin_cpu_supports("f16c");  // (every AVX2 CPU so far; else element by element)
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;

@@ -52,7 +52,11 @@ class Gen : public Xbyak::CodeGenerator {
   static constexpr size_t kMaxCodeBytes = 1 << 20;
   /// `buf`: kMaxCodeBytes of writable memory for the code (the result is copied out of it).
   Gen(const ir::Kernel& k, const Plan& p, uint8_t* buf)
-      : CodeGenerator(kMaxCodeBytes, buf), k_(k), p_(p), inj_{*this}, nptrs_(stream_pointers(p, p.pipeline, &prev_ptr_)) {}
+      : CodeGenerator(kMaxCodeBytes, buf),
+        k_(k),
+        p_(p),
+        inj_{*this},
+        nptrs_(stream_pointers(p, p.pipeline, &prev_ptr_)) {}
 
   // constants (full vectors, after the code, or a register in a loop that holds them:
   // invariants_in_regs, loop_invariants.cpp)
@@ -92,14 +96,14 @@ class Gen : public Xbyak::CodeGenerator {
     struct Node {
       const ir::Expr* e = nullptr;
       bool leaf = false;
-      int inv = -1;      // invariant leaf: the slot it is loaded from
-      int to_slot = -1;  // hoisted value: the slot it is saved to
-      int last = 0;      // last position that uses it (its own when none)
+      int inv = -1;             // invariant leaf: the slot it is loaded from
+      int to_slot = -1;         // hoisted value: the slot it is saved to
+      int last = 0;             // last position that uses it (its own when none)
       int arg0 = 0, nargs = 0;  // operand positions: args[arg0 .. arg0 + nargs)
       int use0 = 0, nuses = 0;  // positions that use it, ascending: uses[use0 .. use0 + nuses)
       int st0 = 0, nst = 0;     // stores of this value: stores[st0 .. st0 + nst)
       int acc0 = 0, nacc = 0;   // accumulators fed by it: accs[acc0 .. acc0 + nacc)
-      int recip = -1;  // x / s as x * (1/s): the slot holding 1/s (s is then not an operand)
+      int recip = -1;           // x / s as x * (1/s): the slot holding 1/s (s is then not an operand)
     };
     std::vector<Node> nodes;
     std::vector<int> args, uses, accs;
@@ -109,8 +113,8 @@ class Gen : public Xbyak::CodeGenerator {
   const ir::Kernel& k_;
   const Plan& p_;
   Injectors<Gen, Vmm> inj_;
-  std::vector<int> prev_ptr_;  // stream_pointers: per address, the previous row's pointer
-  int nptrs_;                  // ... and the pointers in all
+  std::vector<int> prev_ptr_;    // stream_pointers: per address, the previous row's pointer
+  int nptrs_;                    // ... and the pointers in all
   std::vector<uint32_t> cvals_;  // constants in ctab_ (a few dozen: found by a linear search)
   // invariants_in_regs (loop_invariants.cpp): the invariants held in registers in the loop being
   // emitted (key, register); the uses counted by its dry run of a loop body, and the highest
@@ -132,7 +136,7 @@ class Gen : public Xbyak::CodeGenerator {
   Label ctab_, masktab_;
   int vslot_base_ = 0;
   int nvslots_ = 0;
-  bool prefetch_rows_ = false;  // the loop being emitted prefetches the rows ahead
+  bool prefetch_rows_ = false;                   // the loop being emitted prefetches the rows ahead
   std::vector<std::pair<int, int64_t>> row_pf_;  // rows: the prefetched streams (address, row stride)
   // Pinned accumulator registers (and NaN markers for Max/Min) of the set being emitted; a loop
   // unrolled U times keeps U independent sets (acc_sets_) so that the adds of consecutive vectors
@@ -144,8 +148,8 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<int> casc_regs_;
   int casc_levels_ = 0, casc_slot0_ = 0;
   int64_t casc_base_ = 0;
-  int disp_ = 0;     // byte displacement of the vector being emitted within an unrolled iteration
-  bool stream_ = false;  // emit full-vector stores as non-temporal (streaming) stores
+  int disp_ = 0;              // byte displacement of the vector being emitted within an unrolled iteration
+  bool stream_ = false;       // emit full-vector stores as non-temporal (streaming) stores
   bool uses_stream_ = false;  // some path streams: the epilogue fences
 
   // ---- emitter.cpp: services for the lane path ----
@@ -214,21 +218,21 @@ class Gen : public Xbyak::CodeGenerator {
   void static_loop(const Body& body, int U);
   bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const;
   void streaming_check(const std::vector<PhaseItem>& items, Label& regular);
-  void set_mask_rax();                            // tail mask for rax (1..W-1) remaining lanes
-  void hreduce(ir::AccKind kind, const Vmm& v);   // lanes of v folded into Xmm(0) (clobbers 0, 1)
+  void set_mask_rax();                           // tail mask for rax (1..W-1) remaining lanes
+  void hreduce(ir::AccKind kind, const Vmm& v);  // lanes of v folded into Xmm(0) (clobbers 0, 1)
 
   // ---- online.cpp: online softmax (Plan::online) ----
-  void pipeline_rows();                     // Mode::Row with Plan::pipeline: the whole row loop
+  void pipeline_rows();  // Mode::Row with Plan::pipeline: the whole row loop
   void online_phase(const std::vector<PhaseItem>* prev_stores = nullptr);
   void online_block(const Dag& dag, const std::vector<int>& disps, bool masked, const Dag* prev);
   void online_finish();
-  void capture(const Vmm& v, bool masked);  // accumulate() of the max accumulator in online_phase
-  static constexpr int kOnlineU = 4;        // vectors per block (one rescale check per block)
+  void capture(const Vmm& v, bool masked);            // accumulate() of the max accumulator in online_phase
+  static constexpr int kOnlineU = 4;                  // vectors per block (one rescale check per block)
   static constexpr int64_t kOnlineFourParts = 16384;  // rows this long: the loop in 4 parts, else 2
-  int cap_acc_ = -1, cap_reg_ = -1;         // the accumulator captured, and into which register
+  int cap_acc_ = -1, cap_reg_ = -1;                   // the accumulator captured, and into which register
   int on_m_ = -1, on_mc_ = -1, on_s_[2] = {-1, -1}, on_x_[kOnlineU] = {};
-  std::vector<int> online_regs_;            // pinned during the online loop
-  bool prev_row_ = false;  // emitting the previous row's stores: its stream pointers and accs
+  std::vector<int> online_regs_;  // pinned during the online loop
+  bool prev_row_ = false;         // emitting the previous row's stores: its stream pointers and accs
 
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp
@@ -252,15 +256,15 @@ class Gen : public Xbyak::CodeGenerator {
     int sub, addr, disp, slot;
   };
   Label lidxtab_;
-  std::vector<IndexVector> lidx_;    // index vectors in lidxtab_
-  int cur_idx_ = -1;                 // index vector now in Vmm(kMaskReg); -1 = none
-  bool lane_full_ = false;           // emitting the body for a full group of W rows
-  bool lane_tile_ok_ = false;        // the phase being emitted may use stack tiles (tiled_store)
-  std::map<int, int> lane_tile_;     // addr -> first of reduce_n slots: outputs of a full group
-  int lane_r_ = 0;                   // reduce index being emitted
-  std::vector<Gathered> lane_cache_;  // gathered vectors of this body: (sub, addr, byte disp) -> slot
-  std::vector<int> acc_slot_[kLaneSubs];     // per sub-group, per accumulator: slot with its per-lane value
-  int lane_sub_ = 0;                 // sub-group being emitted (a double body runs rows o..o+2W-1)
+  std::vector<IndexVector> lidx_;                  // index vectors in lidxtab_
+  int cur_idx_ = -1;                               // index vector now in Vmm(kMaskReg); -1 = none
+  bool lane_full_ = false;                         // emitting the body for a full group of W rows
+  bool lane_tile_ok_ = false;                      // the phase being emitted may use stack tiles (tiled_store)
+  std::map<int, int> lane_tile_;                   // addr -> first of reduce_n slots: outputs of a full group
+  int lane_r_ = 0;                                 // reduce index being emitted
+  std::vector<Gathered> lane_cache_;               // gathered vectors of this body: (sub, addr, byte disp) -> slot
+  std::vector<int> acc_slot_[kLaneSubs];           // per sub-group, per accumulator: slot with its per-lane value
+  int lane_sub_ = 0;                               // sub-group being emitted (a double body runs rows o..o+2W-1)
   int row_mask_slot_ = -1, lane_store_slot_ = -1;  // AVX2: the row mask; a vector being stored per row
 };
 

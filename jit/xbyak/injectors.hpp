@@ -19,8 +19,17 @@ namespace kfuse::detail::xb {
 
 // vcmpps predicates
 enum Cmp : uint8_t {
-  kEqOQ = 0x00, kLtOS = 0x01, kLeOS = 0x02, kUnordQ = 0x03, kNeqUQ = 0x04, kNgeUS = 0x09,
-  kGeOS = 0x0D, kGtOS = 0x0E, kLtOQ = 0x11, kGeOQ = 0x1D, kNleUQ = 0x16,
+  kEqOQ = 0x00,
+  kLtOS = 0x01,
+  kLeOS = 0x02,
+  kUnordQ = 0x03,
+  kNeqUQ = 0x04,
+  kNgeUS = 0x09,
+  kGeOS = 0x0D,
+  kGtOS = 0x0E,
+  kLtOQ = 0x11,
+  kGeOQ = 0x1D,
+  kNleUQ = 0x16,
 };
 
 /// Host: a CodeGenerator-derived emitter with
@@ -32,16 +41,20 @@ struct Injectors {
   static constexpr bool Z = std::is_same_v<Vmm, Xbyak::Zmm>;
 
   void vand(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
-    if constexpr (Z) h.vpandd(d, a, b); else h.vandps(d, a, b);
+    if constexpr (Z) h.vpandd(d, a, b);
+    else h.vandps(d, a, b);
   }
   void vor(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
-    if constexpr (Z) h.vpord(d, a, b); else h.vorps(d, a, b);
+    if constexpr (Z) h.vpord(d, a, b);
+    else h.vorps(d, a, b);
   }
   void vxor(const Vmm& d, const Vmm& a, const Xbyak::Operand& b) {
-    if constexpr (Z) h.vpxord(d, a, b); else h.vxorps(d, a, b);
+    if constexpr (Z) h.vpxord(d, a, b);
+    else h.vxorps(d, a, b);
   }
   void round(const Vmm& d, const Vmm& s, int mode) {  // 0 nearest-even, 1 floor, 2 ceil, 3 trunc
-    if constexpr (Z) h.vrndscaleps(d, s, mode | 8); else h.vroundps(d, s, mode | 8);
+    if constexpr (Z) h.vrndscaleps(d, s, mode | 8);
+    else h.vroundps(d, s, mode | 8);
   }
   // x = min(max(x, lo), hi), NaN kept (x is the second source of min/max)
   void clamp(const Vmm& x, float lo, float hi, const Vmm& t) {
@@ -75,7 +88,7 @@ struct Injectors {
     if constexpr (Z) {
       h.vrcp14ps(r, d);
       h.vfnmadd213ps(d, r, h.cst(1.0f));  // e = 1 - d r
-      h.vfmadd231ps(r, r, d);              // r + r e
+      h.vfmadd231ps(r, r, d);             // r + r e
     } else {
       h.vmovups(r, h.cst(1.0f));
       h.vdivps(r, r, d);
@@ -88,7 +101,7 @@ struct Injectors {
     horner(t, r, kExpP, 5);
     h.vfmadd213ps(t, r, h.cst(1.0f));  // 1 + r P
     h.vfmadd213ps(r, t, h.cst(1.0f));  // 1 + r (1 + r P)
-    if constexpr (Z) {  // r * 2^n in one rounding, as the two exact-then-rounding products below
+    if constexpr (Z) {                 // r * 2^n in one rounding, as the two exact-then-rounding products below
       h.vscalefps(r, r, n);
       return;
     }
@@ -189,7 +202,7 @@ struct Injectors {
     h.vmulps(a, x, x);  // z
     horner(b, x, kLogP, 9);
     h.vmulps(b, b, a);
-    h.vmulps(b, b, x);                 // f z P
+    h.vmulps(b, b, x);  // f z P
     h.vfmadd231ps(b, e, h.cst(kLn2Lo));
     h.vfnmadd231ps(b, a, h.cst(0.5f));
     h.vaddps(x, x, b);
@@ -216,13 +229,13 @@ struct Injectors {
     vor(x, x, h.cstu(0x80000000u));  // -|x|
     exp(x, t, true);                 // e = exp(-|x|)
     h.vaddps(t[1], x, h.cst(1.0f));
-    recip(s, t[1]);                  // 1/(1+e), 1+e in [1, 2]
-    if constexpr (Z) {               // x < 0: e/(1+e), one masked product instead of a blend
+    recip(s, t[1]);     // 1/(1+e), 1+e in [1, 2]
+    if constexpr (Z) {  // x < 0: e/(1+e), one masked product instead of a blend
       h.vcmpps(h.k3, orig, h.cst(0.0f), kLtOQ);
       h.vmulps(s | h.k3, s, x);
       h.vmovaps(x, s);
     } else {
-      h.vmulps(x, x, s);             // e/(1+e)
+      h.vmulps(x, x, s);  // e/(1+e)
       h.select(x, orig, h.cst(0.0f), kGeOQ, s, t[0]);
     }
   }
@@ -247,19 +260,19 @@ struct Injectors {
     vand(x, x, h.cstu(0x7fffffffu));
     h.vmulps(x, x, h.cst(kSqrtHalfF));
     h.vmovups(t[0], h.cst(kErfcClamp));
-    h.vminps(x, t[0], x);                 // a = min(|x|/sqrt2, 10), NaN kept
+    h.vminps(x, t[0], x);  // a = min(|x|/sqrt2, 10), NaN kept
     h.vmulps(t[1], x, h.cst(0.5f));
     h.vaddps(t[1], t[1], h.cst(1.0f));
-    recip(tt, t[1]);                      // t = 1/(1 + a/2), 1 + a/2 in [1, 7]
-    horner(c, tt, kErfcC, 10);            // C(t)
+    recip(tt, t[1]);            // t = 1/(1 + a/2), 1 + a/2 in [1, 7]
+    horner(c, tt, kErfcC, 10);  // C(t)
     h.vmulps(hi, x, x);
     h.vmovups(t[0], x);
-    h.vfmsub213ps(t[0], x, hi);           // lo = a*a - hi (exact)
+    h.vfmsub213ps(t[0], x, hi);  // lo = a*a - hi (exact)
     h.vsubps(c, c, t[0]);
-    h.vsubps(c, c, hi);                   // -a^2 + C(t)
+    h.vsubps(c, c, hi);  // -a^2 + C(t)
     exp(c, t);
     h.vmulps(c, c, tt);
-    h.vmulps(c, c, h.cst(0.5f));          // e
+    h.vmulps(c, c, h.cst(0.5f));  // e
     h.vmovups(x, h.cst(1.0f));
     h.vsubps(x, x, c);
     h.select(x, orig, h.cst(0.0f), kLeOS, c, t[0]);
@@ -279,7 +292,7 @@ struct Injectors {
   void log1p(const Vmm& x, const Vmm* t) {
     h.vmovups(t[4], x);
     h.vaddps(x, x, h.cst(1.0f));
-    log(x, t);                         // leaves u in t[3]
+    log(x, t);  // leaves u in t[3]
     h.vsubps(t[0], t[3], h.cst(1.0f));
     h.vdivps(t[0], t[4], t[0]);
     h.vmulps(x, x, t[0]);
@@ -293,7 +306,7 @@ struct Injectors {
     exp(x, t);
     h.vmovups(t[4], x);
     log(x, t);
-    h.vdivps(x, t[5], x);              // x / log(u) (~1: no overflow near the top)
+    h.vdivps(x, t[5], x);  // x / log(u) (~1: no overflow near the top)
     h.vsubps(t[0], t[4], h.cst(1.0f));
     h.vmulps(x, x, t[0]);
     h.select(x, t[4], h.cst(1.0f), kEqOQ, t[5], t[1]);

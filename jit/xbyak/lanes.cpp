@@ -108,8 +108,8 @@ void Gen<Vmm>::flush_tiles() {
       const int tile = slot, u = slot + C;
       auto V = [](int i) { return Xbyak::Ymm(i); };
       for (int half = 0; 8 * half < C; ++half) {
-        const int c0 = C >= 8 ? std::min(8 * half, C - 8) : 0;  // first column of this store
-        const int n = std::min(8, C - c0);                       // columns in it
+        const int c0 = C >= 8 ? std::min(8 * half, C - 8) : 0;          // first column of this store
+        const int n = std::min(8, C - c0);                              // columns in it
         auto col = [&](int j) { return tile + c0 + (j < n ? j : 0); };  // extra lanes: not stored
         for (int g = 0; g < 2; ++g) {
           for (int j = 0; j < 4; ++j) vmovups(V(j), ptr[rsp + vslot_off(col(4 * g + j))]);
@@ -186,7 +186,8 @@ void Gen<Vmm>::lane_store(const Access& a, const Vmm& v) {
     set_lane_index(lane_stride(a.addr));
     kmovw(k3, k1);
     int64_t c = lane_stride(a.addr);
-    vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4)] | k3, v);
+    vscatterdps(ptr[b + Vmm(kMaskReg) * 4 + (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4)] | k3,
+                v);
   } else {  // AVX2 has no scatter: the vector goes to a stack slot, then one scalar store per row
     const int64_t c = lane_stride(a.addr);
     const int base = (a.coeff ? lane_r_ * 4 : 0) + static_cast<int>(lane_sub_ * W * c * 4);
@@ -304,7 +305,7 @@ void Gen<Vmm>::lane_block_loads(int nsub) {
   if (C < 8) return;  // (8-wide row loads would read past the group's last row)
   std::vector<int> addrs = contiguous_load_streams();
   addrs.erase(std::remove_if(addrs.begin(), addrs.end(), [&](int a) { return lane_stride(a) == 0; }), addrs.end());
-  if (!addrs.empty()) load_ptr_regs();     // (compute_addrs left this group's pointers in their slots)
+  if (!addrs.empty()) load_ptr_regs();  // (compute_addrs left this group's pointers in their slots)
   auto V = [](int i) { return Xbyak::Ymm(i); };
   for (int addr : addrs)
     for (int sub = 0; sub < nsub; ++sub) {
@@ -384,7 +385,8 @@ void Gen<Vmm>::lane_phase(size_t ph) {
     ir::AccKind kind = k_.accs[a].kind;
     if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
       Vmm nan(acc_nan_.at(a));
-      if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan); else vminps(acc, acc, nan);
+      if (kind == ir::AccKind::Max) vmaxps(acc, acc, nan);
+      else vminps(acc, acc, nan);
       if constexpr (Z) {
         vcmpps(k2, acc, acc, kUnordQ);
         vmovups(acc | k2, cst(NAN));
@@ -399,11 +401,11 @@ void Gen<Vmm>::lane_phase(size_t ph) {
 }
 
 // The entry points called from emitter.cpp (the other members are instantiated through them).
-#define KFUSE_XB_LANE_ENTRY_POINTS(V)                          \
-  template void Gen<V>::lane_loop();                           \
-  template void Gen<V>::lane_tables();                         \
-  template void Gen<V>::lane_load(const V&, const Access&);    \
-  template void Gen<V>::lane_store(const Access&, const V&);   \
+#define KFUSE_XB_LANE_ENTRY_POINTS(V)                        \
+  template void Gen<V>::lane_loop();                         \
+  template void Gen<V>::lane_tables();                       \
+  template void Gen<V>::lane_load(const V&, const Access&);  \
+  template void Gen<V>::lane_store(const Access&, const V&); \
   template void Gen<V>::lane_acc(const V&, int);
 KFUSE_XB_LANE_ENTRY_POINTS(Xbyak::Zmm)
 KFUSE_XB_LANE_ENTRY_POINTS(Xbyak::Ymm)

@@ -126,15 +126,15 @@ void Gen<Vmm>::invariants_in_regs(const std::function<void()>& body, int busy_be
   iuse_.clear();
 }
 
-#define KFUSE_XB_INV_MEMBERS(V)                                                  \
-  template int Gen<V>::inv_reg(uint64_t);                                        \
-  template typename Gen<V>::Cst Gen<V>::cstu(uint32_t);                          \
-  template typename Gen<V>::Cst Gen<V>::cst(float);                              \
-  template typename Gen<V>::Cst Gen<V>::const_operand(const ir::Expr*);          \
-  template int Gen<V>::acc_index(const ir::Expr*) const;                         \
-  template int Gen<V>::acc_reg(int);                                             \
-  template void Gen<V>::acc_broadcast(const V&, int);                            \
-  template typename Gen<V>::Cst Gen<V>::slot_operand(int);                       \
+#define KFUSE_XB_INV_MEMBERS(V)                                         \
+  template int Gen<V>::inv_reg(uint64_t);                               \
+  template typename Gen<V>::Cst Gen<V>::cstu(uint32_t);                 \
+  template typename Gen<V>::Cst Gen<V>::cst(float);                     \
+  template typename Gen<V>::Cst Gen<V>::const_operand(const ir::Expr*); \
+  template int Gen<V>::acc_index(const ir::Expr*) const;                \
+  template int Gen<V>::acc_reg(int);                                    \
+  template void Gen<V>::acc_broadcast(const V&, int);                   \
+  template typename Gen<V>::Cst Gen<V>::slot_operand(int);              \
   template void Gen<V>::invariants_in_regs(const std::function<void()>&, int);
 KFUSE_XB_INV_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_INV_MEMBERS(Xbyak::Ymm)

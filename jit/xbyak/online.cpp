@@ -16,8 +16,8 @@
 // the row that the loop runs through side by side, see online_phase): the block's values are
 // captured in registers (the accumulate() of m), their maximum is compared with M, and only when
 // some lane grew (a few times per row for data in random order) S is rescaled by
-// exp(Mc_old - Mc_new), exactly 1 in the lanes that did not grow. Then S += exp(x - Mc) for the block. At the end of the row the
-// lanes are brought to the row maximum: s = sum over lanes of S * exp(Mc - max(m, -FLT_MAX)).
+// exp(Mc_old - Mc_new), exactly 1 in the lanes that did not grow. Then S += exp(x - Mc) for the block. At the end of
+// the row the lanes are brought to the row maximum: s = sum over lanes of S * exp(Mc - max(m, -FLT_MAX)).
 //
 // Specials, so that the results are those of the two loops (IR semantics): the loop's maximum
 // ignores NaNs, but a NaN element makes S NaN (x - Mc is NaN), and so does a +inf element

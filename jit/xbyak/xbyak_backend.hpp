@@ -42,9 +42,9 @@ struct Access {
 
 struct Plan {
   Mode mode = Mode::Pointwise;
-  int row_dims = 0;        ///< outer dims walked by the row loop (idx[] in the frame)
-  int64_t reduce_n = 0;    ///< Row/Global: the compile-time reduce extent
-  bool scalar = false;     ///< Pointwise with an empty outer domain (one point)
+  int row_dims = 0;                ///< outer dims walked by the row loop (idx[] in the frame)
+  int64_t reduce_n = 0;            ///< Row/Global: the compile-time reduce extent
+  bool scalar = false;             ///< Pointwise with an empty outer domain (one point)
   std::vector<ir::ExprRef> bases;  ///< i64 base expressions (no inner variable)
   std::vector<Addr> addrs;
   std::unordered_map<const ir::Expr*, Access> loads;
@@ -128,7 +128,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan);
 /// Machine code of one kernel: position independent (constants after the code, RIP-relative).
 struct Code {
   std::vector<uint8_t> bytes;
-  size_t code_bytes = 0;   ///< instructions (the rest is the constant table)
+  size_t code_bytes = 0;  ///< instructions (the rest is the constant table)
 };
 /// Emits code; throws DeclineError when a limit (registers, stack slots, code size) is hit.
 Code emit(const ir::Kernel& k, const Plan& plan, Isa isa);
@@ -143,9 +143,9 @@ inline constexpr int kMaxWays = 8;
 
 /// One of the sub-ranges of rows a kernel call takes its rows from in turn (Frame::ways).
 struct RowCursor {
-  int64_t row, end;              ///< next row to run, end of the sub-range
-  int64_t pf_rows;               ///< Frame::pf_rows while this cursor runs
-  int64_t idx[kMaxOuterDims];    ///< `row` decomposed over the row dims
+  int64_t row, end;            ///< next row to run, end of the sub-range
+  int64_t pf_rows;             ///< Frame::pf_rows while this cursor runs
+  int64_t idx[kMaxOuterDims];  ///< `row` decomposed over the row dims
 };
 
 /// Frame passed to the generated function `void fn(Frame*)` (offsets are part of the ABI
@@ -172,17 +172,19 @@ struct Frame {
   RowCursor* cursors;  ///< ways > 1: the cursors (on the calling thread's stack)
 };
 namespace frame_off {
-inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48,
-                     accs = 56, idx = 64, ext = 128, stream = 192, scratch = 200, ways = 208, way = 216,
-                     pf_rows = 224, cursors = 232, cursor_bytes = 88, cursor_row = 0, cursor_end = 8,
-                     cursor_pf_rows = 16, cursor_idx = 24;
+inline constexpr int bufs = 0, params = 8, row_begin = 16, row_end = 24, lo = 32, hi = 40, phase = 48, accs = 56,
+                     idx = 64, ext = 128, stream = 192, scratch = 200, ways = 208, way = 216, pf_rows = 224,
+                     cursors = 232, cursor_bytes = 88, cursor_row = 0, cursor_end = 8, cursor_pf_rows = 16,
+                     cursor_idx = 24;
 }
 static_assert(offsetof(Frame, stream) == frame_off::stream, "frame layout");
 static_assert(offsetof(Frame, scratch) == frame_off::scratch, "frame layout");
 static_assert(offsetof(Frame, ways) == frame_off::ways && offsetof(Frame, way) == frame_off::way, "frame layout");
 static_assert(offsetof(Frame, cursors) == frame_off::cursors && sizeof(RowCursor) == frame_off::cursor_bytes &&
-                  offsetof(RowCursor, end) == frame_off::cursor_end && offsetof(RowCursor, idx) == frame_off::cursor_idx &&
-                  offsetof(RowCursor, pf_rows) == frame_off::cursor_pf_rows && offsetof(Frame, pf_rows) == frame_off::pf_rows,
+                  offsetof(RowCursor, end) == frame_off::cursor_end &&
+                  offsetof(RowCursor, idx) == frame_off::cursor_idx &&
+                  offsetof(RowCursor, pf_rows) == frame_off::cursor_pf_rows &&
+                  offsetof(Frame, pf_rows) == frame_off::pf_rows,
               "frame layout");
 /// Frame::stream bits. kStreamStores: write full aligned vectors with non-temporal stores (the
 /// output is too big to be read back from cache). kStreamAliasCheck: except where a load trails

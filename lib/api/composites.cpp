@@ -120,7 +120,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   int64_t k1 = A.shape().back(), k2 = B.shape()[B.ndim() - 2];
   if (k1 != k2)
     throw UserError(describe_call("matmul", {a, b}) + ": inner dimensions differ (" + std::to_string(k1) + " vs " +
-                    std::to_string(k2) + "); the last axis of the first operand must equal the second-to-last of the "
+                    std::to_string(k2) +
+                    "); the last axis of the first operand must equal the second-to-last of the "
                     "second (transpose one operand?)");
   DType dt = promote_types(A.dtype(), B.dtype());
   // Broadcast the batch dims.

@@ -11,6 +11,8 @@ namespace {
 
 enum class Rule { Arith, ArithBool, FloatMath, Compare, Logical, Rounding };
 
+// Case labels in a macro body: clang-format 14 would run them into the next line.
+// clang-format off
 Rule rule_of(Op op) {
   switch (op) {
 #define KFUSE_UNARY_OP(name, str, rule, expr, tol) \
@@ -21,6 +23,7 @@ Rule rule_of(Op op) {
     default: throw InternalError(std::string("rule_of: not an element-wise op: ") + op_name(op));
   }
 }
+// clang-format on
 
 // The dtype the operands are converted to before the op, and the result dtype.
 struct Typing {
@@ -36,7 +39,8 @@ Typing type_op(Op op, DType promoted, Describe&& describe) {
     case Rule::Arith:
     case Rule::Rounding:
       if (promoted == DType::Bool)
-        throw UserError(describe() + ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
+        throw UserError(describe() +
+                        ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
       return {promoted, promoted};
     case Rule::ArithBool: return {promoted, promoted};
     case Rule::FloatMath: {
@@ -179,8 +183,8 @@ Tensor pow(const Tensor& a, double e) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   require_defined("clamp", x);
   if (lo && hi && *lo > *hi)
-    throw UserError("clamp(" + describe(x) + "): lower bound " + num_str(*lo) + " exceeds upper bound " +
-                    num_str(*hi) + "; pass lo <= hi");
+    throw UserError("clamp(" + describe(x) + "): lower bound " + num_str(*lo) + " exceeds upper bound " + num_str(*hi) +
+                    "; pass lo <= hi");
   Tensor r = x;
   if (lo) r = maximum(r, *lo);
   if (hi) r = minimum(r, *hi);

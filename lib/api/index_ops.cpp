@@ -56,7 +56,8 @@ Tensor select_rows(const char* op, const Tensor& x, int64_t axis_in, const Tenso
 // The fold identity that padding entries contribute (Max: the dtype's lowest value).
 double lowest(DType dt) {
   switch (dt) {
-    case DType::U8: case DType::Bool: return 0;
+    case DType::U8:
+    case DType::Bool: return 0;
     case DType::I8: return -128;
     case DType::I32: return std::numeric_limits<int32_t>::min();
     case DType::I64: return static_cast<double>(std::numeric_limits<int64_t>::min());
@@ -165,7 +166,8 @@ Tensor embedding_bag(const Tensor& table, const Tensor& ids, const Tensor& offse
   }
   Tensor starts = checked(offsets, N + 1, IndexUse::BagOffsets).cast(DType::I64);
   if (B == 0) return make_const(0, dt, {0, D}, table.device());
-  Tensor ends = concat({starts.slice({Range{1}}), make_const(static_cast<double>(N), DType::I64, {1}, table.device())}, 0);
+  Tensor ends =
+      concat({starts.slice({Range{1}}), make_const(static_cast<double>(N), DType::I64, {1}, table.device())}, 0);
   auto segment = [&](Op o, const Tensor& values) {
     return record(o, values.dtype(), {B, 1, D}, {values, starts, ends}, Attrs{{1}, {}}).reshape({B, D});
   };

@@ -62,13 +62,13 @@ Tensor dequantize_rowwise(const QuantizedTable& q) {
   check_bits("dequantize_rowwise", q.bits);
   const Tensor& v = q.values;
   const Tensor& sb = q.scale_bias;
-  const bool values_ok = v.dtype() == DType::U8 && v.ndim() == 2 && q.cols >= 1 &&
-                         v.shape()[1] == packed_width(q.cols, q.bits);
+  const bool values_ok =
+      v.dtype() == DType::U8 && v.ndim() == 2 && q.cols >= 1 && v.shape()[1] == packed_width(q.cols, q.bits);
   const bool sb_ok = sb.dtype() == DType::F32 && sb.ndim() == 2 && v.ndim() == 2 && sb.shape()[0] == v.shape()[0] &&
                      sb.shape()[1] == 2;
   if (!values_ok || !sb_ok)
-    throw UserError(describe_call("dequantize_rowwise", {v, sb}) + " with bits " + std::to_string(q.bits) +
-                    ", cols " + std::to_string(q.cols) + ": expects u8 values [R, " +
+    throw UserError(describe_call("dequantize_rowwise", {v, sb}) + " with bits " + std::to_string(q.bits) + ", cols " +
+                    std::to_string(q.cols) + ": expects u8 values [R, " +
                     (q.bits == 8 ? std::string("cols") : std::string("ceil(cols/2)")) +
                     "] and f32 scale_bias [R, 2], as quantize_rowwise makes them");
   const int64_t rows = v.shape()[0];
@@ -80,9 +80,9 @@ Tensor dequantize_rowwise(const QuantizedTable& q) {
     // index; views of a computed value would end the kernel), then picks its nibble with the
     // column's parity, computed from the column index: no extra tensor is read.
     const int64_t width = v.shape()[1];
-    Tensor bytes = slice(reshape(expand(unsqueeze(v, 2), {rows, width, 2}), {rows, 2 * width}),
-                         {Range::all(), Range{0, q.cols}})
-                       .cast(DType::F32);
+    Tensor bytes =
+        slice(reshape(expand(unsqueeze(v, 2), {rows, width, 2}), {rows, 2 * width}), {Range::all(), Range{0, q.cols}})
+            .cast(DType::F32);
     Tensor col = arange(0, static_cast<double>(q.cols), 1, DType::F32);
     Tensor odd = col - floor(col * 0.5) * 2.0;
     Tensor hi = floor(bytes * 0.0625);

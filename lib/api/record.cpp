@@ -21,8 +21,9 @@ std::string describe_call(const char* op, const std::vector<Tensor>& args) {
 
 void require_defined(const char* op, const Tensor& t) {
   if (!t.defined())
-    throw UserError(std::string(op) + ": an operand is an undefined (default-constructed) Tensor; create it with "
-                                      "from_vector, full, rand or another op first");
+    throw UserError(std::string(op) +
+                    ": an operand is an undefined (default-constructed) Tensor; create it with "
+                    "from_vector, full, rand or another op first");
 }
 
 Device common_device(const char* op, const std::vector<Tensor>& args) {
@@ -43,9 +44,9 @@ Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b) {
     int64_t da = i < sa.size() ? sa[sa.size() - 1 - i] : 1;
     int64_t db = i < sb.size() ? sb[sb.size() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1) {
-      throw UserError(std::string(op) + ": cannot broadcast " + shape_str(sa) + " " + dtype_name(a.dtype()) +
-                      " with " + shape_str(sb) + " " + dtype_name(b.dtype()) + ": dimension -" + std::to_string(i + 1) +
-                      " is " + std::to_string(da) + " vs " + std::to_string(db) +
+      throw UserError(std::string(op) + ": cannot broadcast " + shape_str(sa) + " " + dtype_name(a.dtype()) + " with " +
+                      shape_str(sb) + " " + dtype_name(b.dtype()) + ": dimension -" + std::to_string(i + 1) + " is " +
+                      std::to_string(da) + " vs " + std::to_string(db) +
                       "; sizes must be equal or 1 (reshape or expand an operand)");
     }
     out[n - 1 - i] = da == 1 ? db : da;
@@ -107,9 +108,10 @@ int64_t tensor_axis(const char* op, const Tensor& x, int64_t axis, bool new_axis
     throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(axis) +
                     " is out of range: a tensor of rank 0 has no axes; reshape it to [1] first");
   if (a < 0 || a >= n)
-    throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(axis) + " is out of range for a tensor of rank " +
-                    std::to_string(x.ndim()) + (new_axis ? " (with the new axis)" : "") + "; use an axis in [" +
-                    std::to_string(-n) + ", " + std::to_string(n - 1) + "]");
+    throw UserError(describe_call(op, {x}) + ": axis " + std::to_string(axis) +
+                    " is out of range for a tensor of rank " + std::to_string(x.ndim()) +
+                    (new_axis ? " (with the new axis)" : "") + "; use an axis in [" + std::to_string(-n) + ", " +
+                    std::to_string(n - 1) + "]");
   return a;
 }
 

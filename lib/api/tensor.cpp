@@ -113,17 +113,46 @@ namespace detail {
 
 namespace {
 // The C++ storage type of each dtype (bool is stored as one byte, 0 or 1).
-template <DType D> struct storage;
-template <> struct storage<DType::Bool> { using type = uint8_t; };
-template <> struct storage<DType::I32> { using type = int32_t; };
-template <> struct storage<DType::I64> { using type = int64_t; };
-template <> struct storage<DType::F32> { using type = float; };
-template <> struct storage<DType::F64> { using type = double; };
-template <> struct storage<DType::U8> { using type = uint8_t; };
-template <> struct storage<DType::I8> { using type = int8_t; };
-template <> struct storage<DType::F16> { using type = half; };
-template <> struct storage<DType::BF16> { using type = bfloat16; };
-template <DType D> using storage_t = typename storage<D>::type;
+template <DType D>
+struct storage;
+template <>
+struct storage<DType::Bool> {
+  using type = uint8_t;
+};
+template <>
+struct storage<DType::I32> {
+  using type = int32_t;
+};
+template <>
+struct storage<DType::I64> {
+  using type = int64_t;
+};
+template <>
+struct storage<DType::F32> {
+  using type = float;
+};
+template <>
+struct storage<DType::F64> {
+  using type = double;
+};
+template <>
+struct storage<DType::U8> {
+  using type = uint8_t;
+};
+template <>
+struct storage<DType::I8> {
+  using type = int8_t;
+};
+template <>
+struct storage<DType::F16> {
+  using type = half;
+};
+template <>
+struct storage<DType::BF16> {
+  using type = bfloat16;
+};
+template <DType D>
+using storage_t = typename storage<D>::type;
 
 // float -> integer: truncation; NaN and out-of-range give the minimum (x86 cvtt semantics,
 // without the undefined behaviour of a C++ cast).

@@ -33,9 +33,9 @@ Tensor reshape(const Tensor& x, Shape shape) {
   // Before shape_numel, which must not overflow: [2^32, 2^32] would count 0 elements.
   if (!shape_fits(shape)) throw_bad_shape(describe_call("reshape", {x}), shape);
   if (shape_numel(shape) != x.numel())
-    throw UserError("reshape(" + describe(x) + ") to " + shape_str(shape) + ": size mismatch: " +
-                    std::to_string(x.numel()) + " elements cannot be viewed as " + std::to_string(shape_numel(shape)) +
-                    "; the product of the new shape must equal the old one");
+    throw UserError("reshape(" + describe(x) + ") to " + shape_str(shape) +
+                    ": size mismatch: " + std::to_string(x.numel()) + " elements cannot be viewed as " +
+                    std::to_string(shape_numel(shape)) + "; the product of the new shape must equal the old one");
   if (shape == x.shape()) return x;
   // reshape of reshape is one reshape (keeps the graph small; a pass does the same for graphs
   // built by other means).
@@ -128,9 +128,9 @@ Tensor slice(const Tensor& x, const std::vector<Range>& ranges) {
     int64_t start = clampi(r.start);
     int64_t stop = r.stop ? clampi(*r.stop) : n;
     if (r.start < -n || r.start > n)
-      throw UserError("slice(" + describe(x) + "): start " + std::to_string(r.start) + " on axis " +
-                      std::to_string(i) + " is out of bounds for size " + std::to_string(n) + "; use a start in [" +
-                      std::to_string(-n) + ", " + std::to_string(n) + "]");
+      throw UserError("slice(" + describe(x) + "): start " + std::to_string(r.start) + " on axis " + std::to_string(i) +
+                      " is out of bounds for size " + std::to_string(n) + "; use a start in [" + std::to_string(-n) +
+                      ", " + std::to_string(n) + "]");
     int64_t count = stop > start ? (stop - start - 1) / r.step + 1 : 0;  // no overflow for a huge step
     out[i] = count;
     at.ints.push_back(start);

@@ -39,12 +39,12 @@ class CompiledKernel {
   /// run() with form `v` (an index into variants()).
   virtual void run_variant(const ir::LaunchArgs& args, int /*v*/) const { run(args); }
 
-  std::string backend;              ///< e.g. "llvm"
-  std::string target;               ///< e.g. "x86_64 znver5 +avx512f" or "sm_90"
-  std::string source;               ///< generated source text (LLVM IR, CUDA/OpenCL C, asm listing)
-  std::string source_kind;          ///< "llvm-ir", "cuda", "opencl", "asm", ...
-  std::vector<uint8_t> binary;      ///< serialised code for the disk cache (may be empty)
-  std::string binary_kind;          ///< "elf-object", "x86-raw", "ptx", "cubin", ...
+  std::string backend;          ///< e.g. "llvm"
+  std::string target;           ///< e.g. "x86_64 znver5 +avx512f" or "sm_90"
+  std::string source;           ///< generated source text (LLVM IR, CUDA/OpenCL C, asm listing)
+  std::string source_kind;      ///< "llvm-ir", "cuda", "opencl", "asm", ...
+  std::vector<uint8_t> binary;  ///< serialised code for the disk cache (may be empty)
+  std::string binary_kind;      ///< "elf-object", "x86-raw", "ptx", "cubin", ...
   double compile_ms = 0;
 };
 

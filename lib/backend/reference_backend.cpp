@@ -34,7 +34,7 @@ Num rounded(Num v, DType dt) { return is_float(dt) && dt != DType::F64 ? float_n
 
 // One flattened expression DAG.
 struct Program {
-  std::vector<const ir::Expr*> code;  // topological order
+  std::vector<const ir::Expr*> code;        // topological order
   std::vector<std::vector<int>> arg_slots;  // per code entry: its arguments' slots
   std::unordered_map<const ir::Expr*, int> slot;
 
@@ -68,7 +68,9 @@ void run_program(const Program& p, Ctx& c, std::vector<Num>& v) {
     Num r = int_num(0);
     switch (e->kind) {
       case ExprKind::Const: r = num_from_double(e->value, e->dtype); break;
-      case ExprKind::Var: r = int_num(e->space == ir::Space::Outer ? c.outer_idx[e->index] : c.red_idx[e->index]); break;
+      case ExprKind::Var:
+        r = int_num(e->space == ir::Space::Outer ? c.outer_idx[e->index] : c.red_idx[e->index]);
+        break;
       case ExprKind::Param: r = int_num(c.args->params[e->index]); break;
       case ExprKind::Acc: r = c.accs[e->index]; break;
       case ExprKind::Load:
@@ -97,7 +99,7 @@ void run_program(const Program& p, Ctx& c, std::vector<Num>& v) {
 
 struct PhaseCode {
   Program prog;
-  std::vector<int> acc_slots;                 // per phase acc
+  std::vector<int> acc_slots;                    // per phase acc
   std::vector<std::pair<int, int>> store_slots;  // (index, value)
 };
 
@@ -126,8 +128,8 @@ class ReferenceKernel final : public CompiledKernel {
     }
     int64_t rn = k_.reduce_numel();
     parallel_for(n, std::max<int64_t>(1, 4096 / std::max<int64_t>(rn, 1)), [&](int64_t b, int64_t e) {
-      Ctx c{&k_, &args, std::vector<int64_t>(extents.size()), std::vector<int64_t>(k_.dynamic_reduce() ? 1 : k_.reduce.size()),
-            std::vector<Num>(k_.accs.size())};
+      Ctx c{&k_, &args, std::vector<int64_t>(extents.size()),
+            std::vector<int64_t>(k_.dynamic_reduce() ? 1 : k_.reduce.size()), std::vector<Num>(k_.accs.size())};
       std::vector<Num> v;
       for (int64_t o = b; o < e; ++o) {
         int64_t rem = o;

@@ -50,9 +50,7 @@ std::shared_ptr<Backend> instance(const Entry& e) {
     tried[e.name] = true;
     try {
       made[e.name] = e.make();
-    } catch (const std::exception& ex) {
-      log("backend", std::string(e.name) + ": unavailable: " + ex.what());
-    }
+    } catch (const std::exception& ex) { log("backend", std::string(e.name) + ": unavailable: " + ex.what()); }
   }
   return made[e.name];
 }
@@ -77,8 +75,10 @@ std::shared_ptr<Backend> memory_backend(Device device) {
   if (chain.empty()) {
     std::string have;
     for (const auto& n : builtin_backend_names()) have += (have.empty() ? "" : ", ") + n;
-    throw BackendUnavailable("device " + device.str() + " is not available: no backend for it could start (built-in "
-                             "backends: " + have + "; KFUSE_LOG=backend tells why a backend did not start)");
+    throw BackendUnavailable("device " + device.str() +
+                             " is not available: no backend for it could start (built-in "
+                             "backends: " +
+                             have + "; KFUSE_LOG=backend tells why a backend did not start)");
   }
   return chain[0];
 }

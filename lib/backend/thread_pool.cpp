@@ -15,7 +15,7 @@ namespace kfuse::detail {
 namespace {
 
 thread_local bool t_in_pool = false;
-thread_local bool t_serial = false;  // SerialScope
+thread_local bool t_serial = false;         // SerialScope
 std::atomic<int64_t> g_worker_delay_us{0};  // set_pool_worker_delay
 
 // A region's work: `fn` over chunks of [0, n), claimed one at a time from `next`. The first

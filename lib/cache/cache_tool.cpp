@@ -56,7 +56,8 @@ bool parse_scaled(const std::string& s, const std::string& units, const std::vec
   }
   if (i == 0) return false;
   std::string rest = s.substr(i);
-  if (!rest.empty() && (rest.back() == 'B' || rest.back() == 'b') && units.find('K') != std::string::npos) rest.pop_back();
+  if (!rest.empty() && (rest.back() == 'B' || rest.back() == 'b') && units.find('K') != std::string::npos)
+    rest.pop_back();
   if (!rest.empty() && rest.back() == 'i') rest.pop_back();
   if (rest.empty()) {
     *out = v * mult[0];
@@ -158,10 +159,12 @@ bool find_entry(const DiskCache& dc, const std::string& what, Entry* out, std::o
 
 // The .text section of an ELF64 relocatable or shared object; false if it is not one.
 bool elf_text(const std::vector<uint8_t>& b, size_t* off, size_t* size) {
-  if (b.size() < sizeof(Elf64_Ehdr) || std::memcmp(b.data(), ELFMAG, SELFMAG) != 0 || b[EI_CLASS] != ELFCLASS64) return false;
+  if (b.size() < sizeof(Elf64_Ehdr) || std::memcmp(b.data(), ELFMAG, SELFMAG) != 0 || b[EI_CLASS] != ELFCLASS64)
+    return false;
   Elf64_Ehdr eh;
   std::memcpy(&eh, b.data(), sizeof eh);
-  if (eh.e_shoff == 0 || eh.e_shstrndx >= eh.e_shnum || eh.e_shoff + uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > b.size())
+  if (eh.e_shoff == 0 || eh.e_shstrndx >= eh.e_shnum ||
+      eh.e_shoff + uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > b.size())
     return false;
   auto sh = [&](size_t i) {
     Elf64_Shdr s;
@@ -216,11 +219,14 @@ std::string code_listing(const Entry& e, const ToolHooks& hooks) {
     x86 = true;
     what = ".text of the " + e.binary_kind + " (" + std::to_string(size) + " bytes)";
   }
-  if (!x86) return "  " + e.binary_kind + ", " + std::to_string(b.size()) + " bytes (not x86 code):\n" + hex_dump(b.data(), b.size());
+  if (!x86)
+    return "  " + e.binary_kind + ", " + std::to_string(b.size()) + " bytes (not x86 code):\n" +
+           hex_dump(b.data(), b.size());
   std::string text;
   if (hooks.disassemble_x86 && hooks.disassemble_x86(b.data() + off, size, 0, &text)) return "  " + what + ":\n" + text;
-  return "  " + what + ", hex dump (" + (hooks.disassemble_x86 ? "the disassembler failed" : hooks.no_disassembler_reason) +
-         "):\n" + hex_dump(b.data() + off, size);
+  return "  " + what + ", hex dump (" +
+         (hooks.disassemble_x86 ? "the disassembler failed" : hooks.no_disassembler_reason) + "):\n" +
+         hex_dump(b.data() + off, size);
 }
 
 // ---- why-miss ----
@@ -246,7 +252,8 @@ size_t ir_diff(const std::string& a, const std::string& b, std::string* first) {
   return n;
 }
 
-std::vector<FieldDiff> diff_fields(const KeyFields& entry, const KeyFields& now, std::string* ir_first, size_t* ir_lines) {
+std::vector<FieldDiff> diff_fields(const KeyFields& entry, const KeyFields& now, std::string* ir_first,
+                                   size_t* ir_lines) {
   std::vector<FieldDiff> d;
   auto cmp = [&](const char* f, const std::string& a, const std::string& b) {
     if (a != b) d.push_back({f, a, b});
@@ -265,15 +272,13 @@ std::vector<FieldDiff> diff_fields(const KeyFields& entry, const KeyFields& now,
 std::string current_target(const std::string& backend) {
   try {
     if (auto b = find_backend(backend)) return b->target();
-  } catch (...) {
-  }
+  } catch (...) {}
   return {};
 }
 int current_backend_version(const std::string& backend) {
   try {
     if (auto b = find_backend(backend)) return b->codegen_version();
-  } catch (...) {
-  }
+  } catch (...) {}
   return 0;
 }
 
@@ -327,7 +332,8 @@ std::string tuned_text(const json& e) {
   if (e.contains("seconds"))
     for (const auto& [form, t] : e["seconds"].items())
       if (form != winner) {
-        std::snprintf(b, sizeof b, "; %s %.1f us (%.2fx)", form.c_str(), t.get<double>() * 1e6, w > 0 ? t.get<double>() / w : 0.0);
+        std::snprintf(b, sizeof b, "; %s %.1f us (%.2fx)", form.c_str(), t.get<double>() * 1e6,
+                      w > 0 ? t.get<double>() / w : 0.0);
         s += b;
       }
   return s;
@@ -354,7 +360,8 @@ int cmd_tuned(Ctx& c) {
     c.out << j.dump(2) << "\n";
     return 0;
   }
-  for (const auto& [key, e] : j.items()) c.out << key.substr(0, 12) << " " << e.value("kernel", "?") << ": " << tuned_text(e) << "\n";
+  for (const auto& [key, e] : j.items())
+    c.out << key.substr(0, 12) << " " << e.value("kernel", "?") << ": " << tuned_text(e) << "\n";
   c.out << j.size() << " tuned kernel" << (j.size() == 1 ? "" : "s") << " in " << c.dir << "/tune.json\n";
   return 0;
 }
@@ -362,7 +369,8 @@ int cmd_tuned(Ctx& c) {
 int cmd_path(Ctx& c) {
   DiskCache dc = c.open();
   if (c.json) {
-    c.out << json{{"dir", dc.dir()}, {"root", dc.root()}, {"exists", dc.readable()}, {"note", dc.note()}}.dump(2) << "\n";
+    c.out << json{{"dir", dc.dir()}, {"root", dc.root()}, {"exists", dc.readable()}, {"note", dc.note()}}.dump(2)
+          << "\n";
   } else {
     c.out << dc.dir() << "\n";
   }
@@ -376,8 +384,8 @@ int cmd_list(Ctx& c, const std::string& sort, const std::string& filter, bool re
   if (!filter.empty()) {
     std::vector<Entry> keep;
     for (auto& e : es) {
-      std::string hay = e.key.hex() + " " + e.key.stem + " " + e.fields.backend + " " + e.fields.target + " " + e.pattern +
-                        " " + join(e.ops, " ");
+      std::string hay = e.key.hex() + " " + e.key.stem + " " + e.fields.backend + " " + e.fields.target + " " +
+                        e.pattern + " " + join(e.ops, " ");
       if (hay.find(filter) != std::string::npos) keep.push_back(std::move(e));
     }
     es.swap(keep);
@@ -410,7 +418,8 @@ int cmd_list(Ctx& c, const std::string& sort, const std::string& filter, bool re
           << pad(e.fields.target, 22) << pad(e.shape, 16) << pad(human_bytes(e.file_bytes), 9)
           << pad(std::to_string(e.hits), 5) << pad(ms_str(e.compile_ms), 8) << human_age(now - e.created) << "\n";
   }
-  c.out << es.size() << (es.size() == 1 ? " entry, " : " entries, ") << human_bytes(total) << " in " << dc.root() << "\n";
+  c.out << es.size() << (es.size() == 1 ? " entry, " : " entries, ") << human_bytes(total) << " in " << dc.root()
+        << "\n";
   for (const auto& p : problems) c.out << "bad entry: " << p << " (run `kfuse-cache verify --remove`)\n";
   return 0;
 }
@@ -453,12 +462,12 @@ int cmd_show(Ctx& c, const std::string& what, bool no_code) {
   if (std::filesystem::exists(c.dir + "/tune.json") && read_tune_table(c, &tj))
     for (const auto& [key, te] : tj.items())
       if (te.is_object() && te.value("ir", "") == ir) o << "tuned:        " << tuned_text(te) << "\n";
-  o << "\n--- kernel IR ---\n"
-    << e.fields.ir_text;
+  o << "\n--- kernel IR ---\n" << e.fields.ir_text;
   if (!no_code) {
     o << "\n--- source (" << (e.source_kind.empty() ? "none" : e.source_kind) << ") ---\n" << e.source;
     if (!e.source.empty() && e.source.back() != '\n') o << "\n";
-    o << "\n--- code (" << (e.binary_kind.empty() ? "none" : e.binary_kind) << ", " << e.binary.size() << " bytes) ---\n"
+    o << "\n--- code (" << (e.binary_kind.empty() ? "none" : e.binary_kind) << ", " << e.binary.size()
+      << " bytes) ---\n"
       << code_listing(e, c.hooks);
   }
   return 0;
@@ -508,13 +517,14 @@ int cmd_stats(Ctx& c) {
   c.out << "directory:    " << dc.root() << "\n"
         << "trust:        " << trust << "\n"
         << "versions:     format " << kFormatVersion << ", codegen " << kCodegenVersion << "\n"
-        << "entries:      " << es.size() << " (" << human_bytes(bytes) << " of " << human_bytes(options().cache_max_bytes)
-        << " max)\n";
+        << "entries:      " << es.size() << " (" << human_bytes(bytes) << " of "
+        << human_bytes(options().cache_max_bytes) << " max)\n";
   for (const auto& [k, v] : by_backend)
     c.out << "  " << pad(k, 12) << v.first << " entries, " << human_bytes(v.second) << "\n";
   c.out << "disk hits:    " << hits << " (compile time saved " << ms_str(saved) << ", total compile " << ms_str(compile)
         << ")\n";
-  if (!es.empty()) c.out << "ages:         oldest " << human_age(now - oldest) << ", newest " << human_age(now - newest) << "\n";
+  if (!es.empty())
+    c.out << "ages:         oldest " << human_age(now - oldest) << ", newest " << human_age(now - newest) << "\n";
   if (!problems.empty()) c.out << "bad entries:  " << problems.size() << " (run `kfuse-cache verify`)\n";
   return 0;
 }
@@ -538,7 +548,8 @@ int cmd_why_miss(Ctx& c, const std::string& key_arg, const std::string& ir_file,
       c.err << "kfuse-cache: " << ir_file << " does not start with 'kernel <name>': not a printed kernel\n";
       return 1;
     }
-    std::vector<std::string> backends = backend_arg.empty() ? builtin_backend_names() : std::vector<std::string>{backend_arg};
+    std::vector<std::string> backends =
+        backend_arg.empty() ? builtin_backend_names() : std::vector<std::string>{backend_arg};
     for (const auto& b : backends) {
       KeyFields k;
       k.backend = b;
@@ -579,7 +590,8 @@ int cmd_why_miss(Ctx& c, const std::string& key_arg, const std::string& ir_file,
   bool any_hit = false;
   for (const KeyFields& w : wanted) {
     KernelKey k = make_key(w, stem);
-    json jw = {{"backend", w.backend}, {"target", w.target}, {"key", k.hex()}, {"hit", false}, {"closest", json::array()}};
+    json jw = {
+        {"backend", w.backend}, {"target", w.target}, {"key", k.hex()}, {"hit", false}, {"closest", json::array()}};
     if (!c.json) c.out << stem << " on " << w.backend << " (" << w.target << "): key " << k.hex() << "\n";
     bool hit = std::any_of(all.begin(), all.end(), [&](const Entry& e) { return e.key == k; });
     if (hit) {
@@ -606,14 +618,16 @@ int cmd_why_miss(Ctx& c, const std::string& key_arg, const std::string& ir_file,
     }
     std::sort(sc.begin(), sc.end(), [](const Scored& a, const Scored& b) { return a.score < b.score; });
     if (sc.size() > 3) sc.resize(3);
-    if (!c.json) c.out << "  MISS: no entry has this key." << (sc.empty() ? " The cache is empty.\n" : " Closest entries:\n");
+    if (!c.json)
+      c.out << "  MISS: no entry has this key." << (sc.empty() ? " The cache is empty.\n" : " Closest entries:\n");
     for (const auto& s : sc) {
       json jd = json::array();
       if (!c.json) c.out << "  " << s.e->key.hex() << "  " << s.e->key.stem << "  " << s.e->fields.backend << "\n";
       for (const auto& d : s.d) {
         jd.push_back({{"field", d.field}, {"entry", d.entry}, {"now", d.now}});
         if (c.json) continue;
-        if (d.field == "kernel_ir") c.out << "    differs: kernel IR, " << d.entry << "; first:\n      " << s.first << "\n";
+        if (d.field == "kernel_ir")
+          c.out << "    differs: kernel IR, " << d.entry << "; first:\n      " << s.first << "\n";
         else c.out << "    differs: " << d.field << ": entry '" << d.entry << "', now '" << d.now << "'\n";
       }
       jw["closest"].push_back({{"key", s.e->key.hex()}, {"stem", s.e->key.stem}, {"differs", jd}});
@@ -633,10 +647,12 @@ int cmd_verify(Ctx& c, bool remove) {
     for (const auto& p : r.problems) jp.push_back({{"path", p.path}, {"problem", p.what}, {"removed", p.removed}});
     c.out << json{{"dir", dc.dir()}, {"checked", r.checked}, {"ok", r.ok}, {"problems", jp}}.dump(2) << "\n";
   } else {
-    for (const auto& p : r.problems)
-      c.out << (p.removed ? "removed " : "BAD ") << p.path << ": " << p.what << "\n";
+    for (const auto& p : r.problems) c.out << (p.removed ? "removed " : "BAD ") << p.path << ": " << p.what << "\n";
     c.out << "checked " << r.checked << " entries: " << r.ok << " ok, " << r.problems.size() << " problem(s)"
-          << (r.problems.empty() ? "" : remove ? "" : " (run with --remove to delete them)") << "\n";
+          << (r.problems.empty() ? ""
+              : remove           ? ""
+                                 : " (run with --remove to delete them)")
+          << "\n";
   }
   return left ? 1 : 0;
 }
@@ -659,7 +675,11 @@ int cmd_prune(Ctx& c, const std::string& max_bytes, const std::string& older) {
   DiskCache dc = c.open();
   auto r = dc.prune(mb, age);
   if (c.json)
-    c.out << json{{"removed", r.removed}, {"removed_bytes", r.removed_bytes}, {"kept", r.kept}, {"kept_bytes", r.kept_bytes}}.dump(2)
+    c.out << json{{"removed", r.removed},
+                  {"removed_bytes", r.removed_bytes},
+                  {"kept", r.kept},
+                  {"kept_bytes", r.kept_bytes}}
+                 .dump(2)
           << "\n";
   else
     c.out << "removed " << r.removed << " entries (" << human_bytes(r.removed_bytes) << "), kept " << r.kept << " ("
@@ -692,7 +712,8 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
   auto* list = app.add_subcommand("list", "list entries: stem, backend, target, shape, size, hits, compile time, age");
   list->add_option("--sort", sort, "stem|key|backend|size|hits|compile|age|used")
       ->check(CLI::IsMember({"stem", "key", "backend", "size", "hits", "compile", "age", "used"}));
-  list->add_option("--filter", filter, "keep entries whose key, stem, backend, target, pattern or ops contain this text");
+  list->add_option("--filter", filter,
+                   "keep entries whose key, stem, backend, target, pattern or ops contain this text");
   list->add_flag("--reverse", reverse, "reverse the order");
   add_json(list);
   std::string key;
@@ -704,7 +725,8 @@ int run_cache_tool(const std::vector<std::string>& args, std::ostream& out, std:
   auto* stats = app.add_subcommand("stats", "totals: entries, bytes, hits, compile time saved, trust");
   add_json(stats);
   std::string ir_file, backend, target;
-  auto* why = app.add_subcommand("why-miss", "why a kernel misses: its key now, and the closest entries' differing fields");
+  auto* why =
+      app.add_subcommand("why-miss", "why a kernel misses: its key now, and the closest entries' differing fields");
   auto* why_key = why->add_option("KEY", key, "an entry (key, prefix or stem): would it still hit with this build?");
   auto* why_ir = why->add_option("--ir", ir_file, "a printed kernel IR file (KFUSE_DUMP) to look up");
   why_key->excludes(why_ir);

@@ -33,7 +33,8 @@ std::string problem_of(const struct stat& st, bool want_dir) {
   if (want_dir && !S_ISDIR(st.st_mode)) return "is not a directory";
   if (!want_dir && !S_ISREG(st.st_mode)) return "is not a regular file";
   if (st.st_uid != geteuid())
-    return "is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " + std::to_string(geteuid()) + ")";
+    return "is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " + std::to_string(geteuid()) +
+           ")";
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     return std::string("is writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") + " (mode " +
            mode_str(st.st_mode) + "); fix with: chmod go-w <path>";
@@ -105,7 +106,8 @@ std::vector<std::string> entry_files(const std::string& root, std::vector<std::s
     for (fs::directory_iterator f(d->path(), ec), fend; !ec && f != fend; f.increment(ec)) {
       std::string name = f->path().filename().string();
       if (is_entry_name(name)) out.push_back(f->path().string());
-      else if (stray && name.size() > 4 && name.compare(name.size() - 4, 4, ".use") != 0) stray->push_back(f->path().string());
+      else if (stray && name.size() > 4 && name.compare(name.size() - 4, 4, ".use") != 0)
+        stray->push_back(f->path().string());
     }
   }
   std::sort(out.begin(), out.end());
@@ -282,8 +284,7 @@ bool DiskCache::store(const Entry& e) {
     ::unlink(tmp.c_str());
     if (err == ENOSPC || err == EDQUOT || err == EROFS || err == EACCES || err == EPERM)
       disable_writes("cannot write to the kernel cache " + root() + ": " + errstr(err));
-    else
-      log("cache", "cannot publish " + path + ": " + errstr(err));
+    else log("cache", "cannot publish " + path + ": " + errstr(err));
     return false;
   }
   disk_counters().stores.fetch_add(1, std::memory_order_relaxed);
@@ -313,8 +314,9 @@ void DiskCache::account(int64_t delta) {
     PruneReport r = prune(max_bytes_ / 10 * 9, -1);
     std::lock_guard<std::mutex> lk(mu_);
     bytes_ = static_cast<int64_t>(r.kept_bytes);
-    if (r.removed) log("cache", "evicted " + std::to_string(r.removed) + " entries (" + std::to_string(r.removed_bytes) +
-                                    " bytes) to stay under KFUSE_CACHE_MAX_BYTES=" + std::to_string(max_bytes_));
+    if (r.removed)
+      log("cache", "evicted " + std::to_string(r.removed) + " entries (" + std::to_string(r.removed_bytes) +
+                       " bytes) to stay under KFUSE_CACHE_MAX_BYTES=" + std::to_string(max_bytes_));
   }
 }
 
@@ -445,9 +447,8 @@ DiskCache::PruneReport DiskCache::prune(uint64_t max_bytes, int64_t older_than_s
     std::string name = p.substr(p.find_last_of('/') + 1);
     if (name.rfind(".tmp-", 0) == 0 && mtime_of(p) < now - 3600) ::unlink(p.c_str());
   }
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    return a.last != b.last ? a.last < b.last : a.path < b.path;
-  });
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.last != b.last ? a.last < b.last : a.path < b.path; });
   uint64_t total = 0;
   for (const Item& i : items) total += i.bytes;
   for (const Item& i : items) {

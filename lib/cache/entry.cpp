@@ -99,10 +99,12 @@ DecodeStatus decode_entry(const std::vector<uint8_t>& b, Entry* e, bool meta_onl
   if (b.size() < kHeader) return fail(DecodeStatus::Truncated, "header cut at " + std::to_string(b.size()) + " bytes");
   uint32_t ver = get<uint32_t>(b.data() + 8);
   if (ver != static_cast<uint32_t>(kFormatVersion))
-    return fail(DecodeStatus::ForeignVersion, "v" + std::to_string(ver) + ", this build reads v" + std::to_string(kFormatVersion));
+    return fail(DecodeStatus::ForeignVersion,
+                "v" + std::to_string(ver) + ", this build reads v" + std::to_string(kFormatVersion));
   uint64_t body_len = get<uint64_t>(b.data() + 16);
   if (b.size() - kHeader < body_len)
-    return fail(DecodeStatus::Truncated, std::to_string(b.size() - kHeader) + " of " + std::to_string(body_len) + " body bytes");
+    return fail(DecodeStatus::Truncated,
+                std::to_string(b.size() - kHeader) + " of " + std::to_string(body_len) + " body bytes");
   if (b.size() - kHeader > body_len) return fail(DecodeStatus::Malformed, "trailing bytes");
   const uint8_t* body = b.data() + kHeader;
   if (!meta_only) {
@@ -144,9 +146,7 @@ DecodeStatus decode_entry(const std::vector<uint8_t>& b, Entry* e, bool meta_onl
     e->created = j.value("created", int64_t{0});
     std::string key = j.at("key").get<std::string>();
     if (!parse_key_hex(key, &e->key)) return fail(DecodeStatus::Malformed, "key field");
-  } catch (const std::exception& ex) {
-    return fail(DecodeStatus::Malformed, std::string("metadata: ") + ex.what());
-  }
+  } catch (const std::exception& ex) { return fail(DecodeStatus::Malformed, std::string("metadata: ") + ex.what()); }
   if (!meta_only) {
     e->fields.ir_text = std::move(sec[1]);
     e->source = std::move(sec[2]);

@@ -35,8 +35,8 @@ struct Entry {
   // filled by the disk cache when read back (not stored in the file)
   std::string path;
   uint64_t file_bytes = 0;
-  uint64_t hits = 0;       ///< processes that loaded it (size of the .use sidecar)
-  int64_t last_used = 0;   ///< unix seconds (newest of the entry and its sidecar)
+  uint64_t hits = 0;      ///< processes that loaded it (size of the .use sidecar)
+  int64_t last_used = 0;  ///< unix seconds (newest of the entry and its sidecar)
 };
 
 enum class DecodeStatus { Ok, Truncated, BadMagic, ForeignVersion, Checksum, Malformed, KeyMismatch };

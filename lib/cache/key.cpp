@@ -81,7 +81,10 @@ bool parse_key_hex(const std::string& s, KernelKey* out) {
   uint64_t v[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {
     char c = s[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
     if (d < 0) return false;
     v[i / 16] = (v[i / 16] << 4) | static_cast<uint64_t>(d);
   }

@@ -37,7 +37,7 @@ struct KeyFields {
 
 struct KernelKey {
   uint64_t hi = 0, lo = 0;
-  std::string stem;  ///< readable name (the kernel's name), for logs and tools; not hashed
+  std::string stem;         ///< readable name (the kernel's name), for logs and tools; not hashed
   std::string hex() const;  ///< 32 lower-case hex digits
   bool operator==(const KernelKey& o) const { return hi == o.hi && lo == o.lo; }
 };

@@ -96,7 +96,8 @@ void MemoryCache::evict_if_needed() {
   for (size_t i = 0; i < kShards; ++i) {
     std::shared_lock<std::shared_mutex> lk(shards_[i].mu);
     for (const auto& [k, s] : shards_[i].map)
-      if (s->state.load(std::memory_order_acquire) == 1) ready.push_back({s->stamp.load(std::memory_order_relaxed), i, k});
+      if (s->state.load(std::memory_order_acquire) == 1)
+        ready.push_back({s->stamp.load(std::memory_order_relaxed), i, k});
   }
   std::sort(ready.begin(), ready.end(), [](const Candidate& a, const Candidate& b) { return a.stamp < b.stamp; });
   std::vector<std::shared_ptr<Slot>> victims;  // released after the shard locks: freeing code may take time

@@ -27,7 +27,8 @@ DType compute_type(DType t) {
 DType promote_types(DType a, DType b) {
   auto ca = dtype_category(a), cb = dtype_category(b);
   if (ca != cb) return ca > cb ? a : b;
-  if (a != b && dtype_size(a) == dtype_size(b)) return ca == DTypeCategory::Float ? DType::F32 : DType::I32;  // u8/i8, f16/bf16
+  if (a != b && dtype_size(a) == dtype_size(b))
+    return ca == DTypeCategory::Float ? DType::F32 : DType::I32;  // u8/i8, f16/bf16
   return dtype_size(a) >= dtype_size(b) ? a : b;
 }
 

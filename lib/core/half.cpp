@@ -22,7 +22,7 @@ uint16_t float_to_f16_bits(float f) {
   const uint32_t e = ax >> 23;
   if (e < 102) return sign;
   const uint32_t m = (ax & 0x7fffffu) | 0x800000u;  // value = m * 2^(e - 150)
-  const uint32_t shift = 126 - e;                    // 14 .. 24
+  const uint32_t shift = 126 - e;                   // 14 .. 24
   uint32_t h = m >> shift;
   const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
   if (rem > halfway || (rem == halfway && (h & 1u))) ++h;  // may reach 0x400, the smallest normal
@@ -39,7 +39,7 @@ float f16_bits_to_float(uint16_t h) {
     x = sign | ((e + 112) << 23) | (m << 13);
   } else if (m == 0) {
     x = sign;
-  } else {  // subnormal: normalise (m * 2^-24 with m < 2^10)
+  } else {                             // subnormal: normalise (m * 2^-24 with m < 2^10)
     int s = std::countl_zero(m) - 21;  // shifts that bring the top bit to bit 10
     x = sign | static_cast<uint32_t>(113 - s) << 23 | ((m << s) & 0x3ffu) << 13;
   }
@@ -49,7 +49,7 @@ float f16_bits_to_float(uint16_t h) {
 uint16_t float_to_bf16_bits(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // overflow carries into inf
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);                  // overflow carries into inf
 }
 
 float bf16_bits_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }

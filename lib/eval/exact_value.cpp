@@ -131,7 +131,8 @@ void store_num(void* p, DType dt, int64_t i, Num v) {
   }
 }
 
-Fold::Fold(ir::AccKind kind, DType value_dtype, DType result_dtype) : kind_(kind), vdt_(value_dtype), rdt_(result_dtype) {
+Fold::Fold(ir::AccKind kind, DType value_dtype, DType result_dtype)
+    : kind_(kind), vdt_(value_dtype), rdt_(result_dtype) {
   if (kind_ == ir::AccKind::Prod) facc_ = 1, iacc_ = 1;
 }
 

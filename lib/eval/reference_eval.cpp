@@ -40,6 +40,8 @@ int64_t offset_of(const std::vector<int64_t>& idx, const std::vector<int64_t>& s
 
 }  // namespace
 
+// Case labels in a macro body: clang-format 14 would run them into the next line.
+// clang-format off
 double unary_ref(Op op, double x) {
   switch (op) {
 #define KFUSE_UNARY_OP(name, str, rule, expr, tol) \
@@ -48,7 +50,10 @@ double unary_ref(Op op, double x) {
     default: throw InternalError(std::string("unary_ref: ") + op_name(op));
   }
 }
+// clang-format on
 
+// Case labels in a macro body: clang-format 14 would run them into the next line.
+// clang-format off
 double binary_ref(Op op, double a, double b) {
   switch (op) {
 #define KFUSE_BINARY_OP(name, str, rule, expr, tol) \
@@ -57,6 +62,7 @@ double binary_ref(Op op, double a, double b) {
     default: throw InternalError(std::string("binary_ref: ") + op_name(op));
   }
 }
+// clang-format on
 
 namespace {
 
@@ -234,7 +240,8 @@ Values evaluate_node(const Node& n, const std::vector<const Values*>& ins) {
         std::fill(out.begin(), out.end(), num_from_double(n.attrs.reals[0], n.dtype));
       } else if (n.op == Op::Iota) {  // in f64, then cast, as kernels compute it (lower_group.cpp)
         for (int64_t i = 0; i < N; ++i)
-          out[i] = num_cast(float_num(n.attrs.reals[0] + n.attrs.reals[1] * static_cast<double>(i)), DType::F64, n.dtype);
+          out[i] =
+              num_cast(float_num(n.attrs.reals[0] + n.attrs.reals[1] * static_cast<double>(i)), DType::F64, n.dtype);
       } else {  // Rand
         uint64_t seed = static_cast<uint64_t>(n.attrs.ints[0]);
         for (int64_t i = 0; i < N; ++i)

@@ -64,7 +64,8 @@ MatchResult match_softmax(const Node& root, const GraphView&) {
   const Node* e = root.inputs[0].get();
   if (!w.is(e, Op::Exp)) return MatchResult::fail("the numerator is not exp(...)");
   const Node* s = w.unbroadcast(root.inputs[1].get());
-  if (!w.reduction_of(s, Op::ReduceSum, e)) return MatchResult::fail("the divisor is not sum(numerator) broadcast back");
+  if (!w.reduction_of(s, Op::ReduceSum, e))
+    return MatchResult::fail("the divisor is not sum(numerator) broadcast back");
   w.take(e);
   const Node* d = e->inputs[0].get();
   if (!w.is(d, Op::Sub)) return MatchResult::fail("exp's argument is not x - max(x)");
@@ -163,7 +164,8 @@ MatchResult match_rms_norm(const Node& root, const GraphView&) {
   if (w.is(v, Op::Sub)) {
     Walk t;
     const Node* m = t.unbroadcast(v->inputs[1].get());
-    if (t.mean_of(m, v->inputs[0].get())) return MatchResult::fail("the value is centred (x - mean(x)): that is layer_norm");
+    if (t.mean_of(m, v->inputs[0].get()))
+      return MatchResult::fail("the value is centred (x - mean(x)): that is layer_norm");
   }
   return MatchResult::ok(w.nodes);
 }

@@ -61,7 +61,8 @@ KExpr KernelBuilder::outer(int64_t extent) {
 }
 
 KExpr KernelBuilder::outer_extent(int k) const {
-  if (k < 0 || k >= static_cast<int>(s_->k.outer.size())) fail("outer_extent(" + std::to_string(k) + "): no such dimension");
+  if (k < 0 || k >= static_cast<int>(s_->k.outer.size()))
+    fail("outer_extent(" + std::to_string(k) + "): no such dimension");
   return KExpr(s_->k.outer[k]);
 }
 
@@ -83,7 +84,11 @@ KExpr KernelBuilder::load(int buffer, const KExpr& index, const KExpr& mask) con
 }
 
 KExpr KernelBuilder::apply(Op op, DType dt, std::vector<KExpr> args) const {
-  int arity = op == Op::Where ? 3 : op == Op::Cast ? 1 : is_unary_elementwise(op) ? 1 : is_binary_elementwise(op) ? 2 : -1;
+  int arity = op == Op::Where             ? 3
+              : op == Op::Cast            ? 1
+              : is_unary_elementwise(op)  ? 1
+              : is_binary_elementwise(op) ? 2
+                                          : -1;
   if (arity < 0) fail(std::string("apply(") + op_name(op) + "): not an element-wise op");
   if (static_cast<int>(args.size()) != arity)
     fail(std::string("apply(") + op_name(op) + "): takes " + std::to_string(arity) + " operands, got " +
@@ -93,11 +98,11 @@ KExpr KernelBuilder::apply(Op op, DType dt, std::vector<KExpr> args) const {
   return KExpr(ir::op(op, dt, std::move(a)));
 }
 
-#define KFUSE_INDEX_OP(fn, irfn)                                                             \
-  KExpr KernelBuilder::fn(const KExpr& a, const KExpr& b) const {                              \
-    if (need(a.e_, #fn)->dtype != DType::I64 || need(b.e_, #fn)->dtype != DType::I64)        \
-      fail(#fn "(): index arithmetic needs i64 operands (use apply() for values)");           \
-    return KExpr(ir::irfn(a.e_, b.e_));                                                      \
+#define KFUSE_INDEX_OP(fn, irfn)                                                      \
+  KExpr KernelBuilder::fn(const KExpr& a, const KExpr& b) const {                     \
+    if (need(a.e_, #fn)->dtype != DType::I64 || need(b.e_, #fn)->dtype != DType::I64) \
+      fail(#fn "(): index arithmetic needs i64 operands (use apply() for values)");   \
+    return KExpr(ir::irfn(a.e_, b.e_));                                               \
   }
 KFUSE_INDEX_OP(add, iadd)
 KFUSE_INDEX_OP(sub, isub)
@@ -117,7 +122,7 @@ KExpr KernelBuilder::accumulate(Reduce kind, const KExpr& value) {
   if (!s_->in_phase || !s_->k.phases.back().over_reduce)
     fail("accumulate(): call begin_phase(true) first (accumulators fold over the reduce domain)");
   const ir::ExprRef& v = need(value.e_, "accumulate value");
-  ir::AccKind k = kind == Reduce::Sum ? ir::AccKind::Sum
+  ir::AccKind k = kind == Reduce::Sum    ? ir::AccKind::Sum
                   : kind == Reduce::Prod ? ir::AccKind::Prod
                   : kind == Reduce::Max  ? ir::AccKind::Max
                                          : ir::AccKind::Min;
@@ -142,13 +147,13 @@ CustomKernel KernelBuilder::build(const std::string& name) const {
   if (s_->outputs.empty()) fail("build(): the kernel writes no output");
   auto k = std::make_shared<ir::Kernel>(s_->k);
   k->name = name;
-  k->kind = k->reduce.empty() ? ir::KernelKind::Pointwise : k->outer.empty() ? ir::KernelKind::Global : ir::KernelKind::Row;
+  k->kind = k->reduce.empty()  ? ir::KernelKind::Pointwise
+            : k->outer.empty() ? ir::KernelKind::Global
+                               : ir::KernelKind::Row;
   try {
     ir::widen_narrow(*k);
     ir::verify_kernel(*k);
-  } catch (const InternalError& e) {
-    throw UserError(std::string("KernelBuilder: build(): ") + e.what());
-  }
+  } catch (const InternalError& e) { throw UserError(std::string("KernelBuilder: build(): ") + e.what()); }
   CustomKernel c;
   c.kernel_ = std::move(k);
   c.inputs_ = s_->inputs;

@@ -81,8 +81,8 @@ class Lowerer {
     sig_ = reduce_signature(g_);
     for (const Node* n : g_.nodes)
       if (n->op == Op::Matmul) contraction_ = n;
-    bool has_red = !sig_.axes.empty() || std::any_of(g_.nodes.begin(), g_.nodes.end(),
-                                                     [](const Node* n) { return is_reduction(n->op); });
+    bool has_red = !sig_.axes.empty() ||
+                   std::any_of(g_.nodes.begin(), g_.nodes.end(), [](const Node* n) { return is_reduction(n->op); });
     if (contraction_ && has_red) throw InternalError("lower_group: a contraction group holds a reduction");
     // Inputs become buffers in order.
     for (const Node* in : g_.inputs) {
@@ -203,7 +203,8 @@ class Lowerer {
       return d;
     };
     int max_depth = -1;
-    for (size_t a = 0; a < accs_.size(); ++a) max_depth = std::max(max_depth, acc_depth(static_cast<int>(a), depth, need));
+    for (size_t a = 0; a < accs_.size(); ++a)
+      max_depth = std::max(max_depth, acc_depth(static_cast<int>(a), depth, need));
     int n_reduce_phases = max_depth + 1;
     for (const auto& s : stores)
       if (!s.per_row && has_red) n_reduce_phases = std::max(n_reduce_phases, need(s.st.value) + 1);
@@ -550,7 +551,8 @@ LoweredKernel lower_group(const FusionGroup& g) {
     out.kernel = g.custom_kernel->kernel();
     if (out.kernel.name.empty()) out.kernel.name = kernel_stem(g);
     out.buffer_nodes = g.custom_kernel->inputs();
-    out.buffer_nodes.insert(out.buffer_nodes.end(), g.custom_kernel->outputs().begin(), g.custom_kernel->outputs().end());
+    out.buffer_nodes.insert(out.buffer_nodes.end(), g.custom_kernel->outputs().begin(),
+                            g.custom_kernel->outputs().end());
     out.specialised.push_back("custom kernel of pattern " + g.pattern);
     return out;
   }

@@ -64,11 +64,25 @@ const std::vector<const Node*> kNoConsumers;
 
 double op_cost(const Node& n) {
   switch (n.op) {
-    case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Log1p: case Op::Expm1: case Op::Sin:
-    case Op::Cos: case Op::Tanh: case Op::Sigmoid: case Op::GeluTanh: case Op::GeluErf: case Op::Silu:
-    case Op::Erf: case Op::Pow:
-      return 10;
-    case Op::Div: case Op::Sqrt: case Op::Rsqrt: case Op::Recip: return 3;
+    case Op::Exp:
+    case Op::Exp2:
+    case Op::Log:
+    case Op::Log2:
+    case Op::Log1p:
+    case Op::Expm1:
+    case Op::Sin:
+    case Op::Cos:
+    case Op::Tanh:
+    case Op::Sigmoid:
+    case Op::GeluTanh:
+    case Op::GeluErf:
+    case Op::Silu:
+    case Op::Erf:
+    case Op::Pow: return 10;
+    case Op::Div:
+    case Op::Sqrt:
+    case Op::Rsqrt:
+    case Op::Recip: return 3;
     // rand: two 64-bit mixes; randn: four, plus log1p, sqrt and cos in f64
     case Op::Rand: return n.attrs.ints.at(1) == 0 ? 3 : 30;
     default: return is_view(n.op) ? 0 : 1;
@@ -93,7 +107,7 @@ class Partitioner {
     // candidate merge; hash sets per check were most of the partitioner's time).
     const size_t n = topo_.size();
     cons_.assign(n, &kNoConsumers);
-    for (const auto& [k, v] : consumers_)  // the map is complete: its vectors stay put
+    for (const auto& [k, v] : consumers_)                    // the map is complete: its vectors stay put
       if (const uint32_t* p = pos_.find(k)) cons_[*p] = &v;  // (inputs of a realized root are not in topo_)
     is_root_.assign(n, 0);
     for (const Node* r : roots) is_root_[pos(r)] = 1;
@@ -125,7 +139,8 @@ class Partitioner {
         int a = find(group_of(n)), b = find(group_of(c));
         if (a == b) continue;
         if (set_kernel_[a] || set_kernel_[b]) {  // a pattern's own kernel covers exactly its match
-          reasons_[{n, c}] = "pattern " + set_pattern_[set_kernel_[a] ? a : b] + " supplies its own kernel for its match";
+          reasons_[{n, c}] =
+              "pattern " + set_pattern_[set_kernel_[a] ? a : b] + " supplies its own kernel for its match";
           continue;
         }
         std::string why = try_merge(a, b);
@@ -354,7 +369,8 @@ class Partitioner {
       if (op_kind(n->op) != OpKind::Contraction) continue;
       if (contraction) return "one contraction per kernel: a second matmul cannot fuse into a matmul's kernel";
       if (first_red)
-        return "a reduction (" + std::string(op_name(first_red->op)) + ") and a contraction (matmul) cannot share a kernel";
+        return "a reduction (" + std::string(op_name(first_red->op)) +
+               ") and a contraction (matmul) cannot share a kernel";
       contraction = n;
     }
     if (contraction) {
@@ -488,9 +504,14 @@ class Partitioner {
   template <class In>
   static bool cheap_operand_op(const Node& n, const In& in) {
     switch (n.op) {
-      case Op::Permute: case Op::Expand: case Op::Slice: case Op::Cast: case Op::Neg: return true;
+      case Op::Permute:
+      case Op::Expand:
+      case Op::Slice:
+      case Op::Cast:
+      case Op::Neg: return true;
       case Op::Reshape: return same_squeezed(n.inputs[0]->shape, n.shape) || !in(n.inputs[0].get());
-      case Op::Mul: case Op::Div: {
+      case Op::Mul:
+      case Op::Div: {
         auto scalar = [](const Node* x) {
           while (x->op == Op::Expand || x->op == Op::Reshape) x = x->inputs[0].get();
           return x->op == Op::Const;
@@ -520,7 +541,8 @@ class Partitioner {
       FusionGroup& g = groups[index[s]];
       g.nodes.push_back(n);
       // A generator (rand) joins the lattice as an element-wise op.
-      if (!is_inlined_source(*n)) g.lattice = std::max(g.lattice, n->op == Op::Rand ? OpKind::ElemWise : op_kind(n->op));
+      if (!is_inlined_source(*n))
+        g.lattice = std::max(g.lattice, n->op == Op::Rand ? OpKind::ElemWise : op_kind(n->op));
     }
     std::vector<int> gof(topo_.size(), -1);  // by position: the group index (unordered yet)
     for (size_t i = 0; i < groups.size(); ++i)
@@ -586,7 +608,8 @@ class Partitioner {
           auto r = reasons_.find({x, n});
           if (r != reasons_.end()) why = r->second;
           else if (op_kind(x->op) == OpKind::Opaque || op_kind(n->op) == OpKind::Opaque)
-            why = std::string(op_name(op_kind(x->op) == OpKind::Opaque ? x->op : n->op)) + " is opaque: it runs as its own kernel";
+            why = std::string(op_name(op_kind(x->op) == OpKind::Opaque ? x->op : n->op)) +
+                  " is opaque: it runs as its own kernel";
           else why = "producer already fused with another consumer";
           p.boundaries.push_back({x, n, why});
         }
@@ -608,7 +631,7 @@ class Partitioner {
   // By topological position (dense: the checks run for every candidate merge).
   std::vector<const std::vector<const Node*>*> cons_;  ///< consumers_ entries (kNoConsumers if none)
   std::vector<char> is_root_;
-  std::vector<int> group_;  ///< initial set of a member, -1 for non-members
+  std::vector<int> group_;                                 ///< initial set of a member, -1 for non-members
   std::vector<uint32_t> in_mark_, seen_mark_, post_mark_;  ///< == epoch_: in U / visited / after a reduction
   std::vector<int> depth_;
   std::vector<uint32_t> set_mark_;  ///< per set: visited by this check's convexity search

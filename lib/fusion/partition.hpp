@@ -14,11 +14,11 @@ enum class GroupKind : uint8_t { Fused, Opaque };
 struct FusionGroup {
   int id = 0;
   GroupKind kind = GroupKind::Fused;
-  std::string pattern = "lattice";       ///< what formed the group
-  std::vector<const Node*> nodes;        ///< members in topological order
-  std::vector<const Node*> inputs;       ///< values read from outside (leaves, realized, other groups)
-  std::vector<const Node*> outputs;      ///< members needed outside the group or requested
-  OpKind lattice = OpKind::ElemWise;     ///< join of the members' kinds
+  std::string pattern = "lattice";    ///< what formed the group
+  std::vector<const Node*> nodes;     ///< members in topological order
+  std::vector<const Node*> inputs;    ///< values read from outside (leaves, realized, other groups)
+  std::vector<const Node*> outputs;   ///< members needed outside the group or requested
+  OpKind lattice = OpKind::ElemWise;  ///< join of the members' kinds
   /// Set when a pattern supplied the kernel (lib/plugin): used instead of lower_group's, and the
   /// group is closed (exactly the matched nodes; outputs = the kernel's outputs).
   std::shared_ptr<const CustomKernel> custom_kernel;
@@ -39,9 +39,9 @@ struct Partition {
 
 /// Limits of the partitioner (documented in README "Fusion").
 struct PartitionLimits {
-  size_t max_nodes = 256;             ///< nodes per kernel
-  double recompute_budget = 40;       ///< per-element cost a group may spend recomputing values
-  bool use_patterns = true;           ///< run the pattern phase (off: lattice only, for tests)
+  size_t max_nodes = 256;        ///< nodes per kernel
+  double recompute_budget = 40;  ///< per-element cost a group may spend recomputing values
+  bool use_patterns = true;      ///< run the pattern phase (off: lattice only, for tests)
 };
 
 /// Partitions the graph under `roots` (realized nodes are inputs). Pure: does not run anything.

@@ -28,13 +28,16 @@ std::string match_members(const PatternCandidate& c, const NodeMap& positions, s
     if (GraphView::is_inline_constant(*n)) continue;  // constants are inlined wherever they are read
     if (position(positions, n) < 0) return "the match lists " + describe_node(*n) + ", which is not in this graph";
     if (GraphView::is_input(*n))
-      return "the match lists " + describe_node(*n) + ", an input (a buffer or an already computed value), which is read, not fused";
+      return "the match lists " + describe_node(*n) +
+             ", an input (a buffer or an already computed value), which is read, not fused";
     OpKind k = op_kind(n->op);  // rand is a generator member like any element-wise op
     if (k == OpKind::Opaque && !custom)
-      return "the match lists " + describe_node(*n) + ", which is opaque: only a pattern with its own kernel may fuse it";
+      return "the match lists " + describe_node(*n) +
+             ", which is opaque: only a pattern with its own kernel may fuse it";
     if (std::find(u.begin(), u.end(), n) == u.end()) u.push_back(n);
   }
-  if (std::find(u.begin(), u.end(), c.root) == u.end()) return "the match does not contain its root " + describe_node(*c.root);
+  if (std::find(u.begin(), u.end(), c.root) == u.end())
+    return "the match does not contain its root " + describe_node(*c.root);
   std::sort(u.begin(), u.end(),
             [&](const Node* a, const Node* b) { return position(positions, a) < position(positions, b); });
   return {};
@@ -55,7 +58,6 @@ std::string validate_custom_kernel(const CustomKernel& k, const std::vector<cons
                                                 : ", which is not a value the matched nodes read from outside");
   return {};
 }
-
 
 PatternMatches find_pattern_matches(const std::vector<const Node*>& candidates, const GraphView& view,
                                     const NodeMap& positions) {

@@ -84,9 +84,7 @@ std::string add_locked(Registry& r, std::shared_ptr<Pattern> p, const std::strin
     e.root_ops = p->root_ops();
   } catch (const std::exception& ex) {
     return std::string("its name()/benefit()/root_ops() threw: ") + ex.what();
-  } catch (...) {
-    return "its name()/benefit()/root_ops() threw";
-  }
+  } catch (...) { return "its name()/benefit()/root_ops() threw"; }
   if (e.name.empty()) return "a pattern needs a non-empty name";
   for (const auto& x : r.entries)
     if (x.name == e.name) return "a pattern named '" + e.name + "' is already registered (from " + x.source + ")";
@@ -218,9 +216,7 @@ MatchResult run_match(const ActivePattern& p, const Node& root, const GraphView&
   std::string what;
   try {
     return p.pattern->match(root, view);
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
+  } catch (const std::exception& e) { what = e.what(); } catch (...) {
     what = "an exception that is not a std::exception";
   }
   std::string why = "match() threw: " + what;
@@ -231,8 +227,8 @@ MatchResult run_match(const ActivePattern& p, const Node& root, const GraphView&
       if (e.pattern == p.pattern && e.enabled) {
         e.enabled = false;
         e.disabled_reason = why;
-        std::fprintf(stderr, "[kfuse:patterns] pattern '%s' (from %s) disabled: %s\n", e.name.c_str(),
-                     e.source.c_str(), why.c_str());
+        std::fprintf(stderr, "[kfuse:patterns] pattern '%s' (from %s) disabled: %s\n", e.name.c_str(), e.source.c_str(),
+                     why.c_str());
       }
   }
   return MatchResult::fail(why + " (pattern disabled)");
@@ -279,9 +275,7 @@ MatchResult match_pattern(const Pattern& p, const Tensor& root, const std::vecto
   GraphView view(consumers, root_set);
   try {
     return p.match(*root.node(), view);
-  } catch (const std::exception& e) {
-    return MatchResult::fail(std::string("match() threw: ") + e.what());
-  }
+  } catch (const std::exception& e) { return MatchResult::fail(std::string("match() threw: ") + e.what()); }
 }
 
 std::vector<PatternTrace> pattern_traces(const std::vector<Tensor>& ts) {

@@ -127,7 +127,8 @@ using detail::WordHasher;
 uint64_t node_hash(const NodeKey& k) {
   WordHasher h;
   h.add(static_cast<uint64_t>(k.op) | static_cast<uint64_t>(k.dtype) << 8 |
-        static_cast<uint64_t>(k.device.kind()) << 16 | static_cast<uint64_t>(static_cast<uint32_t>(k.device.index())) << 32);
+        static_cast<uint64_t>(k.device.kind()) << 16 |
+        static_cast<uint64_t>(static_cast<uint32_t>(k.device.index())) << 32);
   // The lengths keep e.g. shape [2] + ints [3] apart from shape [2, 3] + ints [].
   h.add(k.shape.size() | k.inputs.size() << 16 | k.ints.size() << 32 | k.reals.size() << 48);
   h.add_words(k.shape.data(), k.shape.size());
@@ -161,10 +162,10 @@ std::atomic<uint64_t> g_next_buffer_id{1};
 
 // Per-thread recycling of what a node allocates: the block that holds the node and its
 // reference counts (~256 bytes), and the buffers of its shape, attrs.ints and inputs vectors;
-// also the two small blocks of every Storage (the Storage with its counts, the owner's counts). Recording and releasing an expression creates and frees these for every op, in bursts
-// of tens that overflow malloc's per-thread cache and take its slow paths; recycled, a repeated
-// expression allocates nothing for its nodes. Bounded per thread; what one thread frees joins
-// that thread's caches. Off under AddressSanitizer, so that a use after free stays detectable.
+// also the two small blocks of every Storage (the Storage with its counts, the owner's counts). Recording and releasing
+// an expression creates and frees these for every op, in bursts of tens that overflow malloc's per-thread cache and
+// take its slow paths; recycled, a repeated expression allocates nothing for its nodes. Bounded per thread; what one
+// thread frees joins that thread's caches. Off under AddressSanitizer, so that a use after free stays detectable.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr uint32_t kRecycled = 0;
 #else
@@ -385,7 +386,8 @@ void fill_from_key(Node& n, const NodeKey& k, NodeRef* movable_inputs) {
   if (!k.inputs.empty()) {
     n.inputs = take_vector(c.refs);
     if (movable_inputs) {
-      n.inputs.assign(std::make_move_iterator(movable_inputs), std::make_move_iterator(movable_inputs + k.inputs.size()));
+      n.inputs.assign(std::make_move_iterator(movable_inputs),
+                      std::make_move_iterator(movable_inputs + k.inputs.size()));
     } else {
       n.inputs.assign(k.inputs.begin(), k.inputs.end());
     }

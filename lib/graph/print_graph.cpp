@@ -57,7 +57,9 @@ std::string attrs_str(const Node& n) {
       break;
     case Op::Concat:
     case Op::Gather: s += " axis=", s += std::to_string(ints.at(0)); break;
-    case Op::CheckLabels: s += " classes=", s += std::to_string(ints.at(0)), s += " ignore=", s += std::to_string(ints.at(1)); break;
+    case Op::CheckLabels:
+      s += " classes=", s += std::to_string(ints.at(0)), s += " ignore=", s += std::to_string(ints.at(1));
+      break;
     case Op::CheckIndex: s += " size=", s += std::to_string(ints.at(0)); break;
     default:  // ops without documented attributes print whatever they carry
       if (!ints.empty()) s += " ints=", s += list_str(ints);

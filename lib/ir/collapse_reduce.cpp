@@ -31,7 +31,8 @@ struct Coeffs {
 };
 
 bool is_index_arith(const Expr* e) {
-  return e->kind == ExprKind::Op && e->dtype == DType::I64 && (e->op == Op::Add || e->op == Op::Sub || e->op == Op::Mul);
+  return e->kind == ExprKind::Op && e->dtype == DType::I64 &&
+         (e->op == Op::Add || e->op == Op::Sub || e->op == Op::Mul);
 }
 
 // Coefficients of r_i and r_j in an integer expression, or nullopt when not affine in them.
@@ -45,7 +46,9 @@ std::optional<Coeffs> affine(const Expr* e, int i, int j, std::unordered_map<con
     case Op::Add: return Coeffs{a->ci + b->ci, a->cj + b->cj};
     case Op::Sub: return Coeffs{a->ci - b->ci, a->cj - b->cj};
     default: {  // Mul: one side must be a constant
-      const Expr* c = e->args[0]->kind == ExprKind::Const ? e->args[0].get() : e->args[1]->kind == ExprKind::Const ? e->args[1].get() : nullptr;
+      const Expr* c = e->args[0]->kind == ExprKind::Const   ? e->args[0].get()
+                      : e->args[1]->kind == ExprKind::Const ? e->args[1].get()
+                                                            : nullptr;
       if (!c) return std::nullopt;
       const Coeffs& v = c == e->args[0].get() ? *b : *a;
       auto m = static_cast<int64_t>(c->value);
@@ -100,7 +103,10 @@ ExprRef substitute(const ExprRef& e, int i, std::unordered_map<const Expr*, Expr
     case ExprKind::IMod: out = imod(args[0], args[1]); break;
     case ExprKind::Rand: out = rand_uniform(e->dtype, args[0], args[1]); break;
     case ExprKind::Op:
-      if (is_index_arith(e.get())) out = e->op == Op::Add ? iadd(args[0], args[1]) : e->op == Op::Sub ? isub(args[0], args[1]) : imul(args[0], args[1]);
+      if (is_index_arith(e.get()))
+        out = e->op == Op::Add   ? iadd(args[0], args[1])
+              : e->op == Op::Sub ? isub(args[0], args[1])
+                                 : imul(args[0], args[1]);
       else out = op(e->op, e->dtype, args);
       break;
   }

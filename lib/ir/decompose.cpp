@@ -17,7 +17,9 @@ struct Builder {
   ExprRef bin(Op o, ExprRef a, ExprRef b) const { return op(o, dt, {std::move(a), std::move(b)}); }
   ExprRef mul(ExprRef a, ExprRef b) const { return bin(Op::Mul, std::move(a), std::move(b)); }
   ExprRef add(ExprRef a, ExprRef b) const { return bin(Op::Add, std::move(a), std::move(b)); }
-  ExprRef where(ExprRef cond, ExprRef a, ExprRef b) const { return op(Op::Where, dt, {std::move(cond), std::move(a), std::move(b)}); }
+  ExprRef where(ExprRef cond, ExprRef a, ExprRef b) const {
+    return op(Op::Where, dt, {std::move(cond), std::move(a), std::move(b)});
+  }
   ExprRef cmp(Op o, ExprRef a, double v) const { return op(o, DType::Bool, {std::move(a), c(v)}); }
   // f32 constants are the float literals xbyak uses; f64 ones the double values.
   double k(float f32, double f64) const { return dt == DType::F32 ? static_cast<double>(f32) : f64; }
@@ -35,8 +37,7 @@ struct Builder {
   }
   ExprRef gelu_erf(const ExprRef& x) const {
     using namespace mathc;
-    if (dt != DType::F32)
-      return mul(mul(c(0.5), x), add(c(1), un(Op::Erf, mul(x, c(kSqrtHalfD)))));
+    if (dt != DType::F32) return mul(mul(c(0.5), x), add(c(1), un(Op::Erf, mul(x, c(kSqrtHalfD)))));
     ExprRef a = bin(Op::Minimum, mul(un(Op::Abs, x), c(kSqrtHalfF)), c(kErfcClamp));
     ExprRef t = un(Op::Recip, add(mul(a, c(0.5)), c(1)));
     ExprRef p = c(kErfcC[0]);

@@ -11,7 +11,9 @@ bool same_const(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   return a == b && std::signbit(a) == std::signbit(b);
 }
-size_t mix(size_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xff51afd7ed558ccdULL; }
+size_t mix(size_t h, uint64_t v) {
+  return (h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))) * 0xff51afd7ed558ccdULL;
+}
 }  // namespace
 
 bool same_expr(const Expr* a, const Expr* b) {
@@ -84,7 +86,8 @@ std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim) {
     auto a = affine_split(e->args[0], s, dim), b = affine_split(e->args[1], s, dim);
     if (!a || !b) return std::nullopt;
     if (e->op == Op::Add)
-      return AffineSplit{a->base && b->base ? iadd(a->base, b->base) : (a->base ? a->base : b->base), a->step + b->step};
+      return AffineSplit{a->base && b->base ? iadd(a->base, b->base) : (a->base ? a->base : b->base),
+                         a->step + b->step};
     return AffineSplit{b->base ? isub(a->base ? a->base : iconst(0), b->base) : a->base, a->step - b->step};
   }
   if (e->op == Op::Mul)

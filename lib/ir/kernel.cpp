@@ -454,7 +454,8 @@ void verify_kernel(const Kernel& k) {
   if (k.dynamic_reduce()) {
     if (!k.reduce_end) fail("a dynamic reduce domain without an end");
     if (!k.reduce.empty()) fail("a dynamic reduce domain with compile-time extents");
-    if (k.reduce_begin->dtype != DType::I64 || k.reduce_end->dtype != DType::I64) fail("dynamic reduce bounds are not i64");
+    if (k.reduce_begin->dtype != DType::I64 || k.reduce_end->dtype != DType::I64)
+      fail("dynamic reduce bounds are not i64");
     check(k.reduce_begin, 0, false);  // of the outer point only: no reduce var, no accumulator
     check(k.reduce_end, 0, false);
   }

@@ -59,12 +59,12 @@ enum class Space : uint8_t { Outer, Reduce };
 struct Expr {
   ExprKind kind;
   DType dtype;
-  Op op = Op::Count_;         ///< ExprKind::Op: the element-wise op
-  double value = 0;           ///< ExprKind::Const (integers are exact up to 2^53)
-  int index = 0;              ///< Var: dimension; Param: param id; Load: buffer id; Acc: accumulator id
-  Space space = Space::Outer; ///< Var only
-  std::vector<ExprRef> args;  ///< Op: operands; Load: {index} or {index, mask}; IDiv/IMod: {a, b};
-                              ///< Rand: {seed, counter}
+  Op op = Op::Count_;          ///< ExprKind::Op: the element-wise op
+  double value = 0;            ///< ExprKind::Const (integers are exact up to 2^53)
+  int index = 0;               ///< Var: dimension; Param: param id; Load: buffer id; Acc: accumulator id
+  Space space = Space::Outer;  ///< Var only
+  std::vector<ExprRef> args;   ///< Op: operands; Load: {index} or {index, mask}; IDiv/IMod: {a, b};
+                               ///< Rand: {seed, counter}
 };
 
 // ---- builders (fold constants and trivial identities in index arithmetic) ----

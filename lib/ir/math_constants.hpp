@@ -7,8 +7,8 @@
 //
 // Provenance: exp's range reduction and log follow the classic Cephes single-precision code
 // (expf, logf); the exp polynomial and the tanh rational are our own fits (scripts/fit_math.py,
-// which prints these literals and their measured bounds); erf is the widely published odd/even rational fit on [-4, 4] (also used by
-// Eigen and XLA). The algorithms around them are described next to each group.
+// which prints these literals and their measured bounds); erf is the widely published odd/even rational fit on [-4, 4]
+// (also used by Eigen and XLA). The algorithms around them are described next to each group.
 #pragma once
 #include <cstdint>
 
@@ -17,8 +17,8 @@ namespace kfuse::ir::mathc {
 // ---- exp(x) = 2^n * P(r), n = round(x*log2e), r = x - n*ln2 (two-part ln2, Cody-Waite) ----
 // Inputs are clamped to [kExpLo, kExpHi] (NaN kept); 2^n is applied as 2^(n>>1) * 2^(n-(n>>1))
 // so that subnormal results and the overflow to +inf are both exact.
-inline constexpr float kExpHi = 89.0f;      // exp(89) > FLT_MAX -> inf
-inline constexpr float kExpLo = -104.0f;    // exp(-104) < FLT_TRUE_MIN/2 -> 0
+inline constexpr float kExpHi = 89.0f;    // exp(89) > FLT_MAX -> inf
+inline constexpr float kExpLo = -104.0f;  // exp(-104) < FLT_TRUE_MIN/2 -> 0
 inline constexpr float kExp2Hi = 129.0f;
 inline constexpr float kExp2Lo = -151.0f;
 inline constexpr float kLog2e = 1.44269504088896341f;
@@ -36,8 +36,8 @@ inline constexpr float kExpP[5] = {1.335789566e-03f, 8.354433812e-03f, 4.1672412
 // log(x) = f - f^2/2 + f^3 * P(f) + e*ln2 (ln2 split as kLn2Hi + kLn2Lo).
 inline constexpr float kSqrtHalf = 0.707106781186547524f;
 inline constexpr float kLogP[9] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,
-                                    -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
-                                    2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
+                                   -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
+                                   2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
 inline constexpr float kMinNormal = 1.17549435e-38f;
 inline constexpr float kTwo23 = 8388608.0f;
 
@@ -61,16 +61,17 @@ inline constexpr float kTanhQ[5] = {7.713599643e-07f, 3.275111958e-04f, 2.585321
 // ---- erf(x) = x * (A(x^2) / B(x^2)) on x clamped to [-4, 4] ----
 inline constexpr float kErfClamp = 4.0f;
 // A: coefficients of x^12 .. x^0 (Horner in x^2), B: x^8 .. x^0
-inline constexpr float kErfA[7] = {-2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
-                                    -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
-                                    -1.60960333262415e-02f};
+inline constexpr float kErfA[7] = {-2.72614225801306e-10f, 2.77068142495902e-08f,  -2.10102402082508e-06f,
+                                   -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
+                                   -1.60960333262415e-02f};
 inline constexpr float kErfB[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f, -1.68282697438203e-03f,
-                                    -7.37332916720468e-03f, -1.42647390514189e-02f};
+                                   -7.37332916720468e-03f, -1.42647390514189e-02f};
 
 // ---- erfc(a), a >= 0 (used by gelu, erf form, to avoid the cancellation of 1 + erf(x) for x < 0) ----
 // erfc(a) = t * exp(-a^2 + C(t)), t = 1 / (1 + a/2): the Chebyshev fit of Numerical Recipes
 // ("erfcc", fractional error < 1.2e-7 for all a >= 0). C: coefficients of t^9 .. t^0. The argument
-// is clamped to kErfcClamp (erfc(12)/2 rounds to 0 in f32, so gelu(-inf) = -inf * 0 = NaN like the reference) and a^2 is split exactly (fma).
+// is clamped to kErfcClamp (erfc(12)/2 rounds to 0 in f32, so gelu(-inf) = -inf * 0 = NaN like the reference) and a^2
+// is split exactly (fma).
 inline constexpr float kErfcClamp = 12.0f;
 inline constexpr float kErfcC[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
                                      -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
@@ -79,8 +80,8 @@ inline constexpr float kErfcC[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1
 inline constexpr float kExpm1MinusOne = -18.0f;
 
 // ---- gelu ----
-inline constexpr double kSqrtHalfD = 0.7071067811865476;    // gelu(erf form) = x * erfc(-x/sqrt2) / 2
-inline constexpr double kGeluTanhKD = 0.7978845608028654;   // sqrt(2/pi)
+inline constexpr double kSqrtHalfD = 0.7071067811865476;   // gelu(erf form) = x * erfc(-x/sqrt2) / 2
+inline constexpr double kGeluTanhKD = 0.7978845608028654;  // sqrt(2/pi)
 inline constexpr double kGeluTanhCD = 0.044715;
 inline constexpr float kSqrtHalfF = static_cast<float>(kSqrtHalfD);
 inline constexpr float kGeluTanhK = static_cast<float>(kGeluTanhKD);

@@ -14,7 +14,7 @@ namespace kfuse::ir {
 struct OnlineExpSum {
   int phase = -1;  ///< the Max phase; phase + 1 is the Sum phase; -1: no match
   int max_acc = -1, sum_acc = -1;
-  ExprRef value;   ///< v (as written in the Max phase)
+  ExprRef value;  ///< v (as written in the Max phase)
 };
 
 /// The first pair of consecutive reduce phases of the form

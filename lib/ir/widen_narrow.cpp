@@ -29,10 +29,8 @@ struct Widener {
   ExprRef rewrite_uncached(const ExprRef& e) {
     const DType dt = e->dtype;
     switch (e->kind) {
-      case ExprKind::Const:
-        return is_narrow(dt) ? op(Op::Cast, dt, {constant(e->value, compute_type(dt))}) : e;
-      case ExprKind::Acc:
-        return is_narrow(dt) ? op(Op::Cast, dt, {acc(e->index, compute_type(dt))}) : e;
+      case ExprKind::Const: return is_narrow(dt) ? op(Op::Cast, dt, {constant(e->value, compute_type(dt))}) : e;
+      case ExprKind::Acc: return is_narrow(dt) ? op(Op::Cast, dt, {acc(e->index, compute_type(dt))}) : e;
       case ExprKind::Var:
       case ExprKind::Param: return e;
       default: break;

@@ -66,7 +66,7 @@ std::optional<double> exact_repeated_sum(double c, int64_t n) {
   if (c == 0.0) return 0.0;
   int exp2 = 0;
   double m = std::frexp(std::fabs(c), &exp2);  // |c| = m * 2^exp2, m in [0.5, 1)
-  while (m != std::floor(m)) m *= 2;  // now |c| = m * 2^e with m an integer below 2^53
+  while (m != std::floor(m)) m *= 2;           // now |c| = m * 2^e with m an integer below 2^53
   if (m * static_cast<double>(n) >= 0x1p53) return std::nullopt;
   return c * static_cast<double>(n);
 }

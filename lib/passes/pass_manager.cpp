@@ -41,8 +41,8 @@ PassResult run_passes(const std::vector<NodeRef>& roots, bool dump, const std::v
       std::string step = std::to_string(it) + "." + pass.name;
       if (dump) res.dumps.emplace_back(step, print_graph(next));
       if (logging && step_changed)
-        log("passes", step + ": " + std::to_string(graph_size(res.roots)) + " -> " +
-                          std::to_string(graph_size(next)) + " nodes\n" + print_graph(next));
+        log("passes", step + ": " + std::to_string(graph_size(res.roots)) + " -> " + std::to_string(graph_size(next)) +
+                          " nodes\n" + print_graph(next));
       changed |= step_changed;
       res.roots = std::move(next);
     }

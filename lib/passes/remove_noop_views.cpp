@@ -86,7 +86,7 @@ struct ViewRule {
 
 constexpr ViewRule kRules[] = {
     {Op::Reshape, shape_view_rule}, {Op::Permute, permute_rule}, {Op::Expand, shape_view_rule},
-    {Op::Slice, slice_rule},     {Op::Pad, pad_rule},         {Op::Concat, concat_rule},
+    {Op::Slice, slice_rule},        {Op::Pad, pad_rule},         {Op::Concat, concat_rule},
 };
 
 }  // namespace

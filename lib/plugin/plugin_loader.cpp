@@ -34,9 +34,7 @@ int stage_pattern(void* context, const void* pattern) {
     if (!p) return 1;
     static_cast<Staging*>(context)->patterns.push_back(p);
     return 0;
-  } catch (...) {
-    return 1;
-  }
+  } catch (...) { return 1; }
 }
 
 std::mutex g_load_mu;
@@ -84,9 +82,7 @@ PluginLoadResult load_plugin(const std::string& path) {
   std::string thrown;
   try {
     rc = init(&api);
-  } catch (const std::exception& e) {
-    thrown = e.what();
-  } catch (...) {
+  } catch (const std::exception& e) { thrown = e.what(); } catch (...) {
     thrown = "unknown exception";
   }
   api.error[sizeof(api.error) - 1] = '\0';
@@ -112,8 +108,8 @@ PluginLoadResult load_plugin(const std::string& path) {
   staging.patterns.clear();
   loaded_paths().insert(key);  // keep the handle open for the life of the process
   res.ok = error.empty();
-  res.message = "plugin " + path + ": loaded '" + name + "' with " + std::to_string(res.patterns.size()) +
-                " pattern" + (res.patterns.size() == 1 ? "" : "s") + (error.empty() ? "" : "; " + error);
+  res.message = "plugin " + path + ": loaded '" + name + "' with " + std::to_string(res.patterns.size()) + " pattern" +
+                (res.patterns.size() == 1 ? "" : "s") + (error.empty() ? "" : "; " + error);
   return res;
 }
 

@@ -21,24 +21,42 @@ std::string Profile::json() const {
   j["machine"] = nlohmann::json::parse(machine.to_json());
   j["kernels"] = nlohmann::json::array();
   for (const KernelSummary& s : summary())
-    j["kernels"].push_back({{"kernel", s.kernel},       {"kind", s.kind},
-                            {"backend", s.backend},     {"device", s.device},
-                            {"shape", s.shape},         {"launches", s.launches},
-                            {"seconds", s.seconds},     {"read_bytes", s.read_bytes},
-                            {"write_bytes", s.write_bytes}, {"flops", s.flops},
-                            {"gbps", s.gbps()},         {"gflops", s.gflops()},
-                            {"intensity", s.intensity()}, {"bound_seconds", s.bound_seconds},
-                            {"roof_fraction", s.roof_fraction()}, {"bound_by", s.bound_by}});
+    j["kernels"].push_back({{"kernel", s.kernel},
+                            {"kind", s.kind},
+                            {"backend", s.backend},
+                            {"device", s.device},
+                            {"shape", s.shape},
+                            {"launches", s.launches},
+                            {"seconds", s.seconds},
+                            {"read_bytes", s.read_bytes},
+                            {"write_bytes", s.write_bytes},
+                            {"flops", s.flops},
+                            {"gbps", s.gbps()},
+                            {"gflops", s.gflops()},
+                            {"intensity", s.intensity()},
+                            {"bound_seconds", s.bound_seconds},
+                            {"roof_fraction", s.roof_fraction()},
+                            {"bound_by", s.bound_by}});
   j["launches"] = nlohmann::json::array();
   for (const KernelLaunch& l : launches)
-    j["launches"].push_back({{"kernel", l.kernel}, {"backend", l.backend}, {"device", l.device}, {"shape", l.shape},
-                             {"eval", l.eval}, {"start_us", l.start_us}, {"seconds", l.seconds},
-                             {"read_bytes", l.read_bytes}, {"write_bytes", l.write_bytes}, {"flops", l.flops},
+    j["launches"].push_back({{"kernel", l.kernel},
+                             {"backend", l.backend},
+                             {"device", l.device},
+                             {"shape", l.shape},
+                             {"eval", l.eval},
+                             {"start_us", l.start_us},
+                             {"seconds", l.seconds},
+                             {"read_bytes", l.read_bytes},
+                             {"write_bytes", l.write_bytes},
+                             {"flops", l.flops},
                              {"bound_seconds", l.bound_seconds}});
   j["compiles"] = nlohmann::json::array();
   for (const CompileEvent& c : compiles)
-    j["compiles"].push_back({{"kernel", c.kernel}, {"backend", c.backend}, {"disk_load", c.disk_load},
-                             {"start_us", c.start_us}, {"seconds", c.seconds}});
+    j["compiles"].push_back({{"kernel", c.kernel},
+                             {"backend", c.backend},
+                             {"disk_load", c.disk_load},
+                             {"start_us", c.start_us},
+                             {"seconds", c.seconds}});
   return j.dump(2);
 }
 
@@ -91,7 +109,8 @@ std::string Profile::chrome_trace() const {
 void Profile::write(const std::string& prefix) const {
   auto put = [&](const std::string& path, const std::string& text) {
     std::ofstream f(path);
-    if (!(f << text)) throw UserError("Profile::write: cannot write " + path + "; check that its directory exists and is writable");
+    if (!(f << text))
+      throw UserError("Profile::write: cannot write " + path + "; check that its directory exists and is writable");
   };
   put(prefix + ".txt", table());
   put(prefix + ".json", json());

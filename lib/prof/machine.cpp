@@ -95,9 +95,14 @@ DeviceRoofs measure_device(Device d, bool quick) {
 }
 
 json cpu_json(const CpuRoofs& c) {
-  return {{"threads", c.threads},         {"read_gbps", c.read_gbps},       {"write_gbps", c.write_gbps},
-          {"write_nt_gbps", c.write_nt_gbps}, {"copy_gbps", c.copy_gbps},   {"triad_gbps", c.triad_gbps},
-          {"fma_f32_gflops", c.fma_f32_gflops}, {"fma_f64_gflops", c.fma_f64_gflops}};
+  return {{"threads", c.threads},
+          {"read_gbps", c.read_gbps},
+          {"write_gbps", c.write_gbps},
+          {"write_nt_gbps", c.write_nt_gbps},
+          {"copy_gbps", c.copy_gbps},
+          {"triad_gbps", c.triad_gbps},
+          {"fma_f32_gflops", c.fma_f32_gflops},
+          {"fma_f64_gflops", c.fma_f64_gflops}};
 }
 
 struct State {
@@ -153,8 +158,11 @@ std::string MachineModel::to_json() const {
   for (const CpuRoofs& c : cpu_roofs) j["cpu_roofs"].push_back(cpu_json(c));
   j["devices"] = json::array();
   for (const DeviceRoofs& d : devices)
-    j["devices"].push_back({{"device", d.device}, {"name", d.name}, {"read_gbps", d.read_gbps},
-                            {"write_gbps", d.write_gbps}, {"fma_f32_gflops", d.fma_f32_gflops}});
+    j["devices"].push_back({{"device", d.device},
+                            {"name", d.name},
+                            {"read_gbps", d.read_gbps},
+                            {"write_gbps", d.write_gbps},
+                            {"fma_f32_gflops", d.fma_f32_gflops}});
   return j.dump(2);
 }
 
@@ -249,9 +257,7 @@ const MachineModel& machine(const MachineOptions& o) {
         auto cached = std::make_unique<MachineModel>(MachineModel::from_json(ss.str()));
         if (cached->cpu == here && !cached->cpu_roofs.empty()) m = std::move(cached);
         else log("cache", "machine model in " + path + " was measured on " + cached->cpu + "; re-measuring");
-      } catch (const UserError& e) {
-        log("cache", std::string(e.what()) + "; re-measuring");
-      }
+      } catch (const UserError& e) { log("cache", std::string(e.what()) + "; re-measuring"); }
     }
   }
   if (!m && s.model && !o.remeasure) m = std::make_unique<MachineModel>(*s.model);
@@ -291,7 +297,9 @@ double Roof::memory_seconds(double read_bytes, double write_bytes) const {
   return mem;
 }
 
-double Roof::compute_seconds(double flops) const { return flops > 0 && peak_gflops > 0 ? flops / (peak_gflops * 1e9) : 0; }
+double Roof::compute_seconds(double flops) const {
+  return flops > 0 && peak_gflops > 0 ? flops / (peak_gflops * 1e9) : 0;
+}
 
 double Roof::seconds(double read_bytes, double write_bytes, double flops) const {
   return std::max(memory_seconds(read_bytes, write_bytes), compute_seconds(flops));
@@ -303,7 +311,8 @@ double Roof::gbps(double read_bytes, double write_bytes) const {
 }
 
 Roof roof_of(const CpuRoofs& c, DType dtype) {
-  return {c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps), dtype == DType::F64 ? c.fma_f64_gflops : c.fma_f32_gflops};
+  return {c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps),
+          dtype == DType::F64 ? c.fma_f64_gflops : c.fma_f32_gflops};
 }
 
 Roof roof_for(const MachineModel& m, Device device, DType dtype, int threads) {

@@ -115,12 +115,15 @@ std::atomic<float> g_sink{0};  // keeps the read kernel's sum alive
 void run_range(Stream kind, Arrays& A, float s, int64_t lo, int64_t hi) {
   const bool v = has_avx2();
   switch (kind) {
-    case Stream::Read: g_sink.store(v ? read_avx2(A.b.get(), lo, hi) : read_sse(A.b.get(), lo, hi), std::memory_order_relaxed); break;
+    case Stream::Read:
+      g_sink.store(v ? read_avx2(A.b.get(), lo, hi) : read_sse(A.b.get(), lo, hi), std::memory_order_relaxed);
+      break;
     case Stream::Write: v ? write_avx2(A.a.get(), s, false, lo, hi) : write_sse(A.a.get(), s, false, lo, hi); break;
     case Stream::WriteNT: v ? write_avx2(A.a.get(), s, true, lo, hi) : write_sse(A.a.get(), s, true, lo, hi); break;
     case Stream::Copy: v ? copy_avx2(A.a.get(), A.b.get(), lo, hi) : copy_sse(A.a.get(), A.b.get(), lo, hi); break;
     case Stream::Triad:
-      v ? triad_avx2(A.a.get(), A.b.get(), A.c.get(), s, lo, hi) : triad_sse(A.a.get(), A.b.get(), A.c.get(), s, lo, hi);
+      v ? triad_avx2(A.a.get(), A.b.get(), A.c.get(), s, lo, hi)
+        : triad_sse(A.a.get(), A.b.get(), A.c.get(), s, lo, hi);
       break;
   }
 }
@@ -141,15 +144,15 @@ double bytes_per_element(Stream kind) {
 // Independent FMA chains in registers, inline asm: compilers keep an array of accumulators in
 // memory, which measures store forwarding instead. 12 (AVX2) / 16 (AVX-512) chains cover the
 // FMA latency times the FMA ports of current x86 cores. `pd` selects the f64 form.
-#define KFUSE_FMA12(OP, R)                                                                                  \
-  OP " %%" R "14, %%" R "15, %%" R "0\n " OP " %%" R "14, %%" R "15, %%" R "1\n " OP " %%" R "14, %%" R      \
-     "15, %%" R "2\n " OP " %%" R "14, %%" R "15, %%" R "3\n " OP " %%" R "14, %%" R "15, %%" R "4\n " OP     \
-     " %%" R "14, %%" R "15, %%" R "5\n " OP " %%" R "14, %%" R "15, %%" R "6\n " OP " %%" R "14, %%" R       \
-     "15, %%" R "7\n " OP " %%" R "14, %%" R "15, %%" R "8\n " OP " %%" R "14, %%" R "15, %%" R "9\n " OP     \
-     " %%" R "14, %%" R "15, %%" R "10\n " OP " %%" R "14, %%" R "15, %%" R "11\n"
-#define KFUSE_FMA_CLOBBERS                                                                                   \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", \
-      "xmm15", "cc"
+#define KFUSE_FMA12(OP, R)                                                                                            \
+  OP " %%" R "14, %%" R "15, %%" R "0\n " OP " %%" R "14, %%" R "15, %%" R "1\n " OP " %%" R "14, %%" R "15, %%" R    \
+     "2\n " OP " %%" R "14, %%" R "15, %%" R "3\n " OP " %%" R "14, %%" R "15, %%" R "4\n " OP " %%" R "14, %%" R     \
+     "15, %%" R "5\n " OP " %%" R "14, %%" R "15, %%" R "6\n " OP " %%" R "14, %%" R "15, %%" R "7\n " OP " %%" R     \
+     "14, %%" R "15, %%" R "8\n " OP " %%" R "14, %%" R "15, %%" R "9\n " OP " %%" R "14, %%" R "15, %%" R "10\n " OP \
+     " %%" R "14, %%" R "15, %%" R "11\n"
+#define KFUSE_FMA_CLOBBERS                                                                                            \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", \
+      "cc"
 
 __attribute__((target("avx2,fma"))) void fma_loop_avx2_ps(int64_t iters) {
   asm volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n vxorps %%ymm15, %%ymm15, %%ymm15\n1:\n" KFUSE_FMA12(
@@ -167,15 +170,15 @@ __attribute__((target("avx2,fma"))) void fma_loop_avx2_pd(int64_t iters) {
 }
 
 #define KFUSE_FMA16_512(OP)                                                                                   \
-  OP " %%zmm30, %%zmm31, %%zmm0\n " OP " %%zmm30, %%zmm31, %%zmm1\n " OP " %%zmm30, %%zmm31, %%zmm2\n " OP     \
-     " %%zmm30, %%zmm31, %%zmm3\n " OP " %%zmm30, %%zmm31, %%zmm4\n " OP " %%zmm30, %%zmm31, %%zmm5\n " OP      \
-     " %%zmm30, %%zmm31, %%zmm6\n " OP " %%zmm30, %%zmm31, %%zmm7\n " OP " %%zmm30, %%zmm31, %%zmm8\n " OP      \
-     " %%zmm30, %%zmm31, %%zmm9\n " OP " %%zmm30, %%zmm31, %%zmm10\n " OP " %%zmm30, %%zmm31, %%zmm11\n " OP    \
-     " %%zmm30, %%zmm31, %%zmm12\n " OP " %%zmm30, %%zmm31, %%zmm13\n " OP " %%zmm30, %%zmm31, %%zmm14\n " OP   \
+  OP " %%zmm30, %%zmm31, %%zmm0\n " OP " %%zmm30, %%zmm31, %%zmm1\n " OP " %%zmm30, %%zmm31, %%zmm2\n " OP    \
+     " %%zmm30, %%zmm31, %%zmm3\n " OP " %%zmm30, %%zmm31, %%zmm4\n " OP " %%zmm30, %%zmm31, %%zmm5\n " OP    \
+     " %%zmm30, %%zmm31, %%zmm6\n " OP " %%zmm30, %%zmm31, %%zmm7\n " OP " %%zmm30, %%zmm31, %%zmm8\n " OP    \
+     " %%zmm30, %%zmm31, %%zmm9\n " OP " %%zmm30, %%zmm31, %%zmm10\n " OP " %%zmm30, %%zmm31, %%zmm11\n " OP  \
+     " %%zmm30, %%zmm31, %%zmm12\n " OP " %%zmm30, %%zmm31, %%zmm13\n " OP " %%zmm30, %%zmm31, %%zmm14\n " OP \
      " %%zmm30, %%zmm31, %%zmm15\n"
-#define KFUSE_FMA512_CLOBBERS                                                                                  \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",  \
-      "xmm13", "xmm14", "xmm15", "xmm30", "xmm31", "cc"
+#define KFUSE_FMA512_CLOBBERS                                                                                         \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+      "xmm14", "xmm15", "xmm30", "xmm31", "cc"
 
 __attribute__((target("avx512f"))) void fma_loop_avx512_ps(int64_t iters) {
   asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(

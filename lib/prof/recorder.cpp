@@ -71,8 +71,10 @@ void record_eval(double t0, double t1) {
 void start_recording(const MachineModel& m) {
   Active& a = active();
   std::lock_guard<std::mutex> lk(a.mu);
-  if (a.running) throw UserError("kfuse::Profiler: a profiler is already running in this process (KFUSE_PROFILE or "
-                                 "another Profiler); stop it first: profiles do not nest");
+  if (a.running)
+    throw UserError(
+        "kfuse::Profiler: a profiler is already running in this process (KFUSE_PROFILE or "
+        "another Profiler); stop it first: profiles do not nest");
   a.p = Profile{};
   a.p.machine = m;
   int th = options().num_threads;

@@ -37,7 +37,8 @@ std::string Profile::roofline_svg() const {
   std::vector<Line> roofs;
   const Roof cpu = roof_for(machine, Device::cpu(), DType::F32, threads);
   // The drawn memory roof is the bound of a kernel that reads as much as it writes.
-  if (cpu.read_gbps > 0) roofs.push_back({"cpu " + std::to_string(threads) + "T", "#1f6fb2", cpu.gbps(1, 1), cpu.peak_gflops});
+  if (cpu.read_gbps > 0)
+    roofs.push_back({"cpu " + std::to_string(threads) + "T", "#1f6fb2", cpu.gbps(1, 1), cpu.peak_gflops});
   std::set<std::string> devs;
   for (const KernelLaunch& l : launches) devs.insert(l.device);
   for (const DeviceRoofs& d : machine.devices)
@@ -81,7 +82,8 @@ std::string Profile::roofline_svg() const {
   }
   std::snprintf(b, sizeof b,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n"
-                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arithmetic intensity (FLOP / byte of minimum traffic)</text>\n"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arithmetic intensity (FLOP / byte of minimum "
+                "traffic)</text>\n"
                 "<text transform=\"translate(18,%.1f) rotate(-90)\" text-anchor=\"middle\">GFLOP/s</text>\n",
                 L, T, pw, ph, L + pw / 2, H - 12, T + ph / 2);
   os << b;
@@ -96,9 +98,8 @@ std::string Profile::roofline_svg() const {
       os << b;
     }
     os << "\"/>\n";
-    std::snprintf(b, sizeof b,
-                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s: %.1f GB/s, %.1f GFLOP/s</text>\n", W - R + 8, ly,
-                  r.color.c_str(), esc(r.label).c_str(), r.gbps, r.gflops);
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s: %.1f GB/s, %.1f GFLOP/s</text>\n",
+                  W - R + 8, ly, r.color.c_str(), esc(r.label).c_str(), r.gbps, r.gflops);
     os << b;
     ly += 16;
   }

@@ -37,7 +37,8 @@ std::vector<KernelSummary> Profile::summary() const {
   }
   std::vector<KernelSummary> out;
   for (auto& kv : by) out.push_back(kv.second);
-  std::stable_sort(out.begin(), out.end(), [](const KernelSummary& a, const KernelSummary& b) { return a.seconds > b.seconds; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelSummary& a, const KernelSummary& b) { return a.seconds > b.seconds; });
   return out;
 }
 
@@ -75,13 +76,14 @@ std::string Profile::table() const {
     std::string shape = s.shape.size() > 22 ? s.shape.substr(0, 21) + "~" : s.shape;
     std::snprintf(b, sizeof b, "%-26s %-9s %-22s %6lld %10s %9s %9s %9.3f %8.1f %8.1f %6s %6s\n", s.kernel.c_str(),
                   s.backend.c_str(), shape.c_str(), static_cast<long long>(s.launches), fmt_time(s.seconds).c_str(),
-                  fmt_bytes(s.read_bytes).c_str(), fmt_bytes(s.write_bytes).c_str(), s.flops / 1e9, s.gbps(), s.gflops(),
-                  roof.c_str(), s.bound_seconds > 0 ? s.bound_by.c_str() : "-");
+                  fmt_bytes(s.read_bytes).c_str(), fmt_bytes(s.write_bytes).c_str(), s.flops / 1e9, s.gbps(),
+                  s.gflops(), roof.c_str(), s.bound_seconds > 0 ? s.bound_by.c_str() : "-");
     os << b;
   }
   double compile = 0, load = 0;
   int n_compile = 0, n_load = 0;
-  for (const CompileEvent& e : compiles) (e.disk_load ? load : compile) += e.seconds, ++(e.disk_load ? n_load : n_compile);
+  for (const CompileEvent& e : compiles)
+    (e.disk_load ? load : compile) += e.seconds, ++(e.disk_load ? n_load : n_compile);
   std::snprintf(b, sizeof b,
                 "%lld launches in %lld evaluations: kernels %s, compile %s (%d), disk-cache loads %s (%d), host "
                 "overhead %s per evaluation; region %s\n",
@@ -91,9 +93,9 @@ std::string Profile::table() const {
                 fmt_time(region_seconds).c_str());
   os << b;
   const CpuRoofs& c = machine.cpu_at(threads);
-  std::snprintf(b, sizeof b, "roofs (%d thread%s): read %.1f GB/s, write %.1f GB/s, FMA f32 %.1f GFLOP/s; %s\n", threads,
-                threads == 1 ? "" : "s", c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps), c.fma_f32_gflops,
-                machine.cpu.c_str());
+  std::snprintf(b, sizeof b, "roofs (%d thread%s): read %.1f GB/s, write %.1f GB/s, FMA f32 %.1f GFLOP/s; %s\n",
+                threads, threads == 1 ? "" : "s", c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps),
+                c.fma_f32_gflops, machine.cpu.c_str());
   os << b;
   return os.str();
 }

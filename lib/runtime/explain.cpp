@@ -49,9 +49,7 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
   for (const auto& r : plan.keepalive) rr.push_back(r.get());
   int id = 0;
   for (const Node* n : topo_order(rr, true)) name[n] = "%" + std::to_string(id++);
-  auto label = [&](const Node* n) {
-    return name[n] + " " + dtype_name(n->dtype) + shape_str(n->shape);
-  };
+  auto label = [&](const Node* n) { return name[n] + " " + dtype_name(n->dtype) + shape_str(n->shape); };
   for (size_t i = 0; i < plan.partition.groups.size(); ++i) {
     const FusionGroup& g = plan.partition.groups[i];
     const PlannedKernel& pk = plan.kernels[i];
@@ -72,8 +70,8 @@ Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& origi
   }
   ex.patterns = pattern_traces(plan.partition.pattern_attempts, rr);
   for (const auto& b : plan.partition.boundaries)
-    ex.boundaries.push_back({name[b.producer] + " " + op_name(b.producer->op),
-                             name[b.consumer] + " " + op_name(b.consumer->op), b.reason});
+    ex.boundaries.push_back(
+        {name[b.producer] + " " + op_name(b.producer->op), name[b.consumer] + " " + op_name(b.consumer->op), b.reason});
   return ex;
 }
 
@@ -89,11 +87,12 @@ double Explanation::bound_seconds(const Roof& roof) const {
 std::string Explanation::text() const {
   std::ostringstream os;
   os << "graph after passes:\n" << graph;
-  os << "plan: " << kernels.size() << " kernel" << (kernels.size() == 1 ? "" : "s") << " (an op-by-op library would launch "
-     << unfused_kernels << ")\n";
+  os << "plan: " << kernels.size() << " kernel" << (kernels.size() == 1 ? "" : "s")
+     << " (an op-by-op library would launch " << unfused_kernels << ")\n";
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelReport& k = kernels[i];
-    os << "  kernel " << i << ": " << k.name << " [" << k.kind << (k.pattern != "lattice" ? ", pattern " + k.pattern : "")
+    os << "  kernel " << i << ": " << k.name << " [" << k.kind
+       << (k.pattern != "lattice" ? ", pattern " + k.pattern : "")
        << (k.backend.empty() ? "" : ", backend " + k.backend) << "]\n";
     os << "    ops:";
     for (const auto& o : k.ops) os << " " << o << ";";
@@ -148,16 +147,17 @@ std::string to_dot(const std::vector<Tensor>& ts) {
   for (const auto& g : plan->partition.groups) {
     const auto& pk = plan->kernels[g.id];
     os << "  subgraph cluster_" << g.id << " {\n    label=\""
-       << (g.kind == detail::GroupKind::Fused ? pk.lowered.kernel.name : std::string(op_name(g.nodes[0]->op))) << "\";\n";
+       << (g.kind == detail::GroupKind::Fused ? pk.lowered.kernel.name : std::string(op_name(g.nodes[0]->op)))
+       << "\";\n";
     for (const Node* n : g.nodes)
-      os << "    n" << id[n] << " [label=\"%" << id[n] << " " << op_name(n->op) << "\\n" << dtype_name(n->dtype)
-         << shape_str(n->shape) << "\"];\n";
+      os << "    n" << id[n] << " [label=\"%" << id[n] << " " << op_name(n->op) << "\\n"
+         << dtype_name(n->dtype) << shape_str(n->shape) << "\"];\n";
     os << "  }\n";
   }
   for (const auto& [n, i] : id) {
     if (!plan->partition.group_of.count(n))
-      os << "  n" << i << " [label=\"%" << i << " " << op_name(n->op) << "\\n" << dtype_name(n->dtype) << shape_str(n->shape)
-         << "\", style=dashed];\n";
+      os << "  n" << i << " [label=\"%" << i << " " << op_name(n->op) << "\\n"
+         << dtype_name(n->dtype) << shape_str(n->shape) << "\", style=dashed];\n";
     for (const auto& in : n->inputs)
       if (id.count(in.get())) os << "  n" << id[in.get()] << " -> n" << i << ";\n";
   }

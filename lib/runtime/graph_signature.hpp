@@ -16,10 +16,10 @@
 namespace kfuse::detail {
 
 struct GraphSignature {
-  std::vector<uint64_t> words;       ///< canonical encoding (the plan-cache key)
-  uint64_t hash = 0;                 ///< hash of `words`
-  std::vector<const Node*> leaves;   ///< leaf values in first-visit order
-  bool cacheable = true;             ///< false when a node's plan may not be shared (see .cpp)
+  std::vector<uint64_t> words;      ///< canonical encoding (the plan-cache key)
+  uint64_t hash = 0;                ///< hash of `words`
+  std::vector<const Node*> leaves;  ///< leaf values in first-visit order
+  bool cacheable = true;            ///< false when a node's plan may not be shared (see .cpp)
 };
 
 /// Fills `sig` (clearing it first, keeping its capacity) for the graph under roots[0, n).

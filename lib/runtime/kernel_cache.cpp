@@ -35,7 +35,8 @@ Mode mode_of(const Options& o) {
   if (o.cache_mode == "off") return Mode::Off;
   if (o.cache_mode == "memory") return Mode::Memory;
   if (o.cache_mode != "disk")
-    cache::warn_once("mode:" + o.cache_mode, "KFUSE_CACHE=" + o.cache_mode + " is not off, memory or disk; using memory");
+    cache::warn_once("mode:" + o.cache_mode,
+                     "KFUSE_CACHE=" + o.cache_mode + " is not off, memory or disk; using memory");
   return o.cache_mode == "disk" ? Mode::Disk : Mode::Memory;
 }
 
@@ -82,7 +83,8 @@ std::vector<std::string> param_names(const ir::Kernel& k) {
 }
 
 // Disk lookup: the entry's kernel, or null (miss, bad entry, or the backend cannot load it).
-std::shared_ptr<CompiledKernel> load_from_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KernelKey& key) {
+std::shared_ptr<CompiledKernel> load_from_disk(DiskCache& disk, Backend& be, const ir::Kernel& k,
+                                               const KernelKey& key) {
   Entry e;
   if (disk.load(key, &e) != DiskCache::Lookup::Hit) return nullptr;
   if (e.binary.empty() && !loads_from_ir(be)) return nullptr;
@@ -170,8 +172,8 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
       bump(global_counters().compile_ns, static_cast<uint64_t>(ns));
       if (r.kernel->compile_ms <= 0) r.kernel->compile_ms = static_cast<double>(ns) / 1e6;
       if (prof::on())
-        prof::record_compile(k.name, be.name(), false,
-                             std::chrono::duration<double>(t0.time_since_epoch()).count(), static_cast<double>(ns) / 1e9);
+        prof::record_compile(k.name, be.name(), false, std::chrono::duration<double>(t0.time_since_epoch()).count(),
+                             static_cast<double>(ns) / 1e9);
       if (disk) store_to_disk(*disk, be, k, f, key, *r.kernel, prov);
     }
     return r;
@@ -218,13 +220,13 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
         std::string declined;
         try {
           if (auto ck = compile_cached(*be, k, text, dtypes, prov, &declined)) cands.push_back({be->name(), ck});
-        } catch (const BackendError&) {
-        }
+        } catch (const BackendError&) {}
       }
       choice = tune_and_remember(tkey, cache::ir_digest(text, dtypes), k, prov->buffer_numel, cands).winner;
     }
     for (size_t i = 1; i < chain.size(); ++i)
-      if (chain[i]->name() == choice.backend) std::rotate(chain.begin(), chain.begin() + static_cast<long>(i), chain.begin() + static_cast<long>(i) + 1);
+      if (chain[i]->name() == choice.backend)
+        std::rotate(chain.begin(), chain.begin() + static_cast<long>(i), chain.begin() + static_cast<long>(i) + 1);
   }
   std::string why_all;
   for (size_t i = 0; i < chain.size(); ++i) {

@@ -15,17 +15,19 @@
 namespace kfuse::detail {
 
 struct PlannedKernel {
-  LoweredKernel lowered;                      ///< empty for host groups
-  std::shared_ptr<CompiledKernel> compiled;   ///< null for host groups, or when not compiled
+  LoweredKernel lowered;                     ///< empty for host groups
+  std::shared_ptr<CompiledKernel> compiled;  ///< null for host groups, or when not compiled
   std::string backend;
   /// FLOPs of one launch, counted from its kernel IR with its parameters: what explain() reports
   /// and the profiler records (0 for host groups).
-  double flops() const { return lowered.kernel.name.empty() ? 0 : ir::kernel_flops(lowered.kernel, lowered.kernel.param_values()); }
+  double flops() const {
+    return lowered.kernel.name.empty() ? 0 : ir::kernel_flops(lowered.kernel, lowered.kernel.param_values());
+  }
 };
 
 struct Plan {
-  std::vector<NodeRef> keepalive;   ///< the rewritten graph's roots (owns the nodes)
-  std::vector<const Node*> roots;   ///< value to publish for each requested root, in order
+  std::vector<NodeRef> keepalive;  ///< the rewritten graph's roots (owns the nodes)
+  std::vector<const Node*> roots;  ///< value to publish for each requested root, in order
   Partition partition;
   std::vector<PlannedKernel> kernels;  ///< one per partition group
   std::vector<std::pair<std::string, std::string>> pass_dumps;

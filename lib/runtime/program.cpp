@@ -55,7 +55,8 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
       // not contain (exp(x + 0) -> exp(x) after exp(x) was evaluated): a leaf the signature
       // does not list. Its value is taken from the node itself; such a program belongs to this
       // graph instance only (get_program does not cache it).
-      if (!n->is_realized()) throw InternalError(std::string("program: value of ") + op_name(n->op) + " has no producer");
+      if (!n->is_realized())
+        throw InternalError(std::string("program: value of ") + op_name(n->op) + " has no producer");
       ValueRef v{true, static_cast<uint32_t>(sig.leaves.size() + prog->extra_leaves.size())};
       prog->extra_leaves.push_back(n);
       where[n] = v;

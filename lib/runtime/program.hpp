@@ -21,13 +21,13 @@ struct ValueRef {
 
 struct Step {
   GroupKind kind = GroupKind::Fused;
-  std::shared_ptr<CompiledKernel> kernel;  ///< fused groups
-  std::string backend;                     ///< the backend that compiled it ("host" for host steps)
-  std::vector<int64_t> params;             ///< launch parameters (extents and rand seeds: fixed by the signature)
-  const Node* host_node = nullptr;         ///< opaque groups (their programs keep the plan)
-  std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
-  std::vector<uint32_t> outputs;           ///< temporaries written
-  std::vector<uint32_t> release;           ///< temporaries whose last reader is this step
+  std::shared_ptr<CompiledKernel> kernel;      ///< fused groups
+  std::string backend;                         ///< the backend that compiled it ("host" for host steps)
+  std::vector<int64_t> params;                 ///< launch parameters (extents and rand seeds: fixed by the signature)
+  const Node* host_node = nullptr;             ///< opaque groups (their programs keep the plan)
+  std::vector<ValueRef> inputs;                ///< fused: kernel input buffers; host: node inputs
+  std::vector<uint32_t> outputs;               ///< temporaries written
+  std::vector<uint32_t> release;               ///< temporaries whose last reader is this step
   std::shared_ptr<const prof::StepInfo> info;  ///< what the profiler records for it (name, bytes, FLOPs)
 };
 
@@ -39,8 +39,8 @@ struct Program {
   };
   std::vector<Step> steps;
   std::vector<Temp> temps;
-  std::vector<ValueRef> roots;  ///< the value of each requested root
-  uint64_t fused_steps = 0;     ///< steps that launch a compiled kernel (cache hits per run)
+  std::vector<ValueRef> roots;       ///< the value of each requested root
+  uint64_t fused_steps = 0;          ///< steps that launch a compiled kernel (cache hits per run)
   std::shared_ptr<const Plan> plan;  ///< uncached programs keep their plan (host steps point into it)
   /// Realized nodes the passes introduced that the signature does not list (leaf indices from
   /// GraphSignature::leaves.size() on); a program with any is not cached. Kept alive by `plan`.

@@ -154,9 +154,7 @@ TuneChoice tuned_choice(const std::string& key) {
     c.variant = e.value("variant_index", 0);
     c.variant_name = e.value("variant", "");
     c.threads = e.value("threads", 0);
-  } catch (const json::exception&) {
-    c = TuneChoice{};
-  }
+  } catch (const json::exception&) { c = TuneChoice{}; }
   return c;
 }
 

@@ -45,9 +45,7 @@ TEST(BlockCache, SizeClassesWasteAtMostAnEighth) {
     const size_t c = BlockCache::size_class(b);
     EXPECT_GE(c, b);
     EXPECT_GE(c, prev);
-    if (b > 256) {
-      EXPECT_LE(static_cast<double>(c), b * 1.125) << b;
-    }
+    if (b > 256) { EXPECT_LE(static_cast<double>(c), b * 1.125) << b; }
     EXPECT_EQ(BlockCache::size_class(c), c) << "a class is its own class";
     prev = c;
   }
@@ -99,8 +97,8 @@ TEST(BlockCache, OutOfMemoryEmptiesTheCacheAndRetriesOnce) {
   drv.capacity = 4096;
   BlockCache c = drv.make(size_t{1} << 20);
   void* a = c.take(2048);
-  c.give(a, 2048);           // cached, still held from the driver
-  void* b = c.take(3000);    // 3072: does not fit beside the cached 2048 -> cache emptied, retried
+  c.give(a, 2048);         // cached, still held from the driver
+  void* b = c.take(3000);  // 3072: does not fit beside the cached 2048 -> cache emptied, retried
   EXPECT_NE(b, nullptr);
   EXPECT_EQ(c.stats().driver_frees, 1u);
   EXPECT_EQ(c.stats().bytes_cached, 0u);

@@ -78,7 +78,7 @@ std::vector<uint8_t> gemm_input(DType t, int64_t n, uint64_t seed) {
 }
 
 GemmRun run_once(const Kernel& k, detail::CompiledKernel& ck, const std::vector<int64_t>& numel,
-             const std::vector<int64_t>& params) {
+                 const std::vector<int64_t>& params) {
   GemmRun r;
   std::vector<std::shared_ptr<Storage>> dev;
   ir::LaunchArgs la;
@@ -184,7 +184,8 @@ TEST(GpuGemm, OpenCLMatchesLoops) {
   // single rows/columns, empty M or N, 67 x 67, and random M, N in 1..67 (params: no recompiles)
   std::vector<std::vector<int64_t>> sizes = {{1, 1}, {64, 64}, {65, 63}, {1, 67}, {67, 1}, {0, 5}, {5, 0}, {67, 67}};
   std::mt19937 rng(7);
-  for (int i = 0; i < 3; ++i) sizes.push_back({1 + static_cast<int64_t>(rng() % 67), 1 + static_cast<int64_t>(rng() % 67)});
+  for (int i = 0; i < 3; ++i)
+    sizes.push_back({1 + static_cast<int64_t>(rng() % 67), 1 + static_cast<int64_t>(rng() % 67)});
   run_spec(*be, {DType::F32, 0, 17, false, false, {}, {}, true}, sizes);
   // f64, K = 64 (whole slices), both operands transposed, two batch dims, A broadcast along the
   // first and B along the second; an empty batch

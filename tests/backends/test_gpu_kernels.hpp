@@ -382,7 +382,8 @@ inline GpuCase column_centre(DType t, int64_t R) {
   ExprRef x = load(0, t, at);
   k.accs = {{AccKind::Sum, t, x}};
   ExprRef mean = bin(Op::Div, t, acc(0, t), constant(static_cast<double>(R), t));
-  k.phases = {Phase{true, {0}, {}}, Phase{true, {}, {{1, at, bin(Op::Sub, t, x, mean)}}}, Phase{false, {}, {{2, O(0), mean}}}};
+  k.phases = {Phase{true, {0}, {}}, Phase{true, {}, {{1, at, bin(Op::Sub, t, x, mean)}}},
+              Phase{false, {}, {{2, O(0), mean}}}};
   c.numel = [R](const std::vector<int64_t>& p) { return std::vector<int64_t>{R * p[0], R * p[0], p[0]}; };
   c.param_sets = {{0}, {1}, {19}, {260}};
   c.launches = R > 256 ? 2 : 1;
@@ -541,24 +542,15 @@ struct DeviceOps {
 
 inline double get(const std::vector<uint8_t>& b, DType t, int64_t i) {
   switch (t) {
-    case DType::Bool:
-      return b[i];
-    case DType::I32:
-      return reinterpret_cast<const int32_t*>(b.data())[i];
-    case DType::I64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(b.data())[i]);
-    case DType::F32:
-      return reinterpret_cast<const float*>(b.data())[i];
-    case DType::F64:
-      return reinterpret_cast<const double*>(b.data())[i];
-    case DType::U8:
-      return b[i];
-    case DType::I8:
-      return static_cast<int8_t>(b[i]);
-    case DType::F16:
-      return f16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
-    case DType::BF16:
-      return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    case DType::Bool: return b[i];
+    case DType::I32: return reinterpret_cast<const int32_t*>(b.data())[i];
+    case DType::I64: return static_cast<double>(reinterpret_cast<const int64_t*>(b.data())[i]);
+    case DType::F32: return reinterpret_cast<const float*>(b.data())[i];
+    case DType::F64: return reinterpret_cast<const double*>(b.data())[i];
+    case DType::U8: return b[i];
+    case DType::I8: return static_cast<int8_t>(b[i]);
+    case DType::F16: return f16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    case DType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
   }
   return 0;
 }
@@ -573,33 +565,15 @@ inline std::vector<uint8_t> random_buffer(DType t, int64_t n, uint64_t seed, boo
     double v = u(g);
     if (specials && i % 7 == 3) v = sp[(i / 7) % (sizeof sp / sizeof sp[0])];
     switch (t) {
-      case DType::Bool:
-        b[i] = ui(g) > 0;
-        break;
-      case DType::I32:
-        reinterpret_cast<int32_t*>(b.data())[i] = ui(g);
-        break;
-      case DType::I64:
-        reinterpret_cast<int64_t*>(b.data())[i] = ui(g);
-        break;
-      case DType::F32:
-        reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v);
-        break;
-      case DType::F64:
-        reinterpret_cast<double*>(b.data())[i] = v;
-        break;
-      case DType::U8:
-        b[i] = static_cast<uint8_t>(ui(g) + 50);
-        break;
-      case DType::I8:
-        b[i] = static_cast<uint8_t>(static_cast<int8_t>(ui(g)));
-        break;
-      case DType::F16:
-        reinterpret_cast<uint16_t*>(b.data())[i] = float_to_f16_bits(static_cast<float>(v));
-        break;
-      case DType::BF16:
-        reinterpret_cast<uint16_t*>(b.data())[i] = float_to_bf16_bits(static_cast<float>(v));
-        break;
+      case DType::Bool: b[i] = ui(g) > 0; break;
+      case DType::I32: reinterpret_cast<int32_t*>(b.data())[i] = ui(g); break;
+      case DType::I64: reinterpret_cast<int64_t*>(b.data())[i] = ui(g); break;
+      case DType::F32: reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v); break;
+      case DType::F64: reinterpret_cast<double*>(b.data())[i] = v; break;
+      case DType::U8: b[i] = static_cast<uint8_t>(ui(g) + 50); break;
+      case DType::I8: b[i] = static_cast<uint8_t>(static_cast<int8_t>(ui(g))); break;
+      case DType::F16: reinterpret_cast<uint16_t*>(b.data())[i] = float_to_f16_bits(static_cast<float>(v)); break;
+      case DType::BF16: reinterpret_cast<uint16_t*>(b.data())[i] = float_to_bf16_bits(static_cast<float>(v)); break;
     }
   }
   return b;

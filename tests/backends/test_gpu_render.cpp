@@ -91,9 +91,7 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
       detail::NvrtcOutput out;
       try {
         out = detail::nvrtc_compile(r.source, c.k.name, arch);
-      } catch (const BackendError& e) {
-        FAIL() << e.what() << "\n" << e.log();
-      }
+      } catch (const BackendError& e) { FAIL() << e.what() << "\n" << e.log(); }
       total_ms += out.ms;
       ++compiles;
       ASSERT_FALSE(out.ptx.empty());
@@ -131,8 +129,6 @@ TEST(GpuRender, NvrtcErrorCarriesLog) {
   try {
     detail::nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken", "sm_80");
     FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
-    EXPECT_NE(e.log().find("undeclared_thing"), std::string::npos) << e.log();
-  }
+  } catch (const BackendError& e) { EXPECT_NE(e.log().find("undeclared_thing"), std::string::npos) << e.log(); }
 }
 #endif

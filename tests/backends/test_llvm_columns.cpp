@@ -65,8 +65,8 @@ Kernel column_base(const std::string& name, std::vector<BufferParam> bufs, int64
 
 // out[c] = reduce_r x[r, c]
 Kernel column_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
-  return single_reduce(std::string("k_col_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Column, kind, in, accdt, C,
-                       R, cell(0, in));
+  return single_reduce(std::string("k_col_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Column, kind,
+                       in, accdt, C, R, cell(0, in));
 }
 
 // out0[r, c] = x[r, c] - mean_c (a second reduce phase that stores), out1[c] = mean_c,
@@ -104,7 +104,8 @@ void check_tiles(const Kernel& k, const std::vector<Buf>& in, const std::vector<
       for (size_t i = 0, bad = 0; i < got[o].size() && bad < 3; ++i)
         if (!close(got[o].get(i), ref[o].get(i), got[o].dt, tol.rtol, tol.ulps) && ++bad)
           ADD_FAILURE() << what << " tile " << t << " out" << o << "[" << i << "]: llvm " << got[o].get(i)
-                        << " reference " << ref[o].get(i) << "\n" << (bad == 1 ? print_kernel(k) : "");
+                        << " reference " << ref[o].get(i) << "\n"
+                        << (bad == 1 ? print_kernel(k) : "");
     if (first.empty()) first = got;
     EXPECT_TRUE(same_bits(first, got)) << what << ": tile " << t << " changed bits";
     if (!kfuse_llvm_set_test_chunk) continue;
@@ -133,10 +134,12 @@ TEST(LlvmColumns, FloatAccumulatorsOnOddShapes) {
             for (int64_t r = 0; r < R; ++r) x[r * C + 1] = static_cast<double>(r % 3);
         }
         bool arg = kind == AccKind::ArgMax || kind == AccKind::ArgMin;
-        Tol tol = kind == AccKind::Sum || kind == AccKind::Prod ? (dt == DType::F32 ? Tol{2e-5, 4} : Tol{1e-12, 4}) : Tol{};
+        Tol tol =
+            kind == AccKind::Sum || kind == AccKind::Prod ? (dt == DType::F32 ? Tol{2e-5, 4} : Tol{1e-12, 4}) : Tol{};
         check_tiles(column_reduce(kind, dt, arg ? DType::I64 : dt, R, C), {Buf::from(dt, x)}, {static_cast<size_t>(C)},
-                    tol, std::string(acc_kind_name(kind)) + " " + dtype_name(dt) + " [" + std::to_string(R) + "," +
-                             std::to_string(C) + "]");
+                    tol,
+                    std::string(acc_kind_name(kind)) + " " + dtype_name(dt) + " [" + std::to_string(R) + "," +
+                        std::to_string(C) + "]");
       }
 }
 
@@ -150,8 +153,8 @@ TEST(LlvmColumns, IntegerAndBoolAccumulators) {
         bool arg = kind == AccKind::ArgMax || kind == AccKind::ArgMin;
         // products of -1, 0, 1 only: exact, no overflow
         auto x = kind == AccKind::Prod ? random_ints(n, 20, -1, 1) : random_ints(n, 21, -1000, 1000);
-        check_tiles(column_reduce(kind, dt, arg ? DType::I64 : dt, R, C), {Buf::from(dt, x)}, {static_cast<size_t>(C)}, {},
-                    std::string(acc_kind_name(kind)) + " " + dtype_name(dt) + shape);
+        check_tiles(column_reduce(kind, dt, arg ? DType::I64 : dt, R, C), {Buf::from(dt, x)}, {static_cast<size_t>(C)},
+                    {}, std::string(acc_kind_name(kind)) + " " + dtype_name(dt) + shape);
       }
     }
     // bool: any (Max), all (Min), Sum/Prod as or/and, and a count (Sum into i64); bool slots are i8
@@ -159,7 +162,8 @@ TEST(LlvmColumns, IntegerAndBoolAccumulators) {
     for (int64_t r = 0; r < R && C > 2; ++r) b[r * C] = 0, b[r * C + 2] = 1;  // an all-false and an all-true column
     for (AccKind kind : {AccKind::Sum, AccKind::Prod, AccKind::Max, AccKind::Min, AccKind::ArgMax})
       check_tiles(column_reduce(kind, DType::Bool, kind == AccKind::ArgMax ? DType::I64 : DType::Bool, R, C),
-                  {Buf::from(DType::Bool, b)}, {static_cast<size_t>(C)}, {}, std::string("bool ") + acc_kind_name(kind) + shape);
+                  {Buf::from(DType::Bool, b)}, {static_cast<size_t>(C)}, {},
+                  std::string("bool ") + acc_kind_name(kind) + shape);
     check_tiles(column_reduce(AccKind::Sum, DType::Bool, DType::I64, R, C), {Buf::from(DType::Bool, b)},
                 {static_cast<size_t>(C)}, {}, "bool count" + shape);
   }
@@ -188,7 +192,8 @@ TEST(LlvmColumns, MultiDimOuterAndReduceDomains) {
   {
     Kernel k = outer2d("k_sum_axis1", ir::KernelKind::Column, DType::F32, A, C);
     k.reduce = {B};
-    auto idx = iadd(imul(iadd(imul(var(Space::Outer, 0), iconst(B)), var(Space::Reduce, 0)), param(1)), var(Space::Outer, 1));
+    auto idx =
+        iadd(imul(iadd(imul(var(Space::Outer, 0), iconst(B)), var(Space::Reduce, 0)), param(1)), var(Space::Outer, 1));
     k.accs = {{AccKind::Sum, DType::F32, load(0, DType::F32, idx)}};
     Phase p0, p1;
     p0.over_reduce = true;
@@ -201,21 +206,25 @@ TEST(LlvmColumns, MultiDimOuterAndReduceDomains) {
     Kernel k;
     k.name = "k_wsum_axes01";
     k.kind = ir::KernelKind::Column;
-    k.buffers = {{"in0", DType::F32, false}, {"in1", DType::F32, false}, {"in2", DType::F32, false}, {"out0", DType::F32, true}};
+    k.buffers = {
+        {"in0", DType::F32, false}, {"in1", DType::F32, false}, {"in2", DType::F32, false}, {"out0", DType::F32, true}};
     k.params = {{"outer0", C}};
     k.outer = {param(0)};
     k.reduce = {A, B};
-    auto idx = iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(B)), var(Space::Reduce, 1)), param(0)), var(Space::Outer, 0));
+    auto idx =
+        iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(B)), var(Space::Reduce, 1)), param(0)), var(Space::Outer, 0));
     auto w = load(1, DType::F32, var(Space::Reduce, 0));
     auto v = load(2, DType::F32, var(Space::Outer, 0));
-    k.accs = {{AccKind::Sum, DType::F32, op(Op::Mul, DType::F32, {load(0, DType::F32, idx), op(Op::Add, DType::F32, {w, v})})}};
+    k.accs = {{AccKind::Sum, DType::F32,
+               op(Op::Mul, DType::F32, {load(0, DType::F32, idx), op(Op::Add, DType::F32, {w, v})})}};
     Phase p0, p1;
     p0.over_reduce = true;
     p0.accs = {0};
     p1.stores = {{3, var(Space::Outer, 0), acc(0, DType::F32)}};
     k.phases = {p0, p1};
-    check_tiles(k, {Buf::from(DType::F32, x), Buf::from(DType::F32, rand_values(A, 42, 0.5, 1)),
-                    Buf::from(DType::F32, rand_values(C, 43, 0.5, 1))},
+    check_tiles(k,
+                {Buf::from(DType::F32, x), Buf::from(DType::F32, rand_values(A, 42, 0.5, 1)),
+                 Buf::from(DType::F32, rand_values(C, 43, 0.5, 1))},
                 {C}, {2e-5, 4}, "weighted sum over axes {0,1}");
   }
 }
@@ -258,7 +267,8 @@ TEST_F(LlvmColumnGraphs, ReductionsOverAxisZero) {
     std::string what = "[" + std::to_string(R) + "," + std::to_string(C) + "]";
     Tensor x = make_tensor(random_values(static_cast<size_t>(R * C), 51, 0.5, 1.5), {R, C});
     if (R > 1 && C > 1) { EXPECT_EQ(explain(sum(x, 0)).kernels.at(0).kind, "column") << what; }
-    check({sum(x, 0), sum(x, 0, true), mean(x, 0), mean(x, 0, true), prod(x * 0.2 + 0.9, Axes{0})}, 2e-5, 1e-6, "sum/mean/prod " + what);
+    check({sum(x, 0), sum(x, 0, true), mean(x, 0), mean(x, 0, true), prod(x * 0.2 + 0.9, Axes{0})}, 2e-5, 1e-6,
+          "sum/mean/prod " + what);
     check({x - mean(x, 0, true)}, 2e-5, 1e-5, "centering " + what);
     if (R == 0) continue;  // max/min/arg of an empty axis are errors
     check({(x - mean(x, 0, true)) / (max(x, 0, true) - min(x, 0, true) + 1.0)}, 2e-5, 1e-5, "scaling " + what);
@@ -276,7 +286,8 @@ TEST_F(LlvmColumnGraphs, WideColumnsAndFusedExpressions) {
   // several default-width tiles and a tail, 3-D column reductions, a broadcast bias, var/std
   Tensor x = make_tensor(random_values(33 * 4500, 61, 0.5, 1.5), {33, 4500});
   Tensor b = make_tensor(random_values(4500, 62, -1, 1), {4500});
-  check({sum(x, 0), max(x, 0), sum(x + b, 0), x - mean(x, 0, true), var(x, {0}), std(x, {0}, 0)}, 2e-5, 1e-5, "[33,4500]");
+  check({sum(x, 0), max(x, 0), sum(x + b, 0), x - mean(x, 0, true), var(x, {0}), std(x, {0}, 0)}, 2e-5, 1e-5,
+        "[33,4500]");
   Tensor z = make_tensor(random_values(6 * 11 * 37, 63, 0.5, 1.5), {6, 11, 37});
   check({sum(z, 1), mean(z, 1, true), max(z, Axes{0, 1}), z - mean(z, Axes{0, 1}, true)}, 2e-5, 1e-5, "3-D");
 }
@@ -289,7 +300,8 @@ std::vector<int64_t> column_tiles(const std::vector<Tensor>& ys) {
   auto plan = detail::make_plan(roots, /*compile=*/false);
   std::vector<int64_t> tiles;
   for (const auto& pk : plan->kernels)
-    if (pk.lowered.kernel.kind == ir::KernelKind::Column) tiles.push_back(detail::llvmjit::plan_column_tile(pk.lowered.kernel));
+    if (pk.lowered.kernel.kind == ir::KernelKind::Column)
+      tiles.push_back(detail::llvmjit::plan_column_tile(pk.lowered.kernel));
   EXPECT_FALSE(tiles.empty()) << "no column kernel";
   return tiles;
 }

@@ -17,8 +17,8 @@ namespace {
 struct MathCase {
   Op op;
   long double (*ref)(long double);
-  double lo, hi;       // dense interesting range
-  double bound_f32;    // documented max ULP
+  double lo, hi;     // dense interesting range
+  double bound_f32;  // documented max ULP
   double bound_f64;
 };
 
@@ -28,11 +28,11 @@ long double ref_sigmoid(long double x) { return 1.0L / (1.0L + expl(-x)); }
 // measured up to 1.09 at tiny erf arguments); sigmoid is lib/ir/decompose.hpp's form in the
 // kernel's dtype (exp, a reciprocal and a product: 2.46 / 2.33 ulp measured on AVX2).
 const MathCase kCases[] = {
-    {Op::Exp, expl, -104, 89, 1.5, 1.5},       {Op::Exp2, exp2l, -150, 128, 1.5, 1.5},
-    {Op::Expm1, expm1l, -20, 89, 1.5, 1.5},    {Op::Log, logl, 0, 100, 1.5, 1.5},
-    {Op::Log2, log2l, 0, 100, 1.5, 1.5},       {Op::Log1p, log1pl, -1, 100, 1.5, 1.5},
-    {Op::Tanh, tanhl, -10, 10, 1.5, 1.5},      {Op::Sigmoid, ref_sigmoid, -100, 40, 3.0, 3.0},
-    {Op::Erf, erfl, -6, 6, 1.5, 1.5},          {Op::Sin, sinl, -1e4, 1e4, 1.5, 1.5},
+    {Op::Exp, expl, -104, 89, 1.5, 1.5},    {Op::Exp2, exp2l, -150, 128, 1.5, 1.5},
+    {Op::Expm1, expm1l, -20, 89, 1.5, 1.5}, {Op::Log, logl, 0, 100, 1.5, 1.5},
+    {Op::Log2, log2l, 0, 100, 1.5, 1.5},    {Op::Log1p, log1pl, -1, 100, 1.5, 1.5},
+    {Op::Tanh, tanhl, -10, 10, 1.5, 1.5},   {Op::Sigmoid, ref_sigmoid, -100, 40, 3.0, 3.0},
+    {Op::Erf, erfl, -6, 6, 1.5, 1.5},       {Op::Sin, sinl, -1e4, 1e4, 1.5, 1.5},
     {Op::Cos, cosl, -1e4, 1e4, 1.5, 1.5},
 };
 
@@ -85,10 +85,45 @@ std::vector<double> sample_points(DType dt, double lo, double hi, size_t n_bits,
   }
   std::uniform_real_distribution<double> d(lo, hi);
   for (size_t i = 0; i < n_dense; ++i) x.push_back(d(g));
-  const double specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 1e-45, -1e-45,
-                             1e-40, -1e-40, 1.17549435e-38, 5e-324, -5e-324, 2.2250738585072014e-308, 88.72283, 88.7228394,
-                             -87.33654, -103.97, -104.0, 709.78, 709.79, -745.13, -745.2, 3.4028235e38, 1.7976931348623157e308,
-                             -1.7976931348623157e308, 3.14159265358979, 1e22, 1e300, -1e300, 0.999999, -0.999999, 20, -20};
+  const double specials[] = {NAN,
+                             -NAN,
+                             INFINITY,
+                             -INFINITY,
+                             0.0,
+                             -0.0,
+                             1.0,
+                             -1.0,
+                             0.5,
+                             -0.5,
+                             2.0,
+                             1e-45,
+                             -1e-45,
+                             1e-40,
+                             -1e-40,
+                             1.17549435e-38,
+                             5e-324,
+                             -5e-324,
+                             2.2250738585072014e-308,
+                             88.72283,
+                             88.7228394,
+                             -87.33654,
+                             -103.97,
+                             -104.0,
+                             709.78,
+                             709.79,
+                             -745.13,
+                             -745.2,
+                             3.4028235e38,
+                             1.7976931348623157e308,
+                             -1.7976931348623157e308,
+                             3.14159265358979,
+                             1e22,
+                             1e300,
+                             -1e300,
+                             0.999999,
+                             -0.999999,
+                             20,
+                             -20};
   for (double s : specials) x.push_back(dt == DType::F32 ? static_cast<float>(s) : s);
   return x;
 }
@@ -100,7 +135,8 @@ TEST(LlvmMath, UlpErrorPerFunction) {
     for (const MathCase& mc : kCases) {
       auto x = sample_points(dt, mc.lo, mc.hi, 700000, 350000);
       const int64_t n = static_cast<int64_t>(x.size());
-      Kernel k = pointwise(std::string("k_") + op_name(mc.op), {dt}, dt, n, [&](auto& l) { return op(mc.op, dt, {l[0]}); });
+      Kernel k =
+          pointwise(std::string("k_") + op_name(mc.op), {dt}, dt, n, [&](auto& l) { return op(mc.op, dt, {l[0]}); });
       auto ck = compile_with(*be, k);
       auto out = run_on(*ck, k, {Buf::from(dt, x)}, {static_cast<size_t>(n)});
       double worst = 0, worst_x = 0;
@@ -115,8 +151,8 @@ TEST(LlvmMath, UlpErrorPerFunction) {
         if (err > worst) worst = err, worst_x = x[i];
       }
       double bound = dt == DType::F32 ? mc.bound_f32 : mc.bound_f64;
-      std::printf("[ math ] %-8s %s  max %.3f ulp at x=%.9g (bound %.1f, %lld points)\n", op_name(mc.op), dtype_name(dt),
-                  worst, worst_x, bound, static_cast<long long>(n));
+      std::printf("[ math ] %-8s %s  max %.3f ulp at x=%.9g (bound %.1f, %lld points)\n", op_name(mc.op),
+                  dtype_name(dt), worst, worst_x, bound, static_cast<long long>(n));
       EXPECT_LE(worst, bound) << op_name(mc.op) << "." << dtype_name(dt) << " at x=" << worst_x;
       // scalar remainder path == vector path, bit for bit (first 4099 points, one at a time)
       if (kfuse_llvm_set_test_chunk) {
@@ -127,7 +163,8 @@ TEST(LlvmMath, UlpErrorPerFunction) {
         auto vec = run_on(*ck, kh, {Buf::from(dt, head)}, {static_cast<size_t>(m)});
         ChunkScope one(1);
         auto sca = run_on(*ck, kh, {Buf::from(dt, head)}, {static_cast<size_t>(m)});
-        EXPECT_TRUE(same_bits(vec, sca)) << op_name(mc.op) << "." << dtype_name(dt) << ": scalar and vector variants differ";
+        EXPECT_TRUE(same_bits(vec, sca)) << op_name(mc.op) << "." << dtype_name(dt)
+                                         << ": scalar and vector variants differ";
       }
     }
 }
@@ -141,9 +178,9 @@ TEST(LlvmMath, PowUlpError) {
     for (int i = 0; i < 1000000; ++i) {
       switch (i % 4) {
         case 0: a.push_back(ux(g)), b.push_back(uy(g)); break;
-        case 1: a.push_back(std::exp2(ue(g))), b.push_back(uf(g) * 2); break;   // wide x
-        case 2: a.push_back(-ux(g)), b.push_back(std::round(uy(g))); break;     // negative x, integer y
-        default: a.push_back(1 + uf(g) * 1e-3), b.push_back(uy(g) * 100); break; // x near 1
+        case 1: a.push_back(std::exp2(ue(g))), b.push_back(uf(g) * 2); break;     // wide x
+        case 2: a.push_back(-ux(g)), b.push_back(std::round(uy(g))); break;       // negative x, integer y
+        default: a.push_back(1 + uf(g) * 1e-3), b.push_back(uy(g) * 100); break;  // x near 1
       }
     }
     const double sp[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -2.0, 3.0, -3.0};
@@ -151,7 +188,8 @@ TEST(LlvmMath, PowUlpError) {
       for (double t : sp) a.push_back(s), b.push_back(t);
     const int64_t n = static_cast<int64_t>(a.size());
     Kernel k = pointwise("k_pow", {dt, dt}, dt, n, [&](auto& l) { return op(Op::Pow, dt, {l[0], l[1]}); });
-    auto out = run_on(*compile_with(*llvm_backend(), k), k, {Buf::from(dt, a), Buf::from(dt, b)}, {static_cast<size_t>(n)});
+    auto out =
+        run_on(*compile_with(*llvm_backend(), k), k, {Buf::from(dt, a), Buf::from(dt, b)}, {static_cast<size_t>(n)});
     double worst = 0, wa = 0, wb = 0;
     int bad = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -163,8 +201,8 @@ TEST(LlvmMath, PowUlpError) {
         ADD_FAILURE() << "pow." << dtype_name(dt) << "(" << a[i] << ", " << b[i] << ") = " << out[0].get(i);
       if (err > worst) worst = err, wa = a[i], wb = b[i];
     }
-    std::printf("[ math ] pow      %s  max %.3f ulp at (%.9g, %.9g) (bound 1.5, %lld points)\n", dtype_name(dt), worst, wa,
-                wb, static_cast<long long>(n));
+    std::printf("[ math ] pow      %s  max %.3f ulp at (%.9g, %.9g) (bound 1.5, %lld points)\n", dtype_name(dt), worst,
+                wa, wb, static_cast<long long>(n));
     EXPECT_LE(worst, 1.5);
   }
 }

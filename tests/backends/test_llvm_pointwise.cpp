@@ -21,11 +21,22 @@ struct Range {
 
 Range unary_range(Op o) {
   switch (o) {
-    case Op::Exp: case Op::Exp2: case Op::Expm1: return {-80, 80};
-    case Op::Log: case Op::Log2: case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: return {-0.5, 100};
-    case Op::Sin: case Op::Cos: return {-100, 100};
-    case Op::Erf: case Op::GeluTanh: return {-5, 5};
-    case Op::Tanh: case Op::Sigmoid: case Op::Silu: case Op::GeluErf: return {-10, 10};
+    case Op::Exp:
+    case Op::Exp2:
+    case Op::Expm1: return {-80, 80};
+    case Op::Log:
+    case Op::Log2:
+    case Op::Log1p:
+    case Op::Sqrt:
+    case Op::Rsqrt: return {-0.5, 100};
+    case Op::Sin:
+    case Op::Cos: return {-100, 100};
+    case Op::Erf:
+    case Op::GeluTanh: return {-5, 5};
+    case Op::Tanh:
+    case Op::Sigmoid:
+    case Op::Silu:
+    case Op::GeluErf: return {-10, 10};
     default: return {-100, 100};
   }
 }
@@ -62,8 +73,7 @@ TEST(LlvmPointwise, EveryUnaryOpFloat) {
       DType out = is_logical(o) ? DType::Bool : dt;
       for (int64_t n : {int64_t{4099}}) {
         Range r = unary_range(o);
-        Kernel k = pointwise(std::string("k_") + op_name(o), {dt}, out, n,
-                             [&](auto& l) { return op(o, out, {l[0]}); });
+        Kernel k = pointwise(std::string("k_") + op_name(o), {dt}, out, n, [&](auto& l) { return op(o, out, {l[0]}); });
         check_vs_reference(k, {Buf::from(dt, rand_values(n, 7 + n, r.lo, r.hi, true))}, {static_cast<size_t>(n)},
                            float_tol(o, dt), std::string(op_name(o)) + "." + dtype_name(dt));
       }
@@ -79,10 +89,11 @@ TEST(LlvmPointwise, EveryBinaryOpFloat) {
       double lo = o == Op::Pow ? 0.0 : -10, hi = 10;
       auto a = rand_values(n, 3, lo, hi, true);
       auto b = rand_values(n, 4, o == Op::Pow ? -8 : -10, o == Op::Pow ? 8 : 10, true);
-      for (int i = 0; i < 200; ++i) b[i] = a[i];                        // ties for comparisons
+      for (int i = 0; i < 200; ++i) b[i] = a[i];                              // ties for comparisons
       for (int i = 200; i < 300; ++i) b[i] = std::round(b[i]), a[i] = -a[i];  // pow(neg, int)
-      Kernel k = pointwise(std::string("k_") + op_name(o), {dt, dt}, out, n,
-                           [&](auto& l) { return op(o, out, {l[0], l[1]}); });
+      Kernel k = pointwise(std::string("k_") + op_name(o), {dt, dt}, out, n, [&](auto& l) {
+        return op(o, out, {l[0], l[1]});
+      });
       check_vs_reference(k, {Buf::from(dt, a), Buf::from(dt, b)}, {static_cast<size_t>(n)}, float_tol(o, dt),
                          std::string(op_name(o)) + "." + dtype_name(dt));
     }
@@ -90,15 +101,16 @@ TEST(LlvmPointwise, EveryBinaryOpFloat) {
 
 TEST(LlvmPointwise, IntegerOps) {
   KFUSE_REQUIRE_LLVM();
-  const std::vector<Op> un = {Op::Neg, Op::Abs, Op::Square, Op::Relu, Op::Sign, Op::Floor, Op::Ceil, Op::Round, Op::Not};
-  std::vector<Op> bin = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum, Op::Eq, Op::Ne,
-                         Op::Lt, Op::Le, Op::Gt, Op::Ge, Op::And, Op::Or};
+  const std::vector<Op> un = {Op::Neg,   Op::Abs,  Op::Square, Op::Relu, Op::Sign,
+                              Op::Floor, Op::Ceil, Op::Round,  Op::Not};
+  std::vector<Op> bin = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum, Op::Eq,
+                         Op::Ne,  Op::Lt,  Op::Le,  Op::Gt,  Op::Ge,      Op::And,     Op::Or};
   for (DType dt : {DType::I32, DType::I64}) {
     const int64_t n = 1031;
     int64_t lim = dt == DType::I32 ? 60000 : 1000000;
     auto a = random_ints(n, 5, -lim, lim);
     auto b = random_ints(n, 6, -20, 20);  // small divisors, zeros included
-    if (dt == DType::I32) {  // wrap-around at the extremes
+    if (dt == DType::I32) {               // wrap-around at the extremes
       a[0] = 2147483647, b[0] = 1;
       a[1] = -2147483648.0, b[1] = -1;
       a[2] = -2147483648.0, b[2] = 0;
@@ -108,12 +120,14 @@ TEST(LlvmPointwise, IntegerOps) {
       Kernel k = pointwise(std::string("k_") + op_name(o), {dt}, out, n, [&](auto& l) { return op(o, out, {l[0]}); });
       auto x = a;
       if (o == Op::Square) x[0] = x[1] = 46340;  // the reference's double product is inexact above 2^53
-      check_vs_reference(k, {Buf::from(dt, x)}, {static_cast<size_t>(n)}, {}, std::string(op_name(o)) + "." + dtype_name(dt));
+      check_vs_reference(k, {Buf::from(dt, x)}, {static_cast<size_t>(n)}, {},
+                         std::string(op_name(o)) + "." + dtype_name(dt));
     }
     for (Op o : bin) {
       DType out = is_compare(o) || is_logical(o) ? DType::Bool : dt;
-      Kernel k = pointwise(std::string("k_") + op_name(o), {dt, dt}, out, n,
-                           [&](auto& l) { return op(o, out, {l[0], l[1]}); });
+      Kernel k = pointwise(std::string("k_") + op_name(o), {dt, dt}, out, n, [&](auto& l) {
+        return op(o, out, {l[0], l[1]});
+      });
       check_vs_reference(k, {Buf::from(dt, a), Buf::from(dt, b)}, {static_cast<size_t>(n)}, {},
                          std::string(op_name(o)) + "." + dtype_name(dt));
     }
@@ -129,22 +143,26 @@ TEST(LlvmPointwise, BoolOpsAndWhere) {
     Kernel k = pointwise(std::string("k_") + op_name(o), {DType::Bool, DType::Bool}, DType::Bool, n, [&](auto& l) {
       return unary ? op(o, DType::Bool, {l[0]}) : op(o, DType::Bool, {l[0], l[1]});
     });
-    check_vs_reference(k, {Buf::from(DType::Bool, a), Buf::from(DType::Bool, b)}, {static_cast<size_t>(n)}, {}, op_name(o));
+    check_vs_reference(k, {Buf::from(DType::Bool, a), Buf::from(DType::Bool, b)}, {static_cast<size_t>(n)}, {},
+                       op_name(o));
   }
   for (DType dt : {DType::F32, DType::I64, DType::Bool}) {
-    Kernel k = pointwise("k_where", {DType::Bool, dt, dt}, dt, n,
-                         [&](auto& l) { return op(Op::Where, dt, {l[0], l[1], l[2]}); });
+    Kernel k = pointwise("k_where", {DType::Bool, dt, dt}, dt, n, [&](auto& l) {
+      return op(Op::Where, dt, {l[0], l[1], l[2]});
+    });
     auto x = dt == DType::Bool ? random_ints(n, 1, 0, 1) : rand_values(n, 1, -5, 5, dt == DType::F32);
     auto y = dt == DType::Bool ? random_ints(n, 2, 0, 1) : rand_values(n, 2, -5, 5);
-    check_vs_reference(k, {Buf::from(DType::Bool, a), Buf::from(dt, x), Buf::from(dt, y)}, {static_cast<size_t>(n)}, {});
+    check_vs_reference(k, {Buf::from(DType::Bool, a), Buf::from(dt, x), Buf::from(dt, y)}, {static_cast<size_t>(n)},
+                       {});
   }
 }
 
 TEST(LlvmPointwise, CastsEveryPairWithSpecials) {
   KFUSE_REQUIRE_LLVM();
-  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.7, -2.7, 1e10, -1e10, 3e9, -3e9, 2147483647.0,
-                           2147483648.0, -2147483648.0, -2147483649.0, 9.3e18, -9.3e18, 9.2e18, 1e300, -1e300,
-                           NAN, INFINITY, -INFINITY, 16777217.0, 123456789.0, 1e-40, 255, 256};
+  std::vector<double> v = {
+      0.0,    -0.0, 1.0,          -1.0,         0.5,           -0.5,          2.7,    -2.7,    1e10,   -1e10,
+      3e9,    -3e9, 2147483647.0, 2147483648.0, -2147483648.0, -2147483649.0, 9.3e18, -9.3e18, 9.2e18, 1e300,
+      -1e300, NAN,  INFINITY,     -INFINITY,    16777217.0,    123456789.0,   1e-40,  255,     256};
   for (DType from : all_dtypes())
     for (DType to : all_dtypes()) {
       std::vector<double> in;
@@ -211,11 +229,12 @@ TEST(LlvmPointwise, TransposeReshapeAndMaskedPad) {
     k.params = {{"outer0", n + 2 * pad}};
     k.outer = {param(0)};
     auto o = var(Space::Outer, 0);
-    auto inside = op(Op::And, DType::Bool, {op(Op::Ge, DType::Bool, {o, iconst(pad)}),
-                                            op(Op::Lt, DType::Bool, {o, iconst(n + pad)})});
+    auto inside = op(Op::And, DType::Bool,
+                     {op(Op::Ge, DType::Bool, {o, iconst(pad)}), op(Op::Lt, DType::Bool, {o, iconst(n + pad)})});
     Phase ph;
-    ph.stores.push_back({1, o, op(Op::Add, DType::F64, {load(0, DType::F64, isub(o, iconst(pad)), inside),
-                                                         constant(0.5, DType::F64)})});
+    ph.stores.push_back(
+        {1, o,
+         op(Op::Add, DType::F64, {load(0, DType::F64, isub(o, iconst(pad)), inside), constant(0.5, DType::F64)})});
     k.phases = {ph};
     // exactly n elements: ASan flags any access outside them
     std::vector<Buf> in = {Buf::from(DType::F64, rand_values(n, 5, -1, 1))};
@@ -228,13 +247,15 @@ TEST(LlvmPointwise, TransposeReshapeAndMaskedPad) {
 TEST(LlvmPointwise, MultipleOutputs) {
   KFUSE_REQUIRE_LLVM();
   for (int64_t n : kSizes) {
-    Kernel k = pointwise("k_multi", {DType::F32, DType::F32}, DType::F32, n,
-                         [](auto& l) { return op(Op::Add, DType::F32, {l[0], l[1]}); });
+    Kernel k = pointwise("k_multi", {DType::F32, DType::F32}, DType::F32, n, [](auto& l) {
+      return op(Op::Add, DType::F32, {l[0], l[1]});
+    });
     k.buffers.push_back({"out1", DType::Bool, true});
     k.buffers.push_back({"out2", DType::I32, true});
     auto a = load(0, DType::F32, var(Space::Outer, 0)), b = load(1, DType::F32, var(Space::Outer, 0));
     k.phases[0].stores.push_back({3, var(Space::Outer, 0), op(Op::Gt, DType::Bool, {a, b})});
-    k.phases[0].stores.push_back({4, var(Space::Outer, 0), op(Op::Cast, DType::I32, {op(Op::Mul, DType::F32, {a, b})})});
+    k.phases[0].stores.push_back(
+        {4, var(Space::Outer, 0), op(Op::Cast, DType::I32, {op(Op::Mul, DType::F32, {a, b})})});
     std::vector<Buf> in = {Buf::from(DType::F32, rand_values(n, 1, -100, 100, true)),
                            Buf::from(DType::F32, rand_values(n, 2, -100, 100, true))};
     size_t sz = static_cast<size_t>(n);

@@ -33,15 +33,16 @@ Kernel softmax_kernel(DType dt, int64_t R, int64_t C) {
   p0.over_reduce = p1.over_reduce = p2.over_reduce = true;
   p0.accs = {0};
   p1.accs = {1};
-  p2.stores = {{1, iadd(imul(var(Space::Outer, 0), iconst(C)), var(Space::Reduce, 0)), op(Op::Div, dt, {e, acc(1, dt)})}};
+  p2.stores = {
+      {1, iadd(imul(var(Space::Outer, 0), iconst(C)), var(Space::Reduce, 0)), op(Op::Div, dt, {e, acc(1, dt)})}};
   k.phases = {p0, p1, p2};
   return k;
 }
 
 // out[o] = reduce(value(x[o, :])) for a row reduction of kind `kind`.
 Kernel row_reduce(AccKind kind, DType in, DType accdt, int64_t R, int64_t C) {
-  return single_reduce(std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Row, kind, in, accdt, R, C,
-                       row_elem(0, in, C));
+  return single_reduce(std::string("k_row_") + acc_kind_name(kind) + "_" + dtype_name(in), ir::KernelKind::Row, kind,
+                       in, accdt, R, C, row_elem(0, in, C));
 }
 
 // out[0] = sum/max/... over all n elements (outer empty: a split global reduction when large).
@@ -77,7 +78,7 @@ TEST(LlvmReduce, RowReductionsEveryKind) {
   const int64_t R = 33, C = 131;
   auto vals = rand_values(R * C, 9, -3, 3, true);
   for (int r = 0; r < 4; ++r) vals[5 * C + 7 + r * 13] = NAN;  // several NaNs in one row
-  for (int c = 0; c < C; ++c) vals[6 * C + c] = -INFINITY;    // an all -inf row
+  for (int c = 0; c < C; ++c) vals[6 * C + c] = -INFINITY;     // an all -inf row
   for (int c = 0; c < C; ++c) vals[7 * C + c] = c % 5;         // ties
   for (DType dt : {DType::F32, DType::F64})
     for (AccKind kind : {AccKind::Sum, AccKind::Prod, AccKind::Max, AccKind::Min, AccKind::ArgMax, AccKind::ArgMin}) {
@@ -85,7 +86,8 @@ TEST(LlvmReduce, RowReductionsEveryKind) {
       auto x = vals;
       if (kind == AccKind::Prod)
         for (auto& v : x) v = std::isfinite(v) ? 1.0 + v / 64 : v;
-      Tol tol = kind == AccKind::Sum || kind == AccKind::Prod ? (dt == DType::F32 ? Tol{4e-6, 4} : Tol{1e-12, 4}) : Tol{};
+      Tol tol =
+          kind == AccKind::Sum || kind == AccKind::Prod ? (dt == DType::F32 ? Tol{4e-6, 4} : Tol{1e-12, 4}) : Tol{};
       check_vs_reference(row_reduce(kind, dt, arg ? DType::I64 : dt, R, C), {Buf::from(dt, x)}, {R}, tol,
                          acc_kind_name(kind));
     }
@@ -102,8 +104,8 @@ TEST(LlvmReduce, RowReductionsEveryKind) {
   for (int c = 0; c < C; ++c) xb[c] = 0, xb[C + c] = 1;  // all-false and all-true rows
   for (AccKind kind : {AccKind::Sum, AccKind::Prod, AccKind::Max, AccKind::Min, AccKind::ArgMax, AccKind::ArgMin}) {
     bool arg = kind == AccKind::ArgMax || kind == AccKind::ArgMin;
-    check_vs_reference(row_reduce(kind, DType::Bool, arg ? DType::I64 : DType::Bool, R, C), {Buf::from(DType::Bool, xb)},
-                       {R}, {}, std::string("bool ") + acc_kind_name(kind));
+    check_vs_reference(row_reduce(kind, DType::Bool, arg ? DType::I64 : DType::Bool, R, C),
+                       {Buf::from(DType::Bool, xb)}, {R}, {}, std::string("bool ") + acc_kind_name(kind));
   }
   // count of true values: bool values folded into an i64 Sum
   check_vs_reference(row_reduce(AccKind::Sum, DType::Bool, DType::I64, R, C), {Buf::from(DType::Bool, xb)}, {R}, {});
@@ -119,7 +121,8 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
     k.params = {{"outer0", C}};
     k.outer = {param(0)};
     k.reduce = {R};
-    k.accs = {{AccKind::Sum, DType::F32, load(0, DType::F32, iadd(imul(var(Space::Reduce, 0), param(0)), var(Space::Outer, 0)))}};
+    k.accs = {{AccKind::Sum, DType::F32,
+               load(0, DType::F32, iadd(imul(var(Space::Reduce, 0), param(0)), var(Space::Outer, 0)))}};
     Phase p0, p1;
     p0.over_reduce = true;
     p0.accs = {0};
@@ -132,14 +135,18 @@ TEST(LlvmReduce, ColumnAndMultiDimReductions) {
   Kernel k = outer2d("k_mean3", ir::KernelKind::Row, DType::F64, A, B);
   k.reduce = {4, 5, 6};
   auto point = iadd(imul(iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)), iconst(120)),
-                    iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(5)), var(Space::Reduce, 1)), iconst(6)), var(Space::Reduce, 2)));
-  k.accs = {{AccKind::Sum, DType::F64, load(0, DType::F64, point)}, {AccKind::ArgMin, DType::I64, load(0, DType::F64, point)}};
+                    iadd(imul(iadd(imul(var(Space::Reduce, 0), iconst(5)), var(Space::Reduce, 1)), iconst(6)),
+                         var(Space::Reduce, 2)));
+  k.accs = {{AccKind::Sum, DType::F64, load(0, DType::F64, point)},
+            {AccKind::ArgMin, DType::I64, load(0, DType::F64, point)}};
   Phase p0, p1;
   p0.over_reduce = true;
   p0.accs = {0, 1};
   auto out_idx = iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1));
-  p1.stores = {{1, out_idx, op(Op::Add, DType::F64, {op(Op::Div, DType::F64, {acc(0, DType::F64), constant(120, DType::F64)}),
-                                                      op(Op::Cast, DType::F64, {acc(1, DType::I64)})})}};
+  p1.stores = {{1, out_idx,
+                op(Op::Add, DType::F64,
+                   {op(Op::Div, DType::F64, {acc(0, DType::F64), constant(120, DType::F64)}),
+                    op(Op::Cast, DType::F64, {acc(1, DType::I64)})})}};
   k.phases = {p0, p1};
   check_vs_reference(k, {Buf::from(DType::F64, rand_values(A * B * 120, 2, -1, 1))}, {A * B}, {1e-12, 4});
 }
@@ -155,8 +162,8 @@ TEST(LlvmReduce, ReduceThenTrigInAVectorisedOuterLoop) {
         Kernel k = row_reduce(AccKind::Max, dt, dt, R, 3);
         k.phases[1].stores[0].value = op(o, dt, {acc(0, dt)});
         auto x = rand_values(R * 3, 8, -200, 200);
-        check_vs_reference(k, {Buf::from(dt, x)}, {static_cast<size_t>(R)}, dt == DType::F32 ? Tol{1e-6, 2} : Tol{1e-11, 4},
-                           op_name(o));
+        check_vs_reference(k, {Buf::from(dt, x)}, {static_cast<size_t>(R)},
+                           dt == DType::F32 ? Tol{1e-6, 2} : Tol{1e-11, 4}, op_name(o));
       }
 }
 
@@ -174,7 +181,8 @@ TEST(LlvmReduce, GlobalSumOverAMillion) {
     check_vs_reference(global_reduce(kind, DType::F32, n), {Buf::from(DType::F32, y)}, {1}, {}, "global max/min");
   check_vs_reference(global_reduce(AccKind::Max, DType::F64, n), {Buf::from(DType::F64, x)}, {1}, {}, "global max");
   auto xi = random_ints(n, 5, -1000, 1000);
-  check_vs_reference(global_reduce(AccKind::Sum, DType::I64, n), {Buf::from(DType::I64, xi)}, {1}, {}, "global int sum");
+  check_vs_reference(global_reduce(AccKind::Sum, DType::I64, n), {Buf::from(DType::I64, xi)}, {1}, {},
+                     "global int sum");
 }
 
 TEST(LlvmReduce, EmptyReduceDomainAndStoresInsideReducePhase) {
@@ -199,21 +207,29 @@ TEST(LlvmReduce, DeterministicAcrossChunkings) {
   if (!kfuse_llvm_set_test_chunk) GTEST_SKIP() << "no test hook";
   std::vector<std::pair<Kernel, std::vector<Buf>>> cases;
   cases.push_back({softmax_kernel(DType::F32, 64, 1000), {Buf::from(DType::F32, rand_values(64000, 1, -10, 10))}});
-  cases.push_back({global_reduce(AccKind::Sum, DType::F32, 1 << 20), {Buf::from(DType::F32, rand_values(1 << 20, 2, -1, 1))}});
-  cases.push_back({pointwise("k_math", {DType::F32}, DType::F32, 50001, [](auto& l) {
-                     auto t = op(Op::Tanh, DType::F32, {op(Op::Exp, DType::F32, {l[0]})});
-                     return op(Op::Add, DType::F32, {t, op(Op::Sin, DType::F32, {op(Op::Log1p, DType::F32, {op(Op::Abs, DType::F32, {l[0]})})})});
-                   }),
+  cases.push_back(
+      {global_reduce(AccKind::Sum, DType::F32, 1 << 20), {Buf::from(DType::F32, rand_values(1 << 20, 2, -1, 1))}});
+  cases.push_back({pointwise("k_math", {DType::F32}, DType::F32, 50001,
+                             [](auto& l) {
+                               auto t = op(Op::Tanh, DType::F32, {op(Op::Exp, DType::F32, {l[0]})});
+                               return op(Op::Add, DType::F32,
+                                         {t, op(Op::Sin, DType::F32,
+                                                {op(Op::Log1p, DType::F32, {op(Op::Abs, DType::F32, {l[0]})})})});
+                             }),
                    {Buf::from(DType::F32, rand_values(50001, 3, -5, 5))}});
-  cases.push_back({pointwise("k_math64", {DType::F64}, DType::F64, 20001, [](auto& l) {
-                     return op(Op::Pow, DType::F64, {op(Op::Exp2, DType::F64, {l[0]}), op(Op::Erf, DType::F64, {l[0]})});
-                   }),
-                   {Buf::from(DType::F64, rand_values(20001, 4, -5, 5))}});
+  cases.push_back(
+      {pointwise("k_math64", {DType::F64}, DType::F64, 20001,
+                 [](auto& l) {
+                   return op(Op::Pow, DType::F64, {op(Op::Exp2, DType::F64, {l[0]}), op(Op::Erf, DType::F64, {l[0]})});
+                 }),
+       {Buf::from(DType::F64, rand_values(20001, 4, -5, 5))}});
   for (auto& [k, in] : cases) {
     auto ck = compile_with(*llvm_backend(), k);
     std::vector<size_t> sizes;
     for (const auto& b : k.buffers)
-      if (b.output) sizes.push_back(k.kind == ir::KernelKind::Global ? 1 : static_cast<size_t>(k.params[0].value * k.reduce_numel()));
+      if (b.output)
+        sizes.push_back(k.kind == ir::KernelKind::Global ? 1
+                                                         : static_cast<size_t>(k.params[0].value * k.reduce_numel()));
     auto base = run_on(*ck, k, in, sizes);
     for (int64_t chunk : {1, 7, 64}) {
       ChunkScope cs(chunk);
@@ -226,7 +242,8 @@ TEST(LlvmReduce, ObjectRoundTrip) {
   KFUSE_REQUIRE_LLVM();
   auto be = llvm_backend();
   for (Kernel k : {softmax_kernel(DType::F32, 16, 100), global_reduce(AccKind::Sum, DType::F64, 100000)}) {
-    auto in = std::vector<Buf>{Buf::from(k.buffers[0].dtype, rand_values(1600 + (k.kind == ir::KernelKind::Global) * 98400, 5, -3, 3))};
+    auto in = std::vector<Buf>{
+        Buf::from(k.buffers[0].dtype, rand_values(1600 + (k.kind == ir::KernelKind::Global) * 98400, 5, -3, 3))};
     std::vector<size_t> sizes = {k.kind == ir::KernelKind::Global ? 1u : 1600u};
     auto ck = compile_with(*be, k);
     EXPECT_EQ(ck->backend, "llvm");

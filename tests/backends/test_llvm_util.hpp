@@ -30,8 +30,8 @@ using detail::CompiledKernel;
 inline std::shared_ptr<Backend> llvm_backend() { return detail::find_backend("llvm"); }
 inline std::shared_ptr<Backend> ref_backend() { return detail::find_backend("reference"); }
 
-#define KFUSE_REQUIRE_LLVM()                                               \
-  do {                                                                     \
+#define KFUSE_REQUIRE_LLVM()                                                                \
+  do {                                                                                      \
     if (!::kfuse::test::llvmt::llvm_backend()) GTEST_SKIP() << "llvm backend not built in"; \
   } while (0)
 
@@ -151,7 +151,8 @@ struct Tol {
 /// Compiles `k` on llvm and reference, runs both on `inputs`, and compares every output.
 /// Returns the llvm outputs.
 inline std::vector<Buf> check_vs_reference(const Kernel& k, const std::vector<Buf>& inputs,
-                                           const std::vector<size_t>& out_sizes, Tol tol, const std::string& what = "") {
+                                           const std::vector<size_t>& out_sizes, Tol tol,
+                                           const std::string& what = "") {
   auto lk = compile_with(*llvm_backend(), k);
   auto rk = compile_with(*ref_backend(), k);
   auto lo = run_on(*lk, k, inputs, out_sizes);
@@ -162,8 +163,9 @@ inline std::vector<Buf> check_vs_reference(const Kernel& k, const std::vector<Bu
       double a = lo[o].get(i), b = ro[o].get(i);
       if (!close(a, b, lo[o].dt, tol.rtol, tol.ulps) && !(std::fabs(a - b) <= tol.atol)) {
         ++bad;
-        ADD_FAILURE() << what << " kernel " << k.name << " out" << o << "[" << i << "]: llvm " << a << " reference " << b
-                      << "\n" << (bad == 1 ? print_kernel(k) : "");
+        ADD_FAILURE() << what << " kernel " << k.name << " out" << o << "[" << i << "]: llvm " << a << " reference "
+                      << b << "\n"
+                      << (bad == 1 ? print_kernel(k) : "");
       }
     }
   }
@@ -192,8 +194,8 @@ inline Kernel outer2d(const std::string& name, ir::KernelKind kind, DType t, int
 
 /// A reduction with one accumulator: outer [$0 = n] of kind `kind` ("row" or "column"), reduce
 /// [r], one input of dtype `in` read by `value`, out0[o0] = the accumulator (of dtype `accdt`).
-inline Kernel single_reduce(const std::string& name, ir::KernelKind kind, AccKind acc_kind, DType in,
-                            DType accdt, int64_t n, int64_t r, ExprRef value) {
+inline Kernel single_reduce(const std::string& name, ir::KernelKind kind, AccKind acc_kind, DType in, DType accdt,
+                            int64_t n, int64_t r, ExprRef value) {
   Kernel k;
   k.name = name;
   k.kind = kind;

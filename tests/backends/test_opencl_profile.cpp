@@ -14,9 +14,7 @@ bool have_opencl() {
   try {
     Tensor::from_vector<float>({1.f}, {1}).to(Device::opencl());
     return true;
-  } catch (const std::exception&) {
-    return false;
-  }
+  } catch (const std::exception&) { return false; }
 }
 
 TEST(OpenCLProfile, CountsEqualThePlanAndTimesComeFromEvents) {

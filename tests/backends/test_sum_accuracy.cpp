@@ -45,7 +45,7 @@ Kernel sum_kernel(ir::KernelKind kind, int64_t kept, int64_t n) {
     k.params = {{"outer0", kept}};
     k.outer = {param(0)};
     index = kind == ir::KernelKind::Row ? iadd(imul(var(Space::Outer, 0), iconst(n)), var(Space::Reduce, 0))
-                          : iadd(imul(var(Space::Reduce, 0), iconst(kept)), var(Space::Outer, 0));
+                                        : iadd(imul(var(Space::Reduce, 0), iconst(kept)), var(Space::Outer, 0));
   }
   k.reduce = {n};
   k.accs = {{AccKind::Sum, DType::F32, load(0, DType::F32, index)}};
@@ -58,7 +58,8 @@ Kernel sum_kernel(ir::KernelKind kind, int64_t kept, int64_t n) {
 }
 
 // Runs a compiled kernel on host or device memory; returns the outputs.
-using Runner = std::function<std::vector<float>(detail::CompiledKernel&, const Kernel&, const std::vector<float>&, size_t)>;
+using Runner =
+    std::function<std::vector<float>(detail::CompiledKernel&, const Kernel&, const std::vector<float>&, size_t)>;
 
 std::vector<float> run_host(detail::CompiledKernel& ck, const Kernel& k, const std::vector<float>& in, size_t nout) {
   std::vector<float> out(nout, -1.0f);

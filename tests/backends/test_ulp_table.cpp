@@ -56,8 +56,8 @@ const std::vector<OpCase>& cases() {
       {Op::Sigmoid, -100, 100, sigmoid_l, 4},
       {Op::Silu, -80, 80, [](LD x) { return x * sigmoid_l(x); }, 4.5},
       {Op::GeluErf, -12, 12, [](LD x) { return x * erfcl(-x / sqrtl(2)) / 2; }, 40, 1e-6},
-      {Op::GeluTanh, -12, 12,
-       [](LD x) { return x * sigmoid_l(2 * 0.7978845608028654L * (x + 0.044715L * x * x * x)); }, 28, 1e-6},
+      {Op::GeluTanh, -12, 12, [](LD x) { return x * sigmoid_l(2 * 0.7978845608028654L * (x + 0.044715L * x * x * x)); },
+       28, 1e-6},
   };
   return c;
 }
@@ -134,17 +134,20 @@ std::vector<Column> backends() {
   std::vector<Column> cols;
   for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2})
     if (detail::xb::cpu_supports(isa))
-      cols.push_back({isa == detail::xb::Isa::Avx512 ? "xbyak avx512" : "xbyak avx2", detail::xb::make_backend(isa), run_host});
+      cols.push_back(
+          {isa == detail::xb::Isa::Avx512 ? "xbyak avx512" : "xbyak avx2", detail::xb::make_backend(isa), run_host});
   if (auto be = detail::find_backend("llvm")) cols.push_back({"llvm", be, run_host});
 #ifdef KFUSE_HAVE_OPENCL
   if (auto be = detail::find_backend("opencl"))
-    cols.push_back({"opencl", be, device_runner([](DType t, int64_t n) { return detail::opencl_alloc(t, n); },
-                                                detail::opencl_copy_to_device, detail::opencl_copy_to_host)});
+    cols.push_back({"opencl", be,
+                    device_runner([](DType t, int64_t n) { return detail::opencl_alloc(t, n); },
+                                  detail::opencl_copy_to_device, detail::opencl_copy_to_host)});
 #endif
 #ifdef KFUSE_HAVE_CUDA
   if (auto be = detail::find_backend("cuda"))
-    cols.push_back({"cuda", be, device_runner([](DType t, int64_t n) { return detail::cuda_alloc(t, n); },
-                                              detail::cuda_copy_to_device, detail::cuda_copy_to_host)});
+    cols.push_back({"cuda", be,
+                    device_runner([](DType t, int64_t n) { return detail::cuda_alloc(t, n); },
+                                  detail::cuda_copy_to_device, detail::cuda_copy_to_host)});
 #endif
   return cols;
 }

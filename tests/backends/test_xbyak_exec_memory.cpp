@@ -33,7 +33,8 @@ std::string perms_of(const void* p) {
     std::string range, perms;
     is >> range >> perms;
     auto dash = range.find('-');
-    uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16), hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16),
+              hi = std::stoull(range.substr(dash + 1), nullptr, 16);
     if (a >= lo && a < hi) return perms;
   }
   return "unmapped";

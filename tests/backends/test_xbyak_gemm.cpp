@@ -18,13 +18,13 @@ using detail::xb::set_gemm_blocking;
 using detail::xb::set_gemm_path;
 
 struct Spec {
-  std::vector<int64_t> batch;     // batch extents
+  std::vector<int64_t> batch;  // batch extents
   int64_t M = 1, N = 1, K = 1;
-  bool ta = false, tb = false;    // A stored K x M, B stored N x K
+  bool ta = false, tb = false;         // A stored K x M, B stored N x K
   std::vector<bool> a_bcast, b_bcast;  // per batch dim: the operand does not move along it
   // epilogue: out = f(acc, bias_n[n], bias_m[m], res[m, n]) (inputs 2, 3, 4 when used)
   std::function<ExprRef(ExprRef acc, const std::vector<ExprRef>& in)> epi;
-  int extra_outputs = 0;          // more stores of epi2(acc) (temp C path)
+  int extra_outputs = 0;  // more stores of epi2(acc) (temp C path)
 };
 
 int64_t prod(const std::vector<int64_t>& v) {
@@ -111,7 +111,8 @@ Data make_data(const Spec& s, uint64_t seed) {
 }
 
 // Runs on xbyak (the GEMM path must take it) and checks against fp64 loops; returns output 0.
-std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1, double (*epi64)(double, double, double, double) = nullptr) {
+std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
+                             double (*epi64)(double, double, double, double) = nullptr) {
   Kernel k = build(s);
   auto be = detail::xb::make_backend(isa);
   auto cr = be->compile(k);
@@ -148,11 +149,13 @@ std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1, double (
         float got = d.bufs[5][ci];
         if (!(std::fabs(got - want) <= tol) && bad++ < 5)
           ADD_FAILURE() << detail::xb::isa_name(isa) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta
-                        << " tb=" << s.tb << " batch " << bi << " [" << m << "," << n << "]: got " << got << " want " << want;
+                        << " tb=" << s.tb << " batch " << bi << " [" << m << "," << n << "]: got " << got << " want "
+                        << want;
         for (int o = 0; o < s.extra_outputs; ++o) {
           float g2 = d.bufs[6 + o][ci];
           if (!(std::fabs(g2 - acc * (o + 2.0)) <= tol * (o + 2)) && bad++ < 5)
-            ADD_FAILURE() << "extra output " << o << " [" << m << "," << n << "]: got " << g2 << " want " << acc * (o + 2);
+            ADD_FAILURE() << "extra output " << o << " [" << m << "," << n << "]: got " << g2 << " want "
+                          << acc * (o + 2);
         }
       }
   }
@@ -263,7 +266,8 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
     const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
-    for (auto [M, N, K, ta] : {std::tuple{1, 203, 7, false}, {2, 4099, blk.kc + 6, true}, {1, 40, 2 * blk.kc + 3, false}}) {
+    for (auto [M, N, K, ta] :
+         {std::tuple{1, 203, 7, false}, {2, 4099, blk.kc + 6, true}, {1, 40, 2 * blk.kc + 3, false}}) {
       Spec s;
       s.M = M, s.N = N, s.K = K, s.ta = ta;
       for (int threads : {1, 2}) {
@@ -386,10 +390,11 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
     bool ta, tb;
     int64_t M, N, K;
   };
-  const Case cases[] = {{DType::F16, DType::F32, false, false, 1, 33, 20},  {DType::F32, DType::BF16, false, false, 37, 29, 70},
-                        {DType::I8, DType::U8, true, true, 13, 40, 9},      {DType::F64, DType::I32, false, true, 50, 3, 300},
-                        {DType::F32, DType::F16, false, true, 130, 150, 66}, {DType::F32, DType::F32, true, false, 2, 17, 5},
-                        {DType::F16, DType::F16, false, false, 20, 40, 33}, {DType::BF16, DType::I64, false, false, 14, 9, 17}};
+  const Case cases[] = {
+      {DType::F16, DType::F32, false, false, 1, 33, 20},   {DType::F32, DType::BF16, false, false, 37, 29, 70},
+      {DType::I8, DType::U8, true, true, 13, 40, 9},       {DType::F64, DType::I32, false, true, 50, 3, 300},
+      {DType::F32, DType::F16, false, true, 130, 150, 66}, {DType::F32, DType::F32, true, false, 2, 17, 5},
+      {DType::F16, DType::F16, false, false, 20, 40, 33},  {DType::BF16, DType::I64, false, false, 14, 9, 17}};
   const Options saved = options();
   for (Isa isa : isas())
     for (const Case& c : cases) {
@@ -453,8 +458,8 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
           }
           const float got = outs[0][m * c.N + n];
           if (!(std::fabs(got - want) <= 1e-6 * (std::fabs(want) + c.K)) && bad++ < 5)
-            ADD_FAILURE() << dtype_name(c.a_dt) << " x " << dtype_name(c.b_dt) << " [" << m << "," << n << "]: got " << got
-                          << " want " << want;
+            ADD_FAILURE() << dtype_name(c.a_dt) << " x " << dtype_name(c.b_dt) << " [" << m << "," << n << "]: got "
+                          << got << " want " << want;
         }
     }
 }

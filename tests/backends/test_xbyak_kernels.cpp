@@ -23,14 +23,29 @@ struct UnaryCase {
 
 std::vector<UnaryCase> unary_cases() {
   return {
-      {Op::Neg, {0, 0}},          {Op::Abs, {0, 0}},           {Op::Exp, {4e-7, 1e-38}},
-      {Op::Exp2, {4e-7, 0}},      {Op::Log, {4e-7, 0}, 0, 10}, {Op::Log2, {4e-7, 0}, 0, 10},
-      {Op::Log1p, {6e-7, 0}, -1, 5}, {Op::Expm1, {8e-7, 0}},   {Op::Sqrt, {2e-7, 0}, 0, 10},
-      {Op::Rsqrt, {4e-7, 0}, 0, 10}, {Op::Recip, {2e-7, 0}},   {Op::Square, {2e-7, 0}},
-      {Op::Tanh, {6e-7, 1e-7}},   {Op::Sigmoid, {6e-7, 0}},   {Op::Relu, {0, 0}},
-      {Op::GeluTanh, {1e-6, 1e-7}}, {Op::GeluErf, {1e-6, 2e-7}}, {Op::Silu, {6e-7, 1e-7}},
-      {Op::Erf, {1e-6, 2e-7}},    {Op::Floor, {0, 0}},        {Op::Ceil, {0, 0}},
-      {Op::Round, {0, 0}},        {Op::Sign, {0, 0}},
+      {Op::Neg, {0, 0}},
+      {Op::Abs, {0, 0}},
+      {Op::Exp, {4e-7, 1e-38}},
+      {Op::Exp2, {4e-7, 0}},
+      {Op::Log, {4e-7, 0}, 0, 10},
+      {Op::Log2, {4e-7, 0}, 0, 10},
+      {Op::Log1p, {6e-7, 0}, -1, 5},
+      {Op::Expm1, {8e-7, 0}},
+      {Op::Sqrt, {2e-7, 0}, 0, 10},
+      {Op::Rsqrt, {4e-7, 0}, 0, 10},
+      {Op::Recip, {2e-7, 0}},
+      {Op::Square, {2e-7, 0}},
+      {Op::Tanh, {6e-7, 1e-7}},
+      {Op::Sigmoid, {6e-7, 0}},
+      {Op::Relu, {0, 0}},
+      {Op::GeluTanh, {1e-6, 1e-7}},
+      {Op::GeluErf, {1e-6, 2e-7}},
+      {Op::Silu, {6e-7, 1e-7}},
+      {Op::Erf, {1e-6, 2e-7}},
+      {Op::Floor, {0, 0}},
+      {Op::Ceil, {0, 0}},
+      {Op::Round, {0, 0}},
+      {Op::Sign, {0, 0}},
   };
 }
 
@@ -38,37 +53,45 @@ TEST(XbyakKernels, EveryUnaryOpEverySize) {
   for (Isa isa : isas())
     for (const auto& c : unary_cases())
       for (int64_t n : kSizes) {
-        Kernel k = pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, n);
+        Kernel k = pointwise(
+            1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, n);
         auto x = inputs(static_cast<size_t>(n), 17 + n, c.lo, c.hi);
         compare(k, {x}, {static_cast<size_t>(n)}, isa, c.tol, std::string(op_name(c.op)) + " n=" + std::to_string(n));
       }
 }
 
 TEST(XbyakKernels, BinaryOpsComparisonsWhere) {
-  const std::vector<std::pair<Op, Tol>> bins = {
-      {Op::Add, {2e-7, 0}}, {Op::Sub, {2e-7, 0}}, {Op::Mul, {2e-7, 0}}, {Op::Div, {2e-7, 0}},
-      {Op::Maximum, {0, 0}}, {Op::Minimum, {0, 0}}};
+  const std::vector<std::pair<Op, Tol>> bins = {{Op::Add, {2e-7, 0}}, {Op::Sub, {2e-7, 0}},  {Op::Mul, {2e-7, 0}},
+                                                {Op::Div, {2e-7, 0}}, {Op::Maximum, {0, 0}}, {Op::Minimum, {0, 0}}};
   for (Isa isa : isas())
     for (int64_t n : {int64_t{17}, int64_t{1000}, int64_t{4099}}) {
       auto a = inputs(static_cast<size_t>(n), 1, -3, 3, 0.1), b = inputs(static_cast<size_t>(n), 2, -3, 3, 0.1);
       for (auto [o, tol] : bins) {
-        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) { return bin(o, in[0], in[1]); }, n);
+        Kernel k = pointwise(
+            2, [&](const std::vector<ExprRef>& in) { return bin(o, in[0], in[1]); }, n);
         compare(k, {a, b}, {static_cast<size_t>(n)}, isa, tol, op_name(o));
       }
       for (Op c : {Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge}) {
-        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) {
-          ExprRef cond = op(c, DType::Bool, {in[0], in[1]});
-          return op(Op::Where, DType::F32, {cond, bin(Op::Mul, in[0], f32c(2)), bin(Op::Sub, in[1], f32c(1))});
-        }, n);
+        Kernel k = pointwise(
+            2,
+            [&](const std::vector<ExprRef>& in) {
+              ExprRef cond = op(c, DType::Bool, {in[0], in[1]});
+              return op(Op::Where, DType::F32, {cond, bin(Op::Mul, in[0], f32c(2)), bin(Op::Sub, in[1], f32c(1))});
+            },
+            n);
         compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {0, 0}, std::string("where ") + op_name(c));
       }
       // logical ops, not, casts
-      Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) {
-        ExprRef p = op(Op::Gt, DType::Bool, {in[0], f32c(0)});
-        ExprRef q = op(Op::Lt, DType::Bool, {in[1], f32c(0.5)});
-        ExprRef r = op(Op::Or, DType::Bool, {op(Op::And, DType::Bool, {p, q}), op(Op::Not, DType::Bool, {in[1]})});
-        return bin(Op::Add, op(Op::Cast, DType::F32, {r}), op(Op::Cast, DType::F32, {op(Op::And, DType::Bool, {in[0], in[1]})}));
-      }, n);
+      Kernel k = pointwise(
+          2,
+          [&](const std::vector<ExprRef>& in) {
+            ExprRef p = op(Op::Gt, DType::Bool, {in[0], f32c(0)});
+            ExprRef q = op(Op::Lt, DType::Bool, {in[1], f32c(0.5)});
+            ExprRef r = op(Op::Or, DType::Bool, {op(Op::And, DType::Bool, {p, q}), op(Op::Not, DType::Bool, {in[1]})});
+            return bin(Op::Add, op(Op::Cast, DType::F32, {r}),
+                       op(Op::Cast, DType::F32, {op(Op::And, DType::Bool, {in[0], in[1]})}));
+          },
+          n);
       compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {0, 0}, "logical");
     }
 }
@@ -90,7 +113,8 @@ TEST(XbyakKernels, ExpOfNonPositiveForms) {
           {"exp(-(a*b))", [](const auto& in) { return un(Op::Neg, bin(Op::Mul, in[0], in[1])); }},
           {"exp((-a)*b)", [](const auto& in) { return bin(Op::Mul, un(Op::Neg, in[0]), in[1]); }}};
       for (const auto& [name, f] : forms) {
-        Kernel k = pointwise(2, [&](const std::vector<ExprRef>& in) { return un(Op::Exp, f(in)); }, n);
+        Kernel k = pointwise(
+            2, [&](const std::vector<ExprRef>& in) { return un(Op::Exp, f(in)); }, n);
         compare(k, {a, b}, {static_cast<size_t>(n)}, isa, {3e-7, 3e-45}, name);  // subnormals: 1 ulp
       }
       // a - max(b) is positive where a > max(b): not the softmax form
@@ -99,7 +123,8 @@ TEST(XbyakKernels, ExpOfNonPositiveForms) {
       ExprRef xb = load(1, DType::F32, row_index(C));
       k.accs.push_back({AccKind::Max, DType::F32, xb});
       k.phases.push_back(reduce_phase({0}));
-      k.phases.push_back(reduce_phase({}, {{2, row_index(C), un(Op::Exp, bin(Op::Sub, row_x(C), acc(0, DType::F32)))}}));
+      k.phases.push_back(
+          reduce_phase({}, {{2, row_index(C), un(Op::Exp, bin(Op::Sub, row_x(C), acc(0, DType::F32)))}}));
       compare(k, {a, b}, {static_cast<size_t>(R * C)}, isa, {3e-7, 3e-45}, "exp(a - max(b))");
     }
 }
@@ -110,16 +135,18 @@ TEST(XbyakKernels, ExpOfNonPositiveForms) {
 TEST(XbyakKernels, ExpOfNonPositiveSameBitsAsGeneralExp) {
   std::vector<float> a;
   for (float v = 0.0f; v < 106.0f; v += 0.0137f) a.push_back(v);
-  for (float v : {0.0f, 1e-30f, 1e-45f, 86.9f, 87.3365f, 87.34f, 88.7f, 103.28f, 103.3f, 103.98f, 104.0f, 150.0f,
-                  INFINITY, NAN})
+  for (float v :
+       {0.0f, 1e-30f, 1e-45f, 86.9f, 87.3365f, 87.34f, 88.7f, 103.28f, 103.3f, 103.98f, 104.0f, 150.0f, INFINITY, NAN})
     a.push_back(v);
   std::vector<float> neg(a.size());
   for (size_t i = 0; i < a.size(); ++i) neg[i] = -std::fabs(a[i]);
   const auto n = static_cast<int64_t>(a.size());
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
-    Kernel proven = pointwise(1, [](const auto& in) { return un(Op::Exp, un(Op::Neg, un(Op::Abs, in[0]))); }, n);
-    Kernel general = pointwise(1, [](const auto& in) { return un(Op::Exp, in[0]); }, n);
+    Kernel proven = pointwise(
+        1, [](const auto& in) { return un(Op::Exp, un(Op::Neg, un(Op::Abs, in[0]))); }, n);
+    Kernel general = pointwise(
+        1, [](const auto& in) { return un(Op::Exp, in[0]); }, n);
     auto cp = be->compile(proven), cg = be->compile(general);
     ASSERT_TRUE(cp.kernel && cg.kernel);
     std::vector<float> op(a.size()), og(a.size());
@@ -137,23 +164,32 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
   for (Isa isa : isas()) {
     // tanh(a*0.5+b)*sigmoid(c) - exp(-a*a) and relu(a*b+c), gelu chains: register pressure
     for (int64_t n : {int64_t{1000}, int64_t{(1 << 20) + 5}}) {
-      auto a = inputs(static_cast<size_t>(n), 3), b = inputs(static_cast<size_t>(n), 4), c = inputs(static_cast<size_t>(n), 5);
-      Kernel k = pointwise(3, [&](const std::vector<ExprRef>& in) {
-        ExprRef t = bin(Op::Mul, un(Op::Tanh, bin(Op::Add, bin(Op::Mul, in[0], f32c(0.5)), in[1])), un(Op::Sigmoid, in[2]));
-        return bin(Op::Sub, t, un(Op::Exp, un(Op::Neg, bin(Op::Mul, in[0], in[0]))));
-      }, n);
+      auto a = inputs(static_cast<size_t>(n), 3), b = inputs(static_cast<size_t>(n), 4),
+           c = inputs(static_cast<size_t>(n), 5);
+      Kernel k = pointwise(
+          3,
+          [&](const std::vector<ExprRef>& in) {
+            ExprRef t =
+                bin(Op::Mul, un(Op::Tanh, bin(Op::Add, bin(Op::Mul, in[0], f32c(0.5)), in[1])), un(Op::Sigmoid, in[2]));
+            return bin(Op::Sub, t, un(Op::Exp, un(Op::Neg, bin(Op::Mul, in[0], in[0]))));
+          },
+          n);
       // absolute part: the result cancels terms of magnitude <= 1, each within its documented ulp
       // bound (tanh 6, sigmoid 3, exp 1: ~10 ulp of 1 = 6e-7)
       compare(k, {a, b, c}, {static_cast<size_t>(n)}, isa, {2e-6, 6e-7}, "chain1");
       // a wide DAG: many live values (forces spills on AVX2)
-      Kernel k2 = pointwise(3, [&](const std::vector<ExprRef>& in) {
-        std::vector<ExprRef> v;
-        for (int i = 0; i < 24; ++i)
-          v.push_back(bin(Op::Add, bin(Op::Mul, in[i % 3], f32c(0.25 * (i + 1))), un(i % 2 ? Op::Exp : Op::Sigmoid, in[(i + 1) % 3])));
-        ExprRef s = v[0];
-        for (int i = 1; i < 24; ++i) s = bin(Op::Add, s, bin(Op::Mul, v[i], v[23 - i]));
-        return s;
-      }, n);
+      Kernel k2 = pointwise(
+          3,
+          [&](const std::vector<ExprRef>& in) {
+            std::vector<ExprRef> v;
+            for (int i = 0; i < 24; ++i)
+              v.push_back(bin(Op::Add, bin(Op::Mul, in[i % 3], f32c(0.25 * (i + 1))),
+                              un(i % 2 ? Op::Exp : Op::Sigmoid, in[(i + 1) % 3])));
+            ExprRef s = v[0];
+            for (int i = 1; i < 24; ++i) s = bin(Op::Add, s, bin(Op::Mul, v[i], v[23 - i]));
+            return s;
+          },
+          n);
       compare(k2, {a, b, c}, {static_cast<size_t>(n)}, isa, {1e-5, 1e-3}, "wide");
     }
     // 2-D broadcast: out[o0, o1] = x[o0*$1 + o1] * w[o1] + s[o0]
@@ -163,12 +199,15 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
       k.outer = {param(0), param(1)};
       ExprRef o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1);
       ExprRef idx = iadd(imul(o0, param(1)), o1);
-      ExprRef v = bin(Op::Add, bin(Op::Mul, load(0, DType::F32, idx), load(1, DType::F32, o1)), un(Op::Exp, load(2, DType::F32, o0)));
+      ExprRef v = bin(Op::Add, bin(Op::Mul, load(0, DType::F32, idx), load(1, DType::F32, o1)),
+                      un(Op::Exp, load(2, DType::F32, o0)));
       Phase ph;
       ph.stores.push_back({3, idx, v});
       k.phases.push_back(ph);
-      auto x = inputs(static_cast<size_t>(R * C), 6), w = inputs(static_cast<size_t>(C), 7), s = inputs(static_cast<size_t>(R), 8);
-      compare(k, {x, w, s}, {static_cast<size_t>(R * C)}, isa, {1e-6, 4e-6}, "bcast " + std::to_string(R) + "x" + std::to_string(C));
+      auto x = inputs(static_cast<size_t>(R * C), 6), w = inputs(static_cast<size_t>(C), 7),
+           s = inputs(static_cast<size_t>(R), 8);
+      compare(k, {x, w, s}, {static_cast<size_t>(R * C)}, isa, {1e-6, 4e-6},
+              "bcast " + std::to_string(R) + "x" + std::to_string(C));
     }
     // scalar kernel (empty outer domain)
     {
@@ -200,7 +239,8 @@ TEST(XbyakKernels, DivisionByARowSumIsAProductOnlyForSoftmax) {
       // softmax itself, with the product, against the reference (rows of one element: s = 1)
       auto x = inputs(n, 23);
       compare(softmax(R, C, false), {x}, {n}, isa, {1e-5, 2e-7}, "softmax C=" + std::to_string(C));
-      compare(softmax(R, 1, false), {inputs(static_cast<size_t>(R), 24)}, {static_cast<size_t>(R)}, isa, {0, 0}, "softmax C=1");
+      compare(softmax(R, 1, false), {inputs(static_cast<size_t>(R), 24)}, {static_cast<size_t>(R)}, isa, {0, 0},
+              "softmax C=1");
     }
 }
 
@@ -209,8 +249,8 @@ TEST(XbyakKernels, RowKernels) {
     for (int64_t C : kCols) {
       int64_t R = C >= 1000 ? 37 : 301;
       for (double sp : {0.0, 0.01}) {
-        auto x = inputs(static_cast<size_t>(R * C), 10 + C, -5, 5, sp), w = inputs(static_cast<size_t>(C), 11, -2, 2, 0),
-             b = inputs(static_cast<size_t>(C), 12, -2, 2, 0);
+        auto x = inputs(static_cast<size_t>(R * C), 10 + C, -5, 5, sp),
+             w = inputs(static_cast<size_t>(C), 11, -2, 2, 0), b = inputs(static_cast<size_t>(C), 12, -2, 2, 0);
         std::string tag = " C=" + std::to_string(C) + (sp > 0 ? " specials" : "");
         size_t n = static_cast<size_t>(R * C);
         Tol tol{1e-5, 2e-6};
@@ -240,7 +280,9 @@ TEST(XbyakKernels, GlobalReductions) {
 // The declined-kernel census: every kernel of the supported set must compile on every ISA.
 TEST(XbyakKernels, NothingSupportedIsDeclined) {
   std::vector<Kernel> ks;
-  for (const auto& c : unary_cases()) ks.push_back(pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, 100));
+  for (const auto& c : unary_cases())
+    ks.push_back(pointwise(
+        1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, 100));
   for (int64_t C : kCols) {
     ks.push_back(softmax(8, C, false));
     ks.push_back(softmax(8, C, true));
@@ -284,7 +326,8 @@ TEST(XbyakKernels, DeclinesWithReasons) {
   EXPECT_FALSE(r.kernel);
   EXPECT_NE(r.declined.find("xbyak: i64"), std::string::npos) << r.declined;
   // pow
-  Kernel k3 = pointwise(2, [](const std::vector<ExprRef>& in) { return bin(Op::Pow, in[0], in[1]); }, 10);
+  Kernel k3 = pointwise(
+      2, [](const std::vector<ExprRef>& in) { return bin(Op::Pow, in[0], in[1]); }, 10);
   r = be->compile(k3);
   EXPECT_FALSE(r.kernel);
   EXPECT_NE(r.declined.find("pow"), std::string::npos) << r.declined;
@@ -382,8 +425,8 @@ TEST(XbyakKernels, ShortRowsLanePositionIndependent) {
     auto be = detail::xb::make_backend(isa);
     for (int64_t C : {1, 3, 8, 10, 13, 16}) {
       const int64_t R = 301;
-      auto x = inputs(static_cast<size_t>(R * C), 40 + C, -5, 5, 0.02), w = inputs(static_cast<size_t>(C), 41, -2, 2, 0),
-           b = inputs(static_cast<size_t>(C), 42, -2, 2, 0);
+      auto x = inputs(static_cast<size_t>(R * C), 40 + C, -5, 5, 0.02),
+           w = inputs(static_cast<size_t>(C), 41, -2, 2, 0), b = inputs(static_cast<size_t>(C), 42, -2, 2, 0);
       struct Case {
         Kernel k;
         int64_t out_per_row;
@@ -487,10 +530,11 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
   // The oracle is computed directly in double, once per kernel: its result does not depend on
   // where the buffers sit, the ISA or the alias check. (The IR interpreter took ~1 s per launch
   // here, minutes under ASan on a 2-vCPU machine; these kernels' math is two lines.)
-  const int64_t n = (int64_t{1} << 22) + 21;  // 16 MiB + a tail
+  const int64_t n = (int64_t{1} << 22) + 21;              // 16 MiB + a tail
   const int64_t most = std::max<int64_t>(n, 8200 * 515);  // the largest input below
   auto a = inputs(static_cast<size_t>(most), 81, -3, 3, 0.01), b = inputs(static_cast<size_t>(n), 82, -3, 3, 0);
-  Kernel pw = pointwise(2, [](const std::vector<ExprRef>& in) { return un(Op::Relu, bin(Op::Mul, in[0], in[1])); }, n);
+  Kernel pw = pointwise(
+      2, [](const std::vector<ExprRef>& in) { return un(Op::Relu, bin(Op::Mul, in[0], in[1])); }, n);
   auto pointwise_oracle = [&](std::vector<float>& out) {
     for (int64_t i = 0; i < n; ++i) {  // (NaN inputs propagate, as relu's does)
       const double v = double{a[i]} * b[i];
@@ -502,7 +546,8 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
       for (int64_t r = 0; r < R; ++r) {
         const float* x = a.data() + r * C;
         double m = -INFINITY, s = 0;
-        for (int64_t c = 0; c < C; ++c) m = std::isnan(m) || x[c] > m || std::isnan(x[c]) ? (std::isnan(m) ? m : x[c]) : m;
+        for (int64_t c = 0; c < C; ++c)
+          m = std::isnan(m) || x[c] > m || std::isnan(x[c]) ? (std::isnan(m) ? m : x[c]) : m;
         for (int64_t c = 0; c < C; ++c) s += std::exp(x[c] - m);
         for (int64_t c = 0; c < C; ++c)
           out[static_cast<size_t>(r * C + c)] =
@@ -549,8 +594,8 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
           for (int64_t i = 0; i < count; ++i)
             if (!close(ox.p[i], expect[static_cast<size_t>(i)], {1e-5, 1e-5}) && ++bad <= 5)
               ADD_FAILURE() << k.name << " (" << c.what << (alias_check ? ", 4K-alias check" : "") << ") ["
-                            << detail::xb::isa_name(isa) << "] out[" << i << "]: xbyak " << ox.p[i]
-                            << " reference " << expect[static_cast<size_t>(i)];
+                            << detail::xb::isa_name(isa) << "] out[" << i << "]: xbyak " << ox.p[i] << " reference "
+                            << expect[static_cast<size_t>(i)];
         }
     }
   }
@@ -579,11 +624,18 @@ TEST(XbyakKernels, EmitTime) {
   if (isas().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
-    std::vector<Kernel> ks = {pointwise(3, [](const std::vector<ExprRef>& in) {
-                                return un(Op::Relu, bin(Op::Add, bin(Op::Mul, in[0], in[1]), in[2]));
-                              }, 100),
-                              softmax(8, 1000, true), layer_norm(8, 512), softmax(64, 10, true), softmax(64, 16, true),
-                              pointwise(1, [](const std::vector<ExprRef>& in) { return un(Op::GeluTanh, in[0]); }, 100)};
+    std::vector<Kernel> ks = {pointwise(
+                                  3,
+                                  [](const std::vector<ExprRef>& in) {
+                                    return un(Op::Relu, bin(Op::Add, bin(Op::Mul, in[0], in[1]), in[2]));
+                                  },
+                                  100),
+                              softmax(8, 1000, true),
+                              layer_norm(8, 512),
+                              softmax(64, 10, true),
+                              softmax(64, 16, true),
+                              pointwise(
+                                  1, [](const std::vector<ExprRef>& in) { return un(Op::GeluTanh, in[0]); }, 100)};
     for (const auto& k : ks) {
       std::vector<double> t;
       size_t bytes = 0;

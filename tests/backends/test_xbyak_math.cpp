@@ -52,10 +52,11 @@ void check(const MathCase& c, Isa isa) {
       x[i] = static_cast<float>(u(g));
     }
   }
-  const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MIN, FLT_TRUE_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
-                      1.0f, -1.0f, 0.5f, 88.7f, 88.73f, -87.3f, -103.0f, 1e-30f, -1e-30f};
+  const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN,    FLT_MIN, FLT_TRUE_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
+                      1.0f, -1.0f, 0.5f,     88.7f,     88.73f, -87.3f,  -103.0f,      1e-30f,   -1e-30f};
   for (size_t i = 0; i < sizeof sp / sizeof sp[0]; ++i) x[i] = sp[i];
-  Kernel k = pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, static_cast<int64_t>(n));
+  Kernel k = pointwise(
+      1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, static_cast<int64_t>(n));
   auto be = detail::xb::make_backend(isa);
   auto ck = be->compile(k);
   ASSERT_TRUE(ck.kernel) << ck.declined;
@@ -91,8 +92,9 @@ void check(const MathCase& c, Isa isa) {
       worst_x = x[i];
     }
   }
-  std::printf("[xbyak %s] %-10s max %.2f ulp (at x = %.9g) over %zu points + specials; |ref| < %.3g: max abs err %.3g\n",
-              detail::xb::isa_name(isa), op_name(c.op), worst, worst_x, n, c.floor, worst_abs);
+  std::printf(
+      "[xbyak %s] %-10s max %.2f ulp (at x = %.9g) over %zu points + specials; |ref| < %.3g: max abs err %.3g\n",
+      detail::xb::isa_name(isa), op_name(c.op), worst, worst_x, n, c.floor, worst_abs);
   EXPECT_LE(worst_abs, c.floor * 0x1p-18) << op_name(c.op);
   EXPECT_LE(worst, c.max_ulp) << op_name(c.op) << " at x = " << worst_x;
   EXPECT_EQ(special_bad, 0);
@@ -126,17 +128,18 @@ TEST(XbyakMath, SpecialValues) {
     Op op;
     float x, want;
   };
-  const S s[] = {{Op::Exp, -INFINITY, 0.0f}, {Op::Exp, INFINITY, INFINITY}, {Op::Log, 0.0f, -INFINITY},
-                 {Op::Log, -0.0f, -INFINITY}, {Op::Log, INFINITY, INFINITY}, {Op::Tanh, INFINITY, 1.0f},
-                 {Op::Tanh, -INFINITY, -1.0f},  {Op::Sigmoid, -INFINITY, 0.0f}, {Op::Sigmoid, INFINITY, 1.0f},
-                 {Op::Erf, INFINITY, 1.0f},     {Op::Erf, -INFINITY, -1.0f}, {Op::Relu, -0.0f, 0.0f},
-                 {Op::Sqrt, -0.0f, -0.0f},      {Op::Rsqrt, 0.0f, INFINITY}, {Op::Recip, -0.0f, -INFINITY},
+  const S s[] = {{Op::Exp, -INFINITY, 0.0f},        {Op::Exp, INFINITY, INFINITY},      {Op::Log, 0.0f, -INFINITY},
+                 {Op::Log, -0.0f, -INFINITY},       {Op::Log, INFINITY, INFINITY},      {Op::Tanh, INFINITY, 1.0f},
+                 {Op::Tanh, -INFINITY, -1.0f},      {Op::Sigmoid, -INFINITY, 0.0f},     {Op::Sigmoid, INFINITY, 1.0f},
+                 {Op::Erf, INFINITY, 1.0f},         {Op::Erf, -INFINITY, -1.0f},        {Op::Relu, -0.0f, 0.0f},
+                 {Op::Sqrt, -0.0f, -0.0f},          {Op::Rsqrt, 0.0f, INFINITY},        {Op::Recip, -0.0f, -INFINITY},
                  {Op::GeluErf, INFINITY, INFINITY}, {Op::GeluTanh, INFINITY, INFINITY}, {Op::Expm1, -INFINITY, -1.0f},
                  {Op::Log1p, -1.0f, -INFINITY}};
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);
     for (const auto& c : s) {
-      Kernel k = pointwise(1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, 1);
+      Kernel k = pointwise(
+          1, [&](const std::vector<ExprRef>& in) { return un(c.op, in[0]); }, 1);
       auto ck = be->compile(k);
       ASSERT_TRUE(ck.kernel);
       float x = c.x, y = 7;
@@ -148,7 +151,8 @@ TEST(XbyakMath, SpecialValues) {
     // NaN in, NaN out (every transcendental; relu and max/min propagate too)
     for (Op o : {Op::Exp, Op::Exp2, Op::Log, Op::Log2, Op::Log1p, Op::Expm1, Op::Tanh, Op::Sigmoid, Op::Silu, Op::Erf,
                  Op::GeluErf, Op::GeluTanh, Op::Relu, Op::Sqrt, Op::Rsqrt, Op::Floor}) {
-      Kernel k = pointwise(1, [&](const std::vector<ExprRef>& in) { return un(o, in[0]); }, 1);
+      Kernel k = pointwise(
+          1, [&](const std::vector<ExprRef>& in) { return un(o, in[0]); }, 1);
       auto ck = be->compile(k);
       float x = NAN, y = 7;
       LaunchArgs a{{&x, &y}, k.param_values()};

@@ -113,20 +113,41 @@ std::vector<float> special_rows(int64_t R, int64_t C, uint64_t seed) {
   for (int64_t r = 0; r < R; ++r) {
     float* v = row(r);
     switch (r % 14) {
-      case 0: break;                                                                  // random
-      case 1: for (int64_t j = 0; j < C; ++j) v[j] = -8 + 0.01f * j; break;           // grows every block
-      case 2: for (int64_t j = 0; j < C; ++j) v[j] = 8 - 0.01f * j; break;            // max in the first vector
-      case 3: for (int64_t j = 0; j < C; ++j) v[j] = -INFINITY; break;                // m = -inf: s = NaN
-      case 4: for (int64_t j = 0; j < C / 2; ++j) v[j] = -INFINITY; break;           // -inf, then numbers
-      case 5: v[0] = NAN; break;                                                      // NaN first
-      case 6: v[C - 1] = NAN; break;                                                  // NaN in the tail
-      case 7: v[C / 3] = INFINITY; break;                                             // +inf: rescan, no NaN
-      case 8: v[C / 3] = INFINITY; v[C - 2] = NAN; break;                             // +inf and NaN
-      case 9: for (int64_t j = 0; j < C; ++j) v[j] *= 1e29f; break;                   // huge magnitudes
-      case 10: for (int64_t j = 0; j < C; ++j) v[j] = 0.75f; break;                   // all equal
-      case 11: for (int64_t j = 0; j < C - 1; ++j) v[j] = -INFINITY; break;          // one number, last
-      case 12: for (int64_t j = 0; j < C; ++j) v[j] = j % 97 == 0 ? 88.0f : v[j]; break;  // spikes near exp's limit
-      case 13: for (int64_t j = 0; j < C; ++j) v[j] *= 30; break;                     // wide range
+      case 0: break;  // random
+      case 1:
+        for (int64_t j = 0; j < C; ++j) v[j] = -8 + 0.01f * j;
+        break;  // grows every block
+      case 2:
+        for (int64_t j = 0; j < C; ++j) v[j] = 8 - 0.01f * j;
+        break;  // max in the first vector
+      case 3:
+        for (int64_t j = 0; j < C; ++j) v[j] = -INFINITY;
+        break;  // m = -inf: s = NaN
+      case 4:
+        for (int64_t j = 0; j < C / 2; ++j) v[j] = -INFINITY;
+        break;                             // -inf, then numbers
+      case 5: v[0] = NAN; break;           // NaN first
+      case 6: v[C - 1] = NAN; break;       // NaN in the tail
+      case 7: v[C / 3] = INFINITY; break;  // +inf: rescan, no NaN
+      case 8:
+        v[C / 3] = INFINITY;
+        v[C - 2] = NAN;
+        break;  // +inf and NaN
+      case 9:
+        for (int64_t j = 0; j < C; ++j) v[j] *= 1e29f;
+        break;  // huge magnitudes
+      case 10:
+        for (int64_t j = 0; j < C; ++j) v[j] = 0.75f;
+        break;  // all equal
+      case 11:
+        for (int64_t j = 0; j < C - 1; ++j) v[j] = -INFINITY;
+        break;  // one number, last
+      case 12:
+        for (int64_t j = 0; j < C; ++j) v[j] = j % 97 == 0 ? 88.0f : v[j];
+        break;  // spikes near exp's limit
+      case 13:
+        for (int64_t j = 0; j < C; ++j) v[j] *= 30;
+        break;  // wide range
     }
   }
   return x;
@@ -135,8 +156,8 @@ std::vector<float> special_rows(int64_t R, int64_t C, uint64_t seed) {
 TEST(XbyakOnline, SpecialRowsMatchTheReference) {
   const int64_t W16 = 16;
   for (Isa isa : isas())
-    for (int64_t C : {kOnlineMinReduce, kOnlineMinReduce + 5, kOnlineMinReduce + 3 * W16 + 7, kOnlineMinReduce + 2 * W16,
-                      int64_t{4099}, int64_t{32000}, detail::xb::kReuseMaxReduce + 3}) {
+    for (int64_t C : {kOnlineMinReduce, kOnlineMinReduce + 5, kOnlineMinReduce + 3 * W16 + 7,
+                      kOnlineMinReduce + 2 * W16, int64_t{4099}, int64_t{32000}, detail::xb::kReuseMaxReduce + 3}) {
       const int64_t R = C > 10000 ? 14 : 29;
       auto x = special_rows(R, C, 90 + C);
       const size_t n = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
@@ -203,8 +224,8 @@ TEST(XbyakOnline, InterleavedRowsMatchInOrder) {
         auto w = inputs(static_cast<size_t>(C), 18, -2, 2, 0);
         auto b = inputs(static_cast<size_t>(C), 19, -2, 2, 0);
         const size_t on = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
-        for (const Kernel& k : {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C), layer_norm(R, C),
-                                max_and_sum(R, C)}) {
+        for (const Kernel& k :
+             {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C), layer_norm(R, C), max_and_sum(R, C)}) {
           auto c = be->compile(k);
           ASSERT_TRUE(c.kernel) << c.declined;
           const bool two = k.buffers.size() == 3 && k.num_inputs() == 1;  // max_and_sum: m, s per row
@@ -230,7 +251,8 @@ TEST(XbyakOnline, InterleavedRowsMatchInOrder) {
             ForceRowWays force(ways);
             std::vector<float> all(size, 1.0f), split(size, 1.0f);
             run_rows(0, R, all);
-            EXPECT_EQ(0, std::memcmp(in_order.data(), all.data(), size * 4)) << k.name << " C=" << C << " R=" << R << " ways=" << ways;
+            EXPECT_EQ(0, std::memcmp(in_order.data(), all.data(), size * 4))
+                << k.name << " C=" << C << " R=" << R << " ways=" << ways;
             const int64_t half = R / 2 + 1;
             run_rows(0, half, split);
             run_rows(half, R - half, split);
@@ -279,7 +301,8 @@ TEST(XbyakOnline, PipelinedRowsTwoOuterDims) {
       auto xs = special_rows(A * B, C, 11 + C);
       for (int ways : {1, 3}) {  // row cursors carry both outer indices (next_cursor)
         ForceRowWays force(ways);
-        compare(k, {xs}, {n}, isa, {1e-5, 1e-5}, "log_softmax [B,A,C] rows C=" + std::to_string(C) + " ways=" + std::to_string(ways));
+        compare(k, {xs}, {n}, isa, {1e-5, 1e-5},
+                "log_softmax [B,A,C] rows C=" + std::to_string(C) + " ways=" + std::to_string(ways));
       }
     }
   }

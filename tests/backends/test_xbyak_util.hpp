@@ -108,7 +108,8 @@ inline Kernel layer_norm(int64_t R, int64_t C) {
   k.accs.push_back({AccKind::Sum, DType::F32, un(Op::Square, bin(Op::Sub, row_x(C), mean))});
   k.phases.push_back(reduce_phase({0}));
   k.phases.push_back(reduce_phase({1}));
-  ExprRef rstd = un(Op::Rsqrt, bin(Op::Add, bin(Op::Div, acc(1, DType::F32), f32c(static_cast<double>(C))), f32c(1e-5)));
+  ExprRef rstd =
+      un(Op::Rsqrt, bin(Op::Add, bin(Op::Div, acc(1, DType::F32), f32c(static_cast<double>(C))), f32c(1e-5)));
   ExprRef w = load(1, DType::F32, var(Space::Reduce, 0)), b = load(2, DType::F32, var(Space::Reduce, 0));
   ExprRef v = bin(Op::Add, bin(Op::Mul, bin(Op::Mul, bin(Op::Sub, row_x(C), mean), rstd), w), b);
   k.phases.push_back(reduce_phase({}, {{3, row_index(C), v}}));
@@ -191,8 +192,8 @@ inline int compare(const Kernel& k, const std::vector<std::vector<float>>& in, c
     for (size_t i = 0; i < out_sizes[o]; ++i)
       if (!close(ox[o][i], orf[o][i], tol)) {
         if (++bad <= 5)
-          ADD_FAILURE() << what << " [" << detail::xb::isa_name(isa) << "] out" << o << "[" << i << "]: xbyak " << ox[o][i]
-                        << " reference " << orf[o][i];
+          ADD_FAILURE() << what << " [" << detail::xb::isa_name(isa) << "] out" << o << "[" << i << "]: xbyak "
+                        << ox[o][i] << " reference " << orf[o][i];
       }
   }
   return bad;

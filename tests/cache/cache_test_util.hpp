@@ -42,8 +42,8 @@ struct TempDir {
 /// empty memory cache. Restores the previous options on destruction.
 struct ScopedCache {
   Options saved;
-  ScopedCache(const std::string& dir, const std::string& mode = "disk", std::vector<std::string> backends = {"reference"},
-              uint64_t max_bytes = uint64_t{1} << 30) {
+  ScopedCache(const std::string& dir, const std::string& mode = "disk",
+              std::vector<std::string> backends = {"reference"}, uint64_t max_bytes = uint64_t{1} << 30) {
     saved = options();
     Options o = saved;
     o.cache_mode = mode;
@@ -114,7 +114,8 @@ inline std::vector<double> family_expected(int i) {
   std::vector<double> r(2, 0.0);
   size_t n = static_cast<size_t>(i + 1);
   for (size_t row = 0; row < 2; ++row)
-    for (size_t c = 0; c < n; ++c) r[row] += static_cast<double>(((row * n + c) * 7 + static_cast<size_t>(i)) % 13) - 6.0;
+    for (size_t c = 0; c < n; ++c)
+      r[row] += static_cast<double>(((row * n + c) * 7 + static_cast<size_t>(i)) % 13) - 6.0;
   return r;
 }
 

@@ -34,12 +34,16 @@ void write_child_report(const std::vector<uint8_t>& bytes) {
   const char* out = std::getenv("KFUSE_TEST_OUT");
   ASSERT_TRUE(out);
   Counters c = counters();
-  json j = {{"compiled", c.kernels_compiled}, {"disk_loads", c.disk_loads}, {"hits", c.cache_hits},
-            {"misses", c.cache_misses}, {"bytes", bytes}};
+  json j = {{"compiled", c.kernels_compiled},
+            {"disk_loads", c.disk_loads},
+            {"hits", c.cache_hits},
+            {"misses", c.cache_misses},
+            {"bytes", bytes}};
   std::ofstream(out) << j.dump();
 }
 
-json run_child(const std::string& name, const std::vector<std::string>& env, const TempDir& tmp, const std::string& tag) {
+json run_child(const std::string& name, const std::vector<std::string>& env, const TempDir& tmp,
+               const std::string& tag) {
   std::string out = tmp.sub(tag + ".json"), log = tmp.sub(tag + ".log");
   std::vector<std::string> e = env;
   e.push_back("KFUSE_TEST_OUT=" + out);
@@ -90,8 +94,8 @@ TEST(DiskCache, SecondProcessCompilesNothing) {
       for (const auto& e : cache_entries()) loadable |= e.backend == be;
     }
     if (!loadable) {
-      std::cout << "[ note ] " << be << " stores nothing loadable; second process recompiled "
-                << second["compiled"] << " kernel(s)\n";
+      std::cout << "[ note ] " << be << " stores nothing loadable; second process recompiled " << second["compiled"]
+                << " kernel(s)\n";
       continue;
     }
     EXPECT_EQ(second["compiled"].get<int>(), 0);
@@ -104,8 +108,11 @@ TEST(DiskCache, FourProcessesShareOneDirectory) {
   std::string dir = tmp.sub("cache");
   std::string cmd;
   for (int p = 0; p < 4; ++p) {
-    std::vector<std::string> env = {"KFUSE_CACHE=disk", "KFUSE_CACHE_DIR=" + dir, "KFUSE_BACKEND=reference",
-                                    "KFUSE_NUM_THREADS=1", "KFUSE_TEST_START=" + std::to_string(p * 50),
+    std::vector<std::string> env = {"KFUSE_CACHE=disk",
+                                    "KFUSE_CACHE_DIR=" + dir,
+                                    "KFUSE_BACKEND=reference",
+                                    "KFUSE_NUM_THREADS=1",
+                                    "KFUSE_TEST_START=" + std::to_string(p * 50),
                                     "KFUSE_TEST_OUT=" + tmp.sub("p" + std::to_string(p) + ".json")};
     cmd += "(" + child_command("Family", env, tmp.sub("p" + std::to_string(p) + ".log")) + "; echo $? > " +
            shell_quote(tmp.sub("p" + std::to_string(p) + ".rc")) + ") & ";
@@ -326,7 +333,8 @@ TEST(CacheTrust, ForeignOwnerAndWritableEntriesAreRefused) {
     EXPECT_FALSE(cache_stats().disk_readable);
   }
   err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("refusing cache directory " + dir + ": it is owned by uid 65534, not by this user"), std::string::npos)
+  EXPECT_NE(err.find("refusing cache directory " + dir + ": it is owned by uid 65534, not by this user"),
+            std::string::npos)
       << err;
 }
 

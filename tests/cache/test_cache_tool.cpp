@@ -7,8 +7,8 @@
 
 using namespace kfuse;
 using namespace kfuse::cache_test;
-using nlohmann::json;
 using detail::cache::run_cache_tool;
+using nlohmann::json;
 
 namespace {
 
@@ -105,9 +105,9 @@ TEST_F(CacheTool, Show) {
   ToolRun r = run({"show", key.substr(0, 8)});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.rfind("key:          " + key + "\n", 0), 0u) << r.out;
-  for (const char* s : {"backend:      reference", "target:       interpreter", "--- kernel IR ---\nkernel k_",
-                        "specialised:  reduce", "ops:          ", "--- code (none, 0 bytes) ---",
-                        "re-creates this kernel from its IR"})
+  for (const char* s :
+       {"backend:      reference", "target:       interpreter", "--- kernel IR ---\nkernel k_", "specialised:  reduce",
+        "ops:          ", "--- code (none, 0 bytes) ---", "re-creates this kernel from its IR"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   json j = run({"show", key, "--json"}).j();
   EXPECT_EQ(j["key"], key);
@@ -206,8 +206,8 @@ TEST_F(CacheTool, VerifyPruneClear) {
   EXPECT_EQ(run({"prune", "--older-than", "soon"}).rc, 2);
   ToolRun keep = run({"prune", "--older-than", "7d"});
   EXPECT_EQ(keep.rc, 0);
-  EXPECT_EQ(keep.out, "removed 0 entries (0 B), kept 2 (" + detail::cache::human_bytes(
-      run({"stats", "--json"}).j()["bytes"].get<uint64_t>()) + ")\n");
+  EXPECT_EQ(keep.out, "removed 0 entries (0 B), kept 2 (" +
+                          detail::cache::human_bytes(run({"stats", "--json"}).j()["bytes"].get<uint64_t>()) + ")\n");
   json pr = run({"prune", "--max-bytes", "1", "--json"}).j();
   EXPECT_EQ(pr["removed"], 2);
   EXPECT_EQ(pr["kept"], 0);

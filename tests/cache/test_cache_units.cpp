@@ -22,7 +22,8 @@ ir::Kernel kernel_of(const Tensor& t) {
   throw std::runtime_error("no fused kernel");
 }
 
-KernelKey key_of(const ir::Kernel& k, const std::string& backend = "reference", const std::string& target = "interpreter") {
+KernelKey key_of(const ir::Kernel& k, const std::string& backend = "reference",
+                 const std::string& target = "interpreter") {
   KeyFields f;
   f.backend = backend;
   f.target = target;
@@ -64,7 +65,10 @@ TEST(CacheKey, EveryFieldChangesTheKey) {
   EXPECT_TRUE(changed([](KeyFields& g) { g.backend_version++; }));
   EXPECT_TRUE(changed([](KeyFields& g) { g.format_version++; }));
   // length-prefixed fields: moving a character across a boundary changes the key
-  EXPECT_TRUE(changed([](KeyFields& g) { g.backend = "referenc"; g.target = "einterpreter"; }));
+  EXPECT_TRUE(changed([](KeyFields& g) {
+    g.backend = "referenc";
+    g.target = "einterpreter";
+  }));
   EXPECT_EQ(dtype_signature_of_text(f.ir_text), f.dtypes);
   EXPECT_EQ(stem_of_text(f.ir_text), k.name);
   KernelKey parsed;

@@ -30,11 +30,17 @@ Tensor rnd(Shape s, uint64_t seed, double lo = -2, double hi = 2, DType dt = DTy
 // Inputs inside each op's well-conditioned domain.
 std::pair<double, double> domain(Op op) {
   switch (op) {
-    case Op::Log: case Op::Log2: case Op::Sqrt: case Op::Rsqrt: return {0.05, 8.0};
+    case Op::Log:
+    case Op::Log2:
+    case Op::Sqrt:
+    case Op::Rsqrt: return {0.05, 8.0};
     case Op::Log1p: return {-0.9, 8.0};
     case Op::Recip: return {0.25, 4.0};
-    case Op::Exp: case Op::Exp2: case Op::Expm1: return {-20.0, 20.0};
-    case Op::Sin: case Op::Cos: return {-10.0, 10.0};
+    case Op::Exp:
+    case Op::Exp2:
+    case Op::Expm1: return {-20.0, 20.0};
+    case Op::Sin:
+    case Op::Cos: return {-10.0, 10.0};
     default: return {-4.0, 4.0};
   }
 }
@@ -55,7 +61,9 @@ std::vector<Case> all_cases() {
                         Tensor x = rnd(s, 11, lo, hi, dt);
                         return std::vector<Tensor>{Tensor(make_node(op, dt, s, {x.node()}))};
                       },
-                      {dt}, std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
+                      {dt},
+                      std::max(4 * op_tolerance_f32(op), 1e-6),
+                      1e-6});
       }
   }
   // Binary ops, with a broadcast operand and a non-contiguous one.
@@ -64,62 +72,87 @@ std::vector<Case> all_cases() {
     if (!is_binary_elementwise(op)) continue;
     const bool logical = op == Op::And || op == Op::Or;
     const DType result = (op >= Op::Eq && op <= Op::Ge) ? DType::Bool : DType::F32;
-    cs.push_back({std::string(op_name(op)) + "/broadcast", [=] {
+    cs.push_back({std::string(op_name(op)) + "/broadcast",
+                  [=] {
                     Tensor a = rnd({33, 17}, 12, 0.5, 3), b = rnd({17}, 13, 0.5, 3);
                     Tensor bb = b.reshape({1, 17}).expand({33, 17});
                     Tensor c = transpose(rnd({17, 33}, 14, 0.5, 3));
                     if (logical)
-                      return std::vector<Tensor>{Tensor(make_node(op, DType::Bool, {33, 17}, {(a > 1.5).node(), (c > 1.5).node()}))};
+                      return std::vector<Tensor>{
+                          Tensor(make_node(op, DType::Bool, {33, 17}, {(a > 1.5).node(), (c > 1.5).node()}))};
                     return std::vector<Tensor>{Tensor(make_node(op, result, {33, 17}, {a.node(), bb.node()})),
                                                Tensor(make_node(op, result, {33, 17}, {a.node(), c.node()}))};
                   },
-                  logical ? std::vector<DType>{DType::Bool} : std::vector<DType>{result, result}, std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
+                  logical ? std::vector<DType>{DType::Bool} : std::vector<DType>{result, result},
+                  std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
   }
   // Integer and bool arithmetic, casts (incl. NaN/Inf to int), where, logical not.
-  cs.push_back({"int-arith", [] {
+  cs.push_back({"int-arith",
+                [] {
                   Tensor a = make_tensor(random_ints(101, 15, -1000, 1000), {101}, DType::I32);
                   Tensor b = make_tensor(random_ints(101, 16, -1000, 1000), {101}, DType::I64);
-                  return std::vector<Tensor>{a * a + 3.0, a + b, maximum(a, b) - minimum(a, b), abs(a), sign(b),
-                                             sum(a), (a > b).cast(DType::I32), a.cast(DType::F32) / 7.0};
+                  return std::vector<Tensor>{
+                      a * a + 3.0, a + b,  maximum(a, b) - minimum(a, b), abs(a),
+                      sign(b),     sum(a), (a > b).cast(DType::I32),      a.cast(DType::F32) / 7.0};
                 },
                 // an integral double scalar keeps i32; i32 with i64 gives i64; integer sums are i64
                 {DType::I32, DType::I64, DType::I64, DType::I32, DType::I64, DType::I64, DType::I32, DType::F32}});
-  cs.push_back({"casts-and-specials", [] {
+  cs.push_back({"casts-and-specials",
+                [] {
                   std::vector<double> v = random_values(64, 17, -1e10, 1e10);
                   v[0] = kNaN, v[1] = kInf, v[2] = -kInf, v[3] = -0.0, v[4] = 2.5, v[5] = -2.5, v[6] = 3e9;
                   Tensor x = make_tensor(v, {64}, DType::F64);
-                  return std::vector<Tensor>{x.cast(DType::I32), x.cast(DType::I64), x.cast(DType::F32), x.cast(DType::Bool),
-                                             round(x), floor(x), ceil(x), logical_not(x > 0.0)};
+                  return std::vector<Tensor>{x.cast(DType::I32),
+                                             x.cast(DType::I64),
+                                             x.cast(DType::F32),
+                                             x.cast(DType::Bool),
+                                             round(x),
+                                             floor(x),
+                                             ceil(x),
+                                             logical_not(x > 0.0)};
                 },
                 {DType::I32, DType::I64, DType::F32, DType::Bool, DType::F64, DType::F64, DType::F64, DType::Bool}});
-  cs.push_back({"where-nan-inf", [] {
+  cs.push_back({"where-nan-inf",
+                [] {
                   std::vector<double> v = random_values(40, 18);
                   v[3] = kNaN, v[7] = kInf, v[9] = -kInf;
                   Tensor x = make_tensor(v, {5, 8});
                   return std::vector<Tensor>{where(x > 0.0, x, -x), maximum(x, 0.5), max(x, 1), min(x, 0), argmax(x, 1),
-                                             argmin(x, 0), relu(x), exp(x), sum(x, 1)};
+                                             argmin(x, 0),          relu(x),         exp(x),    sum(x, 1)};
                 },
                 {F, F, F, F, DType::I64, DType::I64, F, F, F}});
   // Reductions over every axis set of a 3-D tensor, and global ones.
   for (Axes ax : {Axes{0}, Axes{1}, Axes{2}, Axes{0, 2}, Axes{}}) {
-    cs.push_back({"reductions" + shape_str(ax), [ax] {
+    cs.push_back({"reductions" + shape_str(ax),
+                  [ax] {
                     Tensor x = rnd({6, 5, 19}, 19, 0.5, 1.5);
-                    return std::vector<Tensor>{sum(x, ax), prod(x, ax), max(x, ax, true), min(x, ax), argmax(x, ax),
-                                               argmin(x, ax), mean(x, ax), var(x, ax), std(x, ax, 0), logsumexp(x, ax)};
+                    return std::vector<Tensor>{sum(x, ax),    prod(x, ax),     max(x, ax, true), min(x, ax),
+                                               argmax(x, ax), argmin(x, ax),   mean(x, ax),      var(x, ax),
+                                               std(x, ax, 0), logsumexp(x, ax)};
                   },
-                  {F, F, F, F, DType::I64, DType::I64, F, F, F, F}, 1e-4, 1e-5});
+                  {F, F, F, F, DType::I64, DType::I64, F, F, F, F},
+                  1e-4,
+                  1e-5});
   }
   // rand/randn generator kernels fused with consumers, views and reductions (f32 and f64)
-  cs.push_back({"random", [] {
+  cs.push_back({"random",
+                [] {
                   Tensor x = rnd({17, 33}, 33);
-                  return std::vector<Tensor>{relu(randn({17, 33}, 7) * 2.0 + x), rand({17, 33}, 8, DType::F64),
-                                             transpose(rand({33, 17}, 9)) + x, sum(randn({17, 33}, 10, DType::F64), 1),
-                                             randn({1}, 3) - 1.0, rand({0, 4}, 2), softmax(rand({5, 9}, 4), -1)};
+                  return std::vector<Tensor>{relu(randn({17, 33}, 7) * 2.0 + x),
+                                             rand({17, 33}, 8, DType::F64),
+                                             transpose(rand({33, 17}, 9)) + x,
+                                             sum(randn({17, 33}, 10, DType::F64), 1),
+                                             randn({1}, 3) - 1.0,
+                                             rand({0, 4}, 2),
+                                             softmax(rand({5, 9}, 4), -1)};
                 },
-                {F, DType::F64, F, DType::F64, F, F, F}, 1e-5, 1e-6});
+                {F, DType::F64, F, DType::F64, F, F, F},
+                1e-5,
+                1e-6});
   cs.push_back({"big-global-sum", [] { return std::vector<Tensor>{sum(rnd({1000003}, 20, 0, 1))}; }, {F}, 1e-5, 1e-3});
   // Views feeding element-wise ops and reductions.
-  cs.push_back({"views", [] {
+  cs.push_back({"views",
+                [] {
                   Tensor x = rnd({12, 35}, 21), y = rnd({35, 12}, 22);
                   return std::vector<Tensor>{
                       transpose(x) + y,
@@ -134,30 +167,43 @@ std::vector<Case> all_cases() {
                 std::vector<DType>(7, F)});
   // The fused expressions of the fusion acceptance table.
   for (Shape s : {Shape{4096, 10}, Shape{64, 5000}, Shape{1, 1}, Shape{3, 17}}) {
-    cs.push_back({"softmax-family" + shape_str(s), [s] {
+    cs.push_back({"softmax-family" + shape_str(s),
+                  [s] {
                     Tensor x = rnd(s, 23, -5, 5);
                     return std::vector<Tensor>{log_softmax(x, -1), softmax(x, -1), logsumexp(x, -1)};
                   },
-                  {F, F, F}, 3e-5, 3e-6});
+                  {F, F, F},
+                  3e-5,
+                  3e-6});
   }
-  cs.push_back({"norms", [] {
+  cs.push_back({"norms",
+                [] {
                   Tensor x = rnd({513, 1024}, 24), w = rnd({1024}, 25), b = rnd({1024}, 26);
                   return std::vector<Tensor>{layer_norm(x, {1024}, w, b), rms_norm(x, w), layer_norm(x, {1024})};
                 },
-                {F, F, F}, 1e-4, 1e-5});
-  cs.push_back({"chains", [] {
+                {F, F, F},
+                1e-4,
+                1e-5});
+  cs.push_back({"chains",
+                [] {
                   Tensor a = rnd({1000, 37}, 27), b = rnd({1000, 37}, 28), c = rnd({1000, 37}, 29);
                   return std::vector<Tensor>{relu(a * b + c), tanh(a * 0.5 + b) * sigmoid(c) - exp(-a * a),
                                              gelu(a, true), gelu(a), silu(a) * erf(b)};
                 },
-                {F, F, F, F, F}, 1e-5, 1e-6});
-  cs.push_back({"reduce-fusions", [] {
+                {F, F, F, F, F},
+                1e-5,
+                1e-6});
+  cs.push_back({"reduce-fusions",
+                [] {
                   Tensor a = rnd({513, 77}, 30), b = rnd({513, 77}, 31);
                   Tensor labels = make_tensor(random_ints(513, 32, 0, 76), {513}, DType::I64);
-                  return std::vector<Tensor>{sum(a * b), sum(a * a, 1), mean(a, 0), a - mean(a, 0, true),
-                                             cross_entropy(a, labels), normalize(a, 1)};
+                  return std::vector<Tensor>{
+                      sum(a * b),     sum(a * a, 1), mean(a, 0), a - mean(a, 0, true), cross_entropy(a, labels),
+                      normalize(a, 1)};
                 },
-                {F, F, F, F, F, F}, 1e-4, 1e-4});
+                {F, F, F, F, F, F},
+                1e-4,
+                1e-4});
   return cs;
 }
 
@@ -178,11 +224,12 @@ TEST_P(Differential, EveryCaseMatchesTheReference) {
     ASSERT_EQ(ys.size(), c.dtypes.size()) << c.name;
     for (size_t i = 0; i < ys.size(); ++i) {
       // The recorded dtype follows the promotion rules, and the buffer the backend filled has it.
-      EXPECT_EQ(ys[i].dtype(), c.dtypes[i]) << c.name << " output " << i << ": " << dtype_name(ys[i].dtype())
-                                            << " vs " << dtype_name(c.dtypes[i]);
+      EXPECT_EQ(ys[i].dtype(), c.dtypes[i])
+          << c.name << " output " << i << ": " << dtype_name(ys[i].dtype()) << " vs " << dtype_name(c.dtypes[i]);
       auto stored = ys[i].node()->realized();
       ASSERT_TRUE(stored) << c.name << " output " << i << " was not computed";
-      EXPECT_EQ(stored->dtype, ys[i].dtype()) << c.name << " output " << i << ": stored as " << dtype_name(stored->dtype);
+      EXPECT_EQ(stored->dtype, ys[i].dtype())
+          << c.name << " output " << i << ": stored as " << dtype_name(stored->dtype);
       EXPECT_TRUE(all_close(values(ys[i]), ref[i], c.rtol, c.atol)) << c.name << " output " << i;
     }
   }

@@ -35,7 +35,8 @@ double eps_of(DType dt) { return dt == DType::F64 ? 0x1p-53 : 0x1p-24; }
   const double eps = eps_of(y.dtype());
   for (size_t i = 0; i < got.size(); ++i) {
     if (!is_float(y.dtype())) {
-      if (got[i] != ref[i]) return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << ref[i];
+      if (got[i] != ref[i])
+        return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << ref[i];
       continue;
     }
     double tol = 4 * static_cast<double>(K) * eps * s[i] + 2 * eps * std::fabs(ref[i]);
@@ -65,9 +66,7 @@ class Contraction : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override {
     // A named backend runs every contraction itself (LLVM must not decline one).
-    if (GetParam() != "default") {
-      EXPECT_EQ(counters().fallbacks, 0u);
-    }
+    if (GetParam() != "default") { EXPECT_EQ(counters().fallbacks, 0u); }
     set_options(saved_);
   }
   Options saved_;
@@ -75,7 +74,8 @@ class Contraction : public ::testing::TestWithParam<std::string> {
 
 TEST_P(Contraction, RandomShapesAndEdgeSizes) {
   std::mt19937_64 g(7);
-  std::vector<std::array<int64_t, 3>> mnk = {{1, 9, 5}, {9, 1, 5}, {9, 5, 1}, {1, 1, 1}, {0, 4, 3}, {4, 0, 3}, {4, 3, 0}};
+  std::vector<std::array<int64_t, 3>> mnk = {{1, 9, 5}, {9, 1, 5}, {9, 5, 1}, {1, 1, 1},
+                                             {0, 4, 3}, {4, 0, 3}, {4, 3, 0}};
   for (int i = 0; i < 5; ++i) mnk.push_back({1 + int64_t(g() % 67), 1 + int64_t(g() % 67), 1 + int64_t(g() % 67)});
   uint64_t seed = 100;
   // every shape in f32; f64 on a few (each K is a compile: keep the test cheap)
@@ -83,7 +83,8 @@ TEST_P(Contraction, RandomShapesAndEdgeSizes) {
   for (DType dt : {DType::F32, DType::F64})
     for (size_t i = dt == DType::F64 ? f64_from : 0; i < mnk.size(); ++i) {
       auto [M, N, K] = mnk[i];
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                   std::to_string(K));
       Tensor a = rnd({M, K}, ++seed, dt), b = rnd({K, N}, ++seed, dt);
       EXPECT_TRUE(matmul_close(matmul(a, b), matmul(abs(a), abs(b)), K));
     }
@@ -103,7 +104,8 @@ TEST_P(Contraction, TransposedSlicedAndReshapedOperands) {
   Tensor at = rnd({13, 7}, 11), b = rnd({13, 5}, 12), bt = rnd({5, 13}, 13);
   // A^T @ B and A^T @ B^T: strides only
   EXPECT_TRUE(matmul_close(matmul(at.transpose(), b), matmul(abs(at.transpose()), abs(b)), 13));
-  EXPECT_TRUE(matmul_close(matmul(at.transpose(), bt.transpose()), matmul(abs(at.transpose()), abs(bt.transpose())), 13));
+  EXPECT_TRUE(
+      matmul_close(matmul(at.transpose(), bt.transpose()), matmul(abs(at.transpose()), abs(bt.transpose())), 13));
   // every other row and column
   Tensor big = rnd({20, 27}, 14);
   Tensor as = big.slice({Range{1, std::nullopt, 2}, Range{0, std::nullopt, 2}});  // [10, 14]
@@ -295,9 +297,7 @@ TEST(ContractionPlans, StoredDtypesAndProloguesRunOnTheGemmPath) {
     EXPECT_TRUE(matmul_close(make(), bound, 40)) << dtype_name(wdt);
     Explanation e = explain(make());  // the cached program of the evaluation: its backends
     ASSERT_EQ(e.kernel_count(), 1u) << e.text();
-    if (xbyak) {
-      EXPECT_EQ(e.kernels[0].backend, "xbyak") << e.text();
-    }
+    if (xbyak) { EXPECT_EQ(e.kernels[0].backend, "xbyak") << e.text(); }
   }
 }
 
@@ -321,7 +321,8 @@ TEST(ContractionPlans, WhatDoesNotFuseIntoAContraction) {
   // a transpose of the result would need it at other points
   Explanation e4 = explain(matmul(a, b).transpose() + 1.0);
   EXPECT_EQ(e4.kernel_count(), 2u) << e4.text();
-  for (const Tensor& y : {matmul(exp(a), b), sum(matmul(a, b), 1), matmul(matmul(a, b), c), matmul(a, b).transpose() + 1.0})
+  for (const Tensor& y :
+       {matmul(exp(a), b), sum(matmul(a, b), 1), matmul(matmul(a, b), c), matmul(a, b).transpose() + 1.0})
     EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5));
 }
 

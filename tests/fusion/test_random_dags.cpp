@@ -67,9 +67,7 @@ void check_seeds(uint64_t first, uint64_t count) {
     try {
       why = check_partition(raw);
       plan_text += explain(d.roots).text();
-    } catch (const std::exception& e) {
-      why = std::string("planning threw: ") + e.what();
-    }
+    } catch (const std::exception& e) { why = std::string("planning threw: ") + e.what(); }
     auto repro = [&] {
       return "seed " + std::to_string(seed) + " (rerun: KFUSE_TEST_SEED=" + std::to_string(seed) + ")\n" + plan_text;
     };

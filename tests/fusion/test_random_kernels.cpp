@@ -36,8 +36,8 @@ std::vector<double> expected(int64_t n, uint64_t seed, DType dt, bool normal, in
     double ulp = dt == DType::F32 ? std::ldexp(1.0, std::ilogb(static_cast<float>(w)) - 23)
                                   : std::ldexp(1.0, std::max(std::ilogb(w), 0) - 52);
     if (!(std::fabs(got[i] - w) <= 4 * ulp))
-      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << w << " ("
-                                           << std::fabs(got[i] - w) / ulp << " ulp)";
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << got[i] << " vs " << w << " (" << std::fabs(got[i] - w) / ulp << " ulp)";
   }
   return ::testing::AssertionSuccess();
 }
@@ -52,9 +52,7 @@ TEST_P(OnBackend, UniformIsTheReferenceBitForBit) {
         reset_counters();
         Tensor r = rand(s, seed, dt);
         EXPECT_EQ(values(r), expected(count_of(s), seed, dt, false));
-        if (GetParam() != "xbyak") {
-          EXPECT_EQ(counters().fallbacks, 0u) << "another backend computed it";
-        }
+        if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "another backend computed it"; }
       }
     }
 }
@@ -97,7 +95,8 @@ TEST(RandKernels, FusesWithItsConsumersIntoOneKernel) {
   EXPECT_NE(e.kernels[0].ops.front().find("rand"), std::string::npos) << e.text();
   auto xv = values(x), n = expected(33 * 17, 7, DType::F64, true);
   std::vector<double> want(xv.size());
-  for (size_t i = 0; i < xv.size(); ++i) want[i] = std::max(static_cast<double>(static_cast<float>(n[i])) * 2 + xv[i], 0.0);
+  for (size_t i = 0; i < xv.size(); ++i)
+    want[i] = std::max(static_cast<double>(static_cast<float>(n[i])) * 2 + xv[i], 0.0);
   EXPECT_TRUE(all_close(values(y), want, 4e-7, 1e-6));
   // a row kernel generates its input in each of its row loops
   Explanation sm = explain(softmax(rand({4, 50}, 3), -1));
@@ -106,12 +105,15 @@ TEST(RandKernels, FusesWithItsConsumersIntoOneKernel) {
   Tensor w = make_tensor(random_values(16 * 5, 4), {16, 5});
   Explanation mm = explain(matmul(randn({8, 16}, 1), w));
   EXPECT_EQ(mm.kernel_count(), 2u) << mm.text();
-  EXPECT_TRUE(all_close(values(matmul(randn({8, 16}, 1), w)), reference_values(matmul(randn({8, 16}, 1), w)), 1e-5, 1e-5));
+  EXPECT_TRUE(
+      all_close(values(matmul(randn({8, 16}, 1), w)), reference_values(matmul(randn({8, 16}, 1), w)), 1e-5, 1e-5));
 }
 
 TEST(RandKernels, AGraphWithRandIsPlannedOnceAndTheSeedIsAParameter) {
   Tensor x1 = make_tensor(random_values(60, 2), {6, 10}), x2 = make_tensor(random_values(60, 3), {6, 10});
-  auto make = [](const Tensor& x, uint64_t seed) { return relu(randn({6, 10}, seed) * 2.0 + x) + rand({6, 10}, seed + 1); };
+  auto make = [](const Tensor& x, uint64_t seed) {
+    return relu(randn({6, 10}, seed) * 2.0 + x) + rand({6, 10}, seed + 1);
+  };
   Tensor y1 = make(x1, 7);
   eval({y1});
   // another seed: planned again (the seed is an attribute of the graph), but the same kernel code

@@ -31,8 +31,7 @@ inline Tensor input(Shape shape, DType dt = DType::F32) {
 
 /// The reference values of `after` equal those of `before` (NaN matches NaN; `rel` is the
 /// relative tolerance, 0 for bitwise-equal doubles up to the sign of zero).
-inline void expect_same_values(const std::vector<NodeRef>& before, const std::vector<NodeRef>& after,
-                               double rel = 0) {
+inline void expect_same_values(const std::vector<NodeRef>& before, const std::vector<NodeRef>& after, double rel = 0) {
   ASSERT_EQ(before.size(), after.size());
   for (size_t r = 0; r < before.size(); ++r) {
     ASSERT_EQ(before[r]->shape, after[r]->shape) << "root " << r;

@@ -11,8 +11,8 @@ using detail::run_passes;
 TEST(PassManager, PassListIsOrdered) {
   std::vector<std::string> names;
   for (const auto& p : detail::graph_passes()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"remove_noop_views", "fold_concat_split", "fold_constants",
-                                             "simplify_algebra"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"remove_noop_views", "fold_concat_split", "fold_constants", "simplify_algebra"}));
 }
 
 TEST(PassManager, RunsEveryPassToAFixedPoint) {

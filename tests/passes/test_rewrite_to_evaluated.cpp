@@ -17,7 +17,7 @@ TEST(RewriteToEvaluated, RootAndInteriorNode) {
     want[i] = std::exp(static_cast<double>(static_cast<float>(v[i])));
     want2[i] = want[i] * 2.0 - 1.0;
   }
-  EXPECT_TRUE(all_close(values(exp(x + 0.0)), want, 1e-6, 0));                 // the root itself
+  EXPECT_TRUE(all_close(values(exp(x + 0.0)), want, 1e-6, 0));                  // the root itself
   EXPECT_TRUE(all_close(values(exp(x + 0.0) * 2.0 - 1.0), want2, 1e-6, 1e-6));  // an interior node
   // The same structure on a tensor whose exp was never evaluated: its own values, computed.
   std::vector<double> w = random_values(37, 2);

@@ -241,9 +241,8 @@ MatchResult custom_affine(const Node& add, const GraphView& g, bool write_output
 }
 
 TEST(CustomKernels, RunInsteadOfTheGeneratedKernel) {
-  testkit::ScopedPattern reg(make_pattern("affine", {Op::Add}, 1, [](const Node& n, const GraphView& g) {
-    return custom_affine(n, g, true);
-  }));
+  testkit::ScopedPattern reg(make_pattern("affine", {Op::Add}, 1,
+                                          [](const Node& n, const GraphView& g) { return custom_affine(n, g, true); }));
   Tensor x = input({5, 7});
   Tensor y = x * 2.0 + 1.0;
   Partition p = plan_of({y});
@@ -270,15 +269,16 @@ TEST(CustomKernels, EvalRunsTheSuppliedKernel) {
     return test::all_close(test::values(x * 3.0), want, 1e-6, 0);
   };
   EXPECT_TRUE(times3(1));
-  auto reg = std::make_unique<testkit::ScopedPattern>(make_pattern("liar", {Op::Mul}, 1, [](const Node& mul, const GraphView& g) {
-    KernelBuilder b;
-    int in = b.input(*mul.inputs[0]);
-    int out = b.output(mul);
-    KExpr i = b.outer(mul.numel());
-    b.begin_phase(false);
-    b.store(out, i, b.apply(Op::Add, DType::F32, {b.load(in, i), b.constant(100, DType::F32)}));
-    return MatchResult::ok({&mul}, std::make_shared<CustomKernel>(b.build()));
-  }));
+  auto reg = std::make_unique<testkit::ScopedPattern>(
+      make_pattern("liar", {Op::Mul}, 1, [](const Node& mul, const GraphView& g) {
+        KernelBuilder b;
+        int in = b.input(*mul.inputs[0]);
+        int out = b.output(mul);
+        KExpr i = b.outer(mul.numel());
+        b.begin_phase(false);
+        b.store(out, i, b.apply(Op::Add, DType::F32, {b.load(in, i), b.constant(100, DType::F32)}));
+        return MatchResult::ok({&mul}, std::make_shared<CustomKernel>(b.build()));
+      }));
   Tensor x = input({3, 4}, 2);
   std::vector<double> xv = test::values(x), got = test::values(x * 3.0);
   for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(got[i], xv[i] + 100);
@@ -287,12 +287,12 @@ TEST(CustomKernels, EvalRunsTheSuppliedKernel) {
 }
 
 TEST(CustomKernels, AKernelThatDoesNotBindTheGroupIsRefused) {
-  testkit::ScopedPattern reg(make_pattern("affine_bad", {Op::Add}, 1, [](const Node& n, const GraphView& g) {
-    return custom_affine(n, g, false);
-  }));
+  testkit::ScopedPattern reg(make_pattern(
+      "affine_bad", {Op::Add}, 1, [](const Node& n, const GraphView& g) { return custom_affine(n, g, false); }));
   Tensor x = input({5, 7});
   Tensor y = x * 2.0 + 1.0;
-  EXPECT_TRUE(testkit::does_not_fire("affine_bad", {y}, "its kernel does not write add f32[5, 7], which is needed outside the match"));
+  EXPECT_TRUE(testkit::does_not_fire("affine_bad", {y},
+                                     "its kernel does not write add f32[5, 7], which is needed outside the match"));
   EXPECT_TRUE(test::all_close(test::values(y), reference_values(y), 1e-6, 1e-6));
 }
 
@@ -306,8 +306,9 @@ TEST(CustomKernels, TheBuilderNamesMistakes) {
   b.begin_phase(false);
   EXPECT_USER_ERROR(b.store(out, i, b.constant(1, DType::F64)),
                     "KernelBuilder: store(): the value is f64 but buffer out0 is f32 (apply Op::Cast)");
-  EXPECT_USER_ERROR(b.accumulate(KernelBuilder::Reduce::Sum, i),
-                    "KernelBuilder: accumulate(): call begin_phase(true) first (accumulators fold over the reduce domain)");
+  EXPECT_USER_ERROR(
+      b.accumulate(KernelBuilder::Reduce::Sum, i),
+      "KernelBuilder: accumulate(): call begin_phase(true) first (accumulators fold over the reduce domain)");
   EXPECT_USER_ERROR(b.apply(Op::ReduceSum, DType::F32, {i}), "KernelBuilder: apply(sum): not an element-wise op");
 }
 

@@ -16,7 +16,9 @@
 namespace kfuse {
 namespace {
 
-std::string plugin_path(const std::string& name) { return std::string(KFUSE_TEST_PLUGIN_DIR) + "/kfuse_" + name + ".so"; }
+std::string plugin_path(const std::string& name) {
+  return std::string(KFUSE_TEST_PLUGIN_DIR) + "/kfuse_" + name + ".so";
+}
 
 Tensor input(Shape s, uint64_t seed = 1) {
   return test::make_tensor(test::random_values(static_cast<size_t>(shape_numel(s)), seed), s);
@@ -123,7 +125,8 @@ TEST(BadPlugins, MissingFileIsRefused) {
 TEST(BadPlugins, FailingInitRegistersNothing) {
   PluginLoadResult r = load_plugin(plugin_path("init_fails"));
   EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.message.find("kfuse_plugin_init failed (code 3): this plugin needs a GPU it cannot find"), std::string::npos)
+  EXPECT_NE(r.message.find("kfuse_plugin_init failed (code 3): this plugin needs a GPU it cannot find"),
+            std::string::npos)
       << r.message;
   EXPECT_FALSE(registered("init_fails_never_registered"));
 }

@@ -88,7 +88,8 @@ TEST(ConcurrentRecord, DifferentExpressionsFromEachThreadEvaluateCorrectly) {
       auto v = stored_values(random_values(24, 160 + static_cast<uint64_t>(t)), DType::F32);
       Tensor x = make_tensor(v, {4, 6});
       // each thread a different op chain, all through views and reductions
-      Tensor y = t % 2 ? max(x.transpose() * static_cast<double>(t), 1) : sum(kfuse::square(x) + static_cast<double>(t), 1);
+      Tensor y =
+          t % 2 ? max(x.transpose() * static_cast<double>(t), 1) : sum(kfuse::square(x) + static_cast<double>(t), 1);
       got[t] = values(y);
       for (int r = 0; r < (t % 2 ? 6 : 4); ++r) {
         double acc = t % 2 ? -kInf : 0;

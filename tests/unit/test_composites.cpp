@@ -151,7 +151,8 @@ TEST(Composites, CrossEntropyIgnoreIndex) {
   };
   Tensor logits = make_tensor(v, {3, 5});
   const double rows02 = (nll(0, 1) + nll(2, 4)) / 2;
-  expect_tensor(cross_entropy(logits, make_tensor({1, -100, 4}, {3}, DType::I64)), {}, DType::F32, {rows02}, kRtol, kAtol);
+  expect_tensor(cross_entropy(logits, make_tensor({1, -100, 4}, {3}, DType::I64)), {}, DType::F32, {rows02}, kRtol,
+                kAtol);
   Tensor lazy = make_tensor({1, 0, 4}, {3}, DType::I32) - make_tensor({0, 100, 0}, {3}, DType::I32);
   expect_tensor(cross_entropy(logits, lazy), {}, DType::F32, {rows02}, kRtol, kAtol);
   // An ignore_index inside [0, C) masks that class's rows.
@@ -201,12 +202,15 @@ TEST(Matmul, TwoDimensionalAndNonContiguous) {
   expect_tensor(matmul(make_tensor(a, {5, 7}), make_tensor(b, {7, 3})), {5, 3}, DType::F32,
                 matmul_ref(a, b, 1, 5, 7, 3), 0, mm_atol(7));
   // A^T @ B with A stored [7, 5]; B given as a transposed [3, 7]
-  expect_tensor(matmul(make_tensor(transposed(a, 5, 7), {7, 5}).transpose(), make_tensor(transposed(b, 7, 3), {3, 7}).transpose()),
+  expect_tensor(matmul(make_tensor(transposed(a, 5, 7), {7, 5}).transpose(),
+                       make_tensor(transposed(b, 7, 3), {3, 7}).transpose()),
                 {5, 3}, DType::F32, matmul_ref(a, b, 1, 5, 7, 3), 0, mm_atol(7));
   // size-1 and empty dimensions: K = 0 gives zeros
   expect_tensor(matmul(make_tensor({2}, {1, 1}), make_tensor({3}, {1, 1})), {1, 1}, DType::F32, {6});
-  expect_tensor(matmul(make_tensor({}, {2, 0}), make_tensor({}, {0, 3})), {2, 3}, DType::F32, std::vector<double>(6, 0.0));
-  expect_tensor(matmul(make_tensor({}, {0, 4}), make_tensor(std::vector<double>(12, 1.0), {4, 3})), {0, 3}, DType::F32, {});
+  expect_tensor(matmul(make_tensor({}, {2, 0}), make_tensor({}, {0, 3})), {2, 3}, DType::F32,
+                std::vector<double>(6, 0.0));
+  expect_tensor(matmul(make_tensor({}, {0, 4}), make_tensor(std::vector<double>(12, 1.0), {4, 3})), {0, 3}, DType::F32,
+                {});
   // f64 and integers (exact), mixed dtypes promote
   auto ia = random_ints(12, 103, -9, 9), ib = random_ints(8, 104, -9, 9);
   expect_tensor(matmul(make_tensor(ia, {3, 4}, DType::I32), make_tensor(ib, {4, 2}, DType::I32)), {3, 2}, DType::I32,
@@ -218,7 +222,8 @@ TEST(Matmul, TwoDimensionalAndNonContiguous) {
 }
 
 TEST(Matmul, BatchedAndBroadcastBatch) {
-  auto a = stored_values(random_values(2 * 5 * 6, 105), DType::F32), b = stored_values(random_values(2 * 6 * 3, 106), DType::F32);
+  auto a = stored_values(random_values(2 * 5 * 6, 105), DType::F32),
+       b = stored_values(random_values(2 * 6 * 3, 106), DType::F32);
   expect_tensor(matmul(make_tensor(a, {2, 5, 6}), make_tensor(b, {2, 6, 3})), {2, 5, 3}, DType::F32,
                 matmul_ref(a, b, 2, 5, 6, 3), 0, mm_atol(6));
   // a [5, 6] matrix against a batch [2, 6, 3]: the matrix broadcasts
@@ -226,7 +231,8 @@ TEST(Matmul, BatchedAndBroadcastBatch) {
   expect_tensor(matmul(make_tensor(a0, {5, 6}), make_tensor(b, {2, 6, 3})), {2, 5, 3}, DType::F32,
                 matmul_ref(a0, b, 2, 5, 6, 3, true, false), 0, mm_atol(6));
   // [3, 1, 4, 5] @ [2, 5, 6] -> [3, 2, 4, 6]
-  auto c = stored_values(random_values(3 * 4 * 5, 107), DType::F32), d = stored_values(random_values(2 * 5 * 6, 108), DType::F32);
+  auto c = stored_values(random_values(3 * 4 * 5, 107), DType::F32),
+       d = stored_values(random_values(2 * 5 * 6, 108), DType::F32);
   auto e = generate({3, 2, 4, 6}, [&](const std::vector<int64_t>& i) {
     double s = 0;
     for (int64_t p = 0; p < 5; ++p) s += c[i[0] * 20 + i[2] * 5 + p] * d[i[1] * 30 + p * 6 + i[3]];

@@ -130,7 +130,7 @@ TEST(Promotion, IntegralScalarsOutsideTheIntegerDtypeAreFloats) {
   expect_tensor(maximum(k, 3e9), {2}, F32, {3e9, 3e9}, 1e-6);
   expect_tensor(minimum(k, -3e9), {2}, F32, {-3e9, -3e9}, 1e-6);
   expect_tensor(clamp(k, 0.0, 3e9), {2}, F32, {1, 0});
-  expect_tensor(k < 3e9, {2}, B, {1, 1});        // was: compared with the wrapped -1294967296
+  expect_tensor(k < 3e9, {2}, B, {1, 1});             // was: compared with the wrapped -1294967296
   expect_tensor(k == -4294967295.0, {2}, B, {0, 0});  // wraps to 1 in i32
   Tensor b = make_tensor({1, 0}, {2}, B);
   expect_tensor(b * 1e30, {2}, F32, {1e30, 0}, 1e-6);
@@ -173,7 +173,8 @@ TEST(Broadcasting, RandomShapesFollowNumPy) {
     Tensor ta = make_tensor(av, a, I64), tb = make_tensor(bv, b, I64);
     if (want) {
       ++compatible;
-      auto e = generate(*want, [&](const std::vector<int64_t>& i) { return broadcast_at(av, a, i) + broadcast_at(bv, b, i); });
+      auto e = generate(*want,
+                        [&](const std::vector<int64_t>& i) { return broadcast_at(av, a, i) + broadcast_at(bv, b, i); });
       expect_tensor(ta + tb, *want, I64, e);
       EXPECT_EQ(broadcast_to(ta, *want).shape(), *want);
     } else {
@@ -196,8 +197,7 @@ TEST(Cast, Semantics) {
   const double m32 = -2147483648.0;
   expect_tensor(make_tensor(f, {10}, F64).cast(I32), {10}, I32, {2, -2, 0, 0, m32, m32, m32, m32, m32, 2147483520.0});
   const double m64 = -9223372036854775808.0;
-  expect_tensor(make_tensor(f, {10}, F32).cast(I64), {10}, I64,
-                {2, -2, 0, 0, m64, m64, m64, 3e9, -3e9, 2147483520.0});
+  expect_tensor(make_tensor(f, {10}, F32).cast(I64), {10}, I64, {2, -2, 0, 0, m64, m64, m64, 3e9, -3e9, 2147483520.0});
   expect_tensor(make_tensor({1e19, -1e19}, {2}, F64).cast(I64), {2}, I64, {m64, m64});
   // anything -> bool tests != 0 (NaN is true)
   expect_tensor(make_tensor({0.0, -0.0, 0.1, kNaN, -kInf}, {5}, F32).cast(B), {5}, B, {0, 0, 1, 1, 1});

@@ -39,9 +39,9 @@ struct UnaryCase {
   Op op;
   Tensor (*fn)(const Tensor&);
   double (*expect)(double);
-  double lo, hi;   // a well-conditioned input range
-  double atol;     // absolute slack near zero results (f32)
-  bool arith;      // Arith/Rounding rule: integer dtypes are kept, bool is refused
+  double lo, hi;  // a well-conditioned input range
+  double atol;    // absolute slack near zero results (f32)
+  bool arith;     // Arith/Rounding rule: integer dtypes are kept, bool is refused
 };
 
 const UnaryCase kUnary[] = {
@@ -109,8 +109,7 @@ TEST_P(UnaryOp, FloatInputsOfEveryLayout) {
     expect_tensor(c.fn(s), {2, 2}, dt, map(sv, c.expect), rtol, atol);
     // an expanded view: [1, 5] -> [4, 5]
     auto e = generate({4, 5}, [&](const std::vector<int64_t>& i) { return c.expect(w[i[1]]); });
-    expect_tensor(c.fn(make_tensor({w.begin(), w.begin() + 5}, {1, 5}, dt).expand({4, 5})), {4, 5}, dt, e, rtol,
-                  atol);
+    expect_tensor(c.fn(make_tensor({w.begin(), w.begin() + 5}, {1, 5}, dt).expand({4, 5})), {4, 5}, dt, e, rtol, atol);
   }
 }
 
@@ -231,10 +230,11 @@ std::vector<double> operand(const BinaryCase& c, size_t n, uint64_t seed, bool s
   return random_values(n, seed);
 }
 
-void check_binary(const BinaryCase& c, const Tensor& a, const std::vector<double>& av, const Shape& as,
-                  const Tensor& b, const std::vector<double>& bv, const Shape& bs, DType dt) {
+void check_binary(const BinaryCase& c, const Tensor& a, const std::vector<double>& av, const Shape& as, const Tensor& b,
+                  const std::vector<double>& bv, const Shape& bs, DType dt) {
   Shape out = *numpy_broadcast(as, bs);
-  auto e = generate(out, [&](const std::vector<int64_t>& i) { return c.expect(broadcast_at(av, as, i), broadcast_at(bv, bs, i)); });
+  auto e = generate(
+      out, [&](const std::vector<int64_t>& i) { return c.expect(broadcast_at(av, as, i), broadcast_at(bv, bs, i)); });
   double rtol = c.compare ? 0 : (dt == DType::F32 ? op_tolerance_f32(c.op) : kF64Rtol);
   expect_tensor(c.fn(a, b), out, c.compare ? DType::Bool : dt, e, rtol, 0);
 }
@@ -310,8 +310,7 @@ TEST(BinaryOp, IntegerArithmeticIsExactAndWraps) {
   // i32 overflow wraps around (two's complement), as in C++ unsigned arithmetic and torch
   Tensor big = make_tensor({2147483647, -2147483648.0, 65536}, {3}, DType::I32);
   expect_tensor(big + make_tensor({1, -1, 0}, {3}, DType::I32), {3}, DType::I32, {-2147483648.0, 2147483647, 65536});
-  expect_tensor(big * make_tensor({1, 1, 65536}, {3}, DType::I32), {3}, DType::I32,
-                {2147483647, -2147483648.0, 0});
+  expect_tensor(big * make_tensor({1, 1, 65536}, {3}, DType::I32), {3}, DType::I32, {2147483647, -2147483648.0, 0});
   // i64 keeps values beyond i32 exactly
   Tensor l = make_tensor({3e12, -5e12}, {2}, DType::I64);
   expect_tensor(l * make_tensor({3, 1}, {2}, DType::I64), {2}, DType::I64, {9e12, -5e12});
@@ -389,8 +388,8 @@ TEST(Where, SelectsWithBroadcastAndPromotion) {
   auto cv = random_ints(12, 51, 0, 1);
   auto av = random_values(4, 52), bv = random_ints(3, 53, -9, 9);
   Tensor c = make_tensor(cv, {3, 4}, DType::Bool);
-  Tensor a = make_tensor(av, {4}, DType::F64);       // broadcast along rows
-  Tensor b = make_tensor(bv, {3, 1}, DType::I32);    // broadcast along columns
+  Tensor a = make_tensor(av, {4}, DType::F64);     // broadcast along rows
+  Tensor b = make_tensor(bv, {3, 1}, DType::I32);  // broadcast along columns
   auto e = generate({3, 4}, [&](const std::vector<int64_t>& i) { return cv[i[0] * 4 + i[1]] ? av[i[1]] : bv[i[0]]; });
   expect_tensor(where(c, a, b), {3, 4}, DType::F64, e);
   // a scalar-shaped condition broadcast over the operands; NaN operands pass through untouched
@@ -400,7 +399,8 @@ TEST(Where, SelectsWithBroadcastAndPromotion) {
   // a condition built from a comparison of a transposed view
   Tensor x = make_tensor(av, {2, 2}).transpose();
   auto xt = transposed(stored_values(av, DType::F32), 2, 2);
-  auto ex = generate({2, 2}, [&](const std::vector<int64_t>& i) { return xt[i[0] * 2 + i[1]] > 0 ? xt[i[0] * 2 + i[1]] : 0.0; });
+  auto ex = generate(
+      {2, 2}, [&](const std::vector<int64_t>& i) { return xt[i[0] * 2 + i[1]] > 0 ? xt[i[0] * 2 + i[1]] : 0.0; });
   expect_tensor(where(x > 0.0, x, zeros({})), {2, 2}, DType::F32, ex);
 }
 

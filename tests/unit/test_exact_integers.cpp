@@ -129,12 +129,14 @@ TEST(ExactIntegers, ReferenceBackendInterpretsIntegersExactly) {
   const std::vector<int64_t> a = {k62, std::numeric_limits<int64_t>::max(), 3}, b = {k62 + 1, 1, -5};
   EXPECT_EQ(run_pointwise(Op::Add, DType::I64, a, b),
             (std::vector<int64_t>{std::numeric_limits<int64_t>::min() + 1, std::numeric_limits<int64_t>::min(), -2}));
-  EXPECT_EQ(run_pointwise(Op::Sub, DType::I64, b, a), (std::vector<int64_t>{1, std::numeric_limits<int64_t>::min() + 2, -8}));
+  EXPECT_EQ(run_pointwise(Op::Sub, DType::I64, b, a),
+            (std::vector<int64_t>{1, std::numeric_limits<int64_t>::min() + 2, -8}));
   EXPECT_EQ(run_pointwise(Op::Mul, DType::I64, {int64_t{1} << 32, k62 + 1, 3}, {int64_t{1} << 32, 2, -5}),
             (std::vector<int64_t>{0, std::numeric_limits<int64_t>::min() + 2, -15}));
   EXPECT_EQ(run_pointwise(Op::Eq, DType::Bool, a, b), (std::vector<int64_t>{0, 0, 0}));
   EXPECT_EQ(run_pointwise(Op::Lt, DType::Bool, a, b), (std::vector<int64_t>{1, 0, 0}));
-  EXPECT_EQ(run_pointwise(Op::Maximum, DType::I64, a, b), (std::vector<int64_t>{k62 + 1, std::numeric_limits<int64_t>::max(), 3}));
+  EXPECT_EQ(run_pointwise(Op::Maximum, DType::I64, a, b),
+            (std::vector<int64_t>{k62 + 1, std::numeric_limits<int64_t>::max(), 3}));
   EXPECT_EQ(run_fold(ir::AccKind::ArgMax, {k62, k62 + 1, k62 - 1}), 1);
   EXPECT_EQ(run_fold(ir::AccKind::ArgMin, {k62 + 1, k62, k62}), 1);  // the first of equal minima
   EXPECT_EQ(run_fold(ir::AccKind::Max, {k62, k62 + 1, 0}), k62 + 1);

@@ -119,7 +119,7 @@ TEST_P(IndexOpsOn, EmbeddingBagWithOffsets) {
   const int64_t R = 9, D = 3;
   auto tv = table_values(R * D, 4);
   std::vector<double> ids = {1, 4, 4, 0, 8, 2, 4, 7, 5, 1, 3};  // N = 11, repeated ids
-  std::vector<double> offsets = {0, 3, 3, 7, 10};              // an empty bag, a one-id bag at the end
+  std::vector<double> offsets = {0, 3, 3, 7, 10};               // an empty bag, a one-id bag at the end
   std::vector<std::pair<int64_t, int64_t>> bags = {{0, 3}, {3, 3}, {3, 7}, {7, 10}, {10, 11}};
   auto psw = random_values(ids.size(), 5, 0.5, 1.5);
   auto psw_s = stored_values(psw, DType::F32);
@@ -180,21 +180,37 @@ TEST_P(IndexOpsOn, OutOfRangeIndicesAreUserErrors) {
   Tensor bad = make_tensor({1, 4, 0}, {3}, DType::I64), neg = make_tensor({0, -1}, {2}, DType::I32);
   expect_error([&] { embedding(table, bad); }, {"embedding", "index 4", "position [1]", "[0, 4)"});
   expect_error([&] { index_select(table, 1, neg); }, {"index_select", "index -1", "position [1]", "[0, 3)"});
-  expect_error([&] { gather(table, 0, make_tensor({0, 1, 2, 3, 9, 0}, {2, 3}, DType::I64)); },
-               {"gather", "index 9", "position [1, 1]"});
+  expect_error(
+      [&] {
+        gather(table, 0, make_tensor({0, 1, 2, 3, 9, 0}, {2, 3}, DType::I64));
+      },
+      {"gather", "index 9", "position [1, 1]"});
   expect_error([&] { embedding_bag(table, bad, make_tensor({0}, {1}, DType::I64)); }, {"embedding_bag", "index 4"});
-  expect_error([&] { embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), make_tensor({0, 3}, {2}, DType::I64)); },
-               {"embedding_bag", "offset 3", "[0, 2]"});
-  expect_error([&] { embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), make_tensor({1, 2}, {2}, DType::I64)); },
-               {"embedding_bag", "first offset must be 0"});
+  expect_error(
+      [&] {
+        embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), make_tensor({0, 3}, {2}, DType::I64));
+      },
+      {"embedding_bag", "offset 3", "[0, 2]"});
+  expect_error(
+      [&] {
+        embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), make_tensor({1, 2}, {2}, DType::I64));
+      },
+      {"embedding_bag", "first offset must be 0"});
   // Lazy ids: the same checks when the graph runs.
   Tensor lazy_bad = (bad + 1) - 1, lazy_neg = (neg + 1) - 1;
   expect_error([&] { embedding(table, lazy_bad).eval(); }, {"embedding", "index 4", "position [1]", "[0, 4)"});
   expect_error([&] { (relu(index_select(table, 1, lazy_neg)) * 2).eval(); }, {"index_select", "index -1"});
-  expect_error([&] { embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), (make_tensor({0, 2}, {2}, DType::I64) + 1) - 0).eval(); },
-               {"embedding_bag", "offset"});
-  expect_error([&] { embedding_bag(table, lazy_bad, make_tensor({0, 2}, {2}, DType::I64), BagMode::Max).eval(); },
-               {"embedding_bag", "index 4"});
+  expect_error(
+      [&] {
+        embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), (make_tensor({0, 2}, {2}, DType::I64) + 1) - 0)
+            .eval();
+      },
+      {"embedding_bag", "offset"});
+  expect_error(
+      [&] {
+        embedding_bag(table, lazy_bad, make_tensor({0, 2}, {2}, DType::I64), BagMode::Max).eval();
+      },
+      {"embedding_bag", "index 4"});
   // The same lazy ids, in range, evaluate.
   expect_matches(embedding(table, (make_tensor({3, 0}, {2}, DType::I64) + 1) - 1), [&] {
     auto t = values(table);
@@ -226,7 +242,9 @@ TEST(IndexOpsFusion, DequantizedEmbeddingBagWithEpilogueIsOneKernel) {
   for (BagMode mode : {BagMode::Sum, BagMode::Mean, BagMode::Max})
     for (std::optional<int64_t> p : {std::optional<int64_t>{}, std::optional<int64_t>{pad}}) {
       SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + (p ? " pad" : ""));
-      auto bag = [&] { return relu(embedding_bag(table, ids, offsets, mode, mode == BagMode::Sum ? psw : Tensor(), p) * w + b); };
+      auto bag = [&] {
+        return relu(embedding_bag(table, ids, offsets, mode, mode == BagMode::Sum ? psw : Tensor(), p) * w + b);
+      };
       Explanation ex = explain(bag());
       EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
       EXPECT_NE(ex.text().find("[segment]"), std::string::npos) << ex.text();
@@ -239,9 +257,9 @@ TEST(IndexOpsFusion, DequantizedEmbeddingBagWithEpilogueIsOneKernel) {
     }
   // fixed-size bags and plain embeddings fuse the same way
   Tensor ids2 = make_tensor(random_ints(N, 14, 0, R - 1), {5, 8}, DType::I32);
-  for (const Tensor& y : {relu(embedding_bag(table, ids2, {}, BagMode::Sum) * w + b),
-                          relu(embedding_bag(table, ids2, {}, BagMode::Mean, {}, pad) * w + b),
-                          relu(embedding(table, ids2) * w)}) {
+  for (const Tensor& y :
+       {relu(embedding_bag(table, ids2, {}, BagMode::Sum) * w + b),
+        relu(embedding_bag(table, ids2, {}, BagMode::Mean, {}, pad) * w + b), relu(embedding(table, ids2) * w)}) {
     Explanation ex = explain(y);
     EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
     EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5)) << ex.text();
@@ -255,19 +273,25 @@ TEST(OpenCLDeviceIndexOps, GatherAndEveryBagModeMatchTheReference) {
   if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
   const Device dev = Device::opencl();
   const int64_t R = 20, D = 5, N = 17;
-  Tensor q = make_tensor(random_ints(R * D, 20, 0, 255), {R, D}, DType::U8), scale = make_tensor(random_values(R, 21), {R});
+  Tensor q = make_tensor(random_ints(R * D, 20, 0, 255), {R, D}, DType::U8),
+         scale = make_tensor(random_values(R, 21), {R});
   auto idv = random_ints(N, 22, 0, R - 1);
   Tensor ids = make_tensor(idv, {N}, DType::I32), offsets = make_tensor({0, 4, 4, 9, 16}, {5}, DType::I32);
   Tensor psw = make_tensor(random_values(N, 23, 0.5, 1.5), {N}), w = make_tensor(random_values(D, 24), {D});
   auto table = [&](const Tensor& qq, const Tensor& sc) { return qq.cast(DType::F32) * sc.reshape({R, 1}); };
-  Tensor qd = q.to(dev), scd = scale.to(dev), idsd = ids.to(dev), offd = offsets.to(dev), pswd = psw.to(dev), wd = w.to(dev);
+  Tensor qd = q.to(dev), scd = scale.to(dev), idsd = ids.to(dev), offd = offsets.to(dev), pswd = psw.to(dev),
+         wd = w.to(dev);
   const auto pad = static_cast<int64_t>(idv[3]);
   // (A few combinations: each is a device compile.)
-  for (auto [mode, p] : {std::pair{BagMode::Sum, std::optional<int64_t>{pad}}, {BagMode::Mean, std::optional<int64_t>{pad}},
-                         {BagMode::Max, std::optional<int64_t>{}}, {BagMode::Max, std::optional<int64_t>{pad}}}) {
+  for (auto [mode, p] : {std::pair{BagMode::Sum, std::optional<int64_t>{pad}},
+                         {BagMode::Mean, std::optional<int64_t>{pad}},
+                         {BagMode::Max, std::optional<int64_t>{}},
+                         {BagMode::Max, std::optional<int64_t>{pad}}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + (p ? " pad" : ""));
     const bool weighted = mode == BagMode::Sum;
-    auto bag = [&] { return relu(embedding_bag(table(qd, scd), idsd, offd, mode, weighted ? pswd : Tensor(), p) * wd); };
+    auto bag = [&] {
+      return relu(embedding_bag(table(qd, scd), idsd, offd, mode, weighted ? pswd : Tensor(), p) * wd);
+    };
     Tensor h = relu(embedding_bag(table(q, scale), ids, offsets, mode, weighted ? psw : Tensor(), p) * w);
     EXPECT_EQ(bag().device(), dev);
     EXPECT_TRUE(all_close(values(bag()), reference_values(h), 1e-5, 1e-5)) << explain(bag()).text();

@@ -210,9 +210,7 @@ class LowPrecisionOn : public ForcedBackend {
   void TearDown() override {
     if (detail::find_backend(GetParam())) {
       // reference, llvm and the GPU run every kernel themselves; xbyak declines narrow buffers.
-      if (GetParam() != "xbyak") {
-        EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam();
-      }
+      if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam(); }
       EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam();
     }
     ForcedBackend::TearDown();
@@ -221,9 +219,11 @@ class LowPrecisionOn : public ForcedBackend {
 
 // Bitwise equality, a NaN matching any NaN.
 ::testing::AssertionResult same_values(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])) continue;
+    if (std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i]))
+      continue;
     return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
   }
   return ::testing::AssertionSuccess();
@@ -231,10 +231,10 @@ class LowPrecisionOn : public ForcedBackend {
 
 // Source values with NaN, infinities, f16 and bf16 ties, f16 subnormals and overflow, and
 // integers beyond u8/i8.
-const std::vector<double> kSpecial = {0,        -0.0,         1,      -1,          2.5,        -3.5,    255,     256,
-                                      300.75,   -129.5,       65504,  65520,       1e5,        3e-5,    1e-7,    -6e-8,
-                                      0.1,      1.0 / 3,      1 + 0x1p-11, 1 + 3 * 0x1p-11, 1 + 0x1p-8, 1 + 3 * 0x1p-8, kNaN, kInf,
-                                      -kInf,    -2147483649.0, 1e10,   127.5,       -128.75};
+const std::vector<double> kSpecial = {
+    0,          -0.0,           1,    -1,   2.5,   -3.5,          255,  256,     300.75,      -129.5,
+    65504,      65520,          1e5,  3e-5, 1e-7,  -6e-8,         0.1,  1.0 / 3, 1 + 0x1p-11, 1 + 3 * 0x1p-11,
+    1 + 0x1p-8, 1 + 3 * 0x1p-8, kNaN, kInf, -kInf, -2147483649.0, 1e10, 127.5,   -128.75};
 
 TEST_P(LowPrecisionOn, CastsBothWaysWithEveryDtypeMatchTheHostConversion) {
   const auto n = static_cast<int64_t>(kSpecial.size());
@@ -319,8 +319,9 @@ TEST_P(LowPrecisionOn, FloatOpsMatchTheReference) {
       SCOPED_TRACE(std::string(dtype_name(t)) + shape_str(s));
       const auto n = static_cast<size_t>(count_of(s));
       Tensor x = make_tensor(random_values(n, 3, -3, 3), s, t), y = make_tensor(random_values(n, 4, 0.5, 2), s, t);
-      std::vector<Tensor> outs = {x + y, x * y, x / y, exp(x), tanh(x), sigmoid(x), sqrt(y), maximum(x, y),
-                                  relu(x) - y, where(x > y, x, y), x * 2.5 + 1};
+      std::vector<Tensor> outs = {x + y,      x * y,   x / y,         exp(x),      tanh(x),
+                                  sigmoid(x), sqrt(y), maximum(x, y), relu(x) - y, where(x > y, x, y),
+                                  x * 2.5 + 1};
       if (s.size() == 2) {
         Tensor xt = transpose(x), yt = transpose(y);  // non-contiguous
         outs.push_back(xt * yt + xt);
@@ -342,8 +343,16 @@ TEST_P(LowPrecisionOn, ReductionsAccumulateInTheComputeType) {
   EXPECT_EQ(sum(full({4, 512}, 1, DType::BF16), 1).to_vector<double>(), std::vector<double>(4, 512));
   Tensor u = make_tensor(random_ints(301, 5, 0, 255), {7, 43}, DType::U8);
   Tensor h = make_tensor(random_values(301, 6, -4, 4), {7, 43}, DType::F16);
-  std::vector<Tensor> outs = {sum(u, 1), max(u, 0), argmax(u, 1), sum(h, 0), max(h, 1), min(h), mean(h, 1),
-                              softmax(h, -1), sum(u.cast(DType::I8)), matmul(h, transpose(h))};
+  std::vector<Tensor> outs = {sum(u, 1),
+                              max(u, 0),
+                              argmax(u, 1),
+                              sum(h, 0),
+                              max(h, 1),
+                              min(h),
+                              mean(h, 1),
+                              softmax(h, -1),
+                              sum(u.cast(DType::I8)),
+                              matmul(h, transpose(h))};
   eval(outs);
   auto ref = reference_values(outs);
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -363,8 +372,8 @@ TEST_P(LowPrecisionOn, RandomDagsWithNarrowInputsMatchTheReference) {
     eval(d.roots);
     auto ref = reference_values(d.roots);
     for (size_t i = 0; i < d.roots.size(); ++i)
-      ASSERT_TRUE(all_close(values(d.roots[i]), ref[i], 6e-2, 6e-2)) << "seed " << seed << " root " << i << " "
-                                                                       << dtype_name(d.roots[i].dtype());
+      ASSERT_TRUE(all_close(values(d.roots[i]), ref[i], 6e-2, 6e-2))
+          << "seed " << seed << " root " << i << " " << dtype_name(d.roots[i].dtype());
   }
 }
 

@@ -45,7 +45,7 @@ namespace {
 struct Workload {
   std::string name;
   std::function<Tensor(uint64_t seed)> make;  // fresh inputs per seed: a new graph to evaluate
-  double flops;  // counted by hand, independently of the IR
+  double flops;                               // counted by hand, independently of the IR
 };
 
 std::vector<Workload> standard_workloads(Device dev) {
@@ -55,10 +55,26 @@ std::vector<Workload> standard_workloads(Device dev) {
     return test::make_tensor(test::random_values(static_cast<size_t>(n), seed), s, DType::F32).to(dev);
   };
   return {
-      {"mul-add chain", [=](uint64_t s) { return in({64, 64}, s) * 2.0f + 1.0f; }, 2.0 * 4096},
-      {"sum axis 1", [=](uint64_t s) { return sum(in({64, 64}, s), {1}); }, 4096},
-      {"matmul", [=](uint64_t s) { return matmul(in({8, 16}, s), in({16, 4}, s + 100)); }, 2.0 * 8 * 16 * 4},
-      {"log_softmax", [=](uint64_t s) { return log_softmax(in({64, 10}, s)); }, -1},  // FLOPs not counted by hand
+      {"mul-add chain",
+       [=](uint64_t s) {
+         return in({64, 64}, s) * 2.0f + 1.0f;
+       },
+       2.0 * 4096},
+      {"sum axis 1",
+       [=](uint64_t s) {
+         return sum(in({64, 64}, s), {1});
+       },
+       4096},
+      {"matmul",
+       [=](uint64_t s) {
+         return matmul(in({8, 16}, s), in({16, 4}, s + 100));
+       },
+       2.0 * 8 * 16 * 4},
+      {"log_softmax",
+       [=](uint64_t s) {
+         return log_softmax(in({64, 10}, s));
+       },
+       -1},  // FLOPs not counted by hand
   };
 }
 
@@ -98,9 +114,7 @@ void check_counts_equal_plan(Device dev) {
     if (dev == Device::cpu()) {
       EXPECT_DOUBLE_EQ(bound, ex.bound_seconds(roof_for(fake_machine(), dev, DType::F32, p.threads)));
     }
-    if (w.flops >= 0) {
-      EXPECT_EQ(flops, w.flops);
-    }
+    if (w.flops >= 0) { EXPECT_EQ(flops, w.flops); }
     EXPECT_GT(flops, 0);
     EXPECT_TRUE(p.compiles.empty());
   }
@@ -113,8 +127,8 @@ TEST(Profile, CountsEqualThePlanOnCpu) { check_counts_equal_plan(Device::cpu());
 TEST(Profile, RooflineBoundUsesReadsAndWritesApart) {
   Roof r = roof_of(fake_machine().cpu_roofs[0], DType::F32);  // read 10, write 5 (streaming), 50 GFLOP/s
   EXPECT_DOUBLE_EQ(r.seconds(10e9, 0, 0), 1.0);
-  EXPECT_DOUBLE_EQ(r.seconds(10e9, 5e9, 0), 2.0);       // the bus is shared: times add
-  EXPECT_DOUBLE_EQ(r.seconds(1e9, 0, 100e9), 2.0);      // compute bound
+  EXPECT_DOUBLE_EQ(r.seconds(10e9, 5e9, 0), 2.0);   // the bus is shared: times add
+  EXPECT_DOUBLE_EQ(r.seconds(1e9, 0, 100e9), 2.0);  // compute bound
   EXPECT_DOUBLE_EQ(r.gbps(10e9, 5e9), 7.5);
   EXPECT_DOUBLE_EQ(roof_of(fake_machine().cpu_roofs[0], DType::F64).peak_gflops, 25.0);
   EXPECT_EQ(fake_machine().cpu_at(3).threads, 2);  // the largest measured count <= 3

@@ -20,7 +20,8 @@ std::vector<double> table_values(int64_t rows, int64_t cols, uint64_t seed) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       double& x = v[static_cast<size_t>(r * cols + c)];
-      x = stored_as(r == 2 ? 0.75 : x * std::ldexp(1.0, static_cast<int>(r % 9) - 4) + 0.1 * static_cast<double>(r), DType::F32);
+      x = stored_as(r == 2 ? 0.75 : x * std::ldexp(1.0, static_cast<int>(r % 9) - 4) + 0.1 * static_cast<double>(r),
+                    DType::F32);
     }
   return v;
 }
@@ -54,7 +55,8 @@ void check_round_trip(int bits, int64_t rows, int64_t cols) {
   const double levels = bits == 8 ? 255 : 15;
   if (bits == 4 && cols % 2 != 0) {
     for (int64_t r = 0; r < rows; ++r) {
-      EXPECT_LT(bytes[static_cast<size_t>(r * ((cols + 1) / 2) + cols / 2)], 16) << "odd column's pad nibble, row " << r;
+      EXPECT_LT(bytes[static_cast<size_t>(r * ((cols + 1) / 2) + cols / 2)], 16)
+          << "odd column's pad nibble, row " << r;
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -69,9 +71,7 @@ void check_round_trip(int bits, int64_t rows, int64_t cols) {
       const auto i = static_cast<size_t>(r * cols + c);
       const double t = scale > 0 ? (x[i] - mn) / scale : 0;
       const bool near_tie = std::fabs(t - std::floor(t) - 0.5) < 1e-4;
-      if (!near_tie) {
-        EXPECT_EQ(qv[i], std::nearbyint(t)) << "row " << r << " col " << c;
-      }
+      if (!near_tie) { EXPECT_EQ(qv[i], std::nearbyint(t)) << "row " << r << " col " << c; }
       EXPECT_NEAR(deq[i], qv[i] * scale + bias, 1.2e-7 * (std::fabs(qv[i] * scale) + std::fabs(deq[i])));
       EXPECT_LE(std::fabs(x[i] - deq[i]), scale / 2 + 4e-6 * big) << "row " << r << " col " << c;
     }
@@ -138,7 +138,8 @@ TEST_P(Quantize, WeightedBagOfTheDequantizedTableWithEpilogueIsOneKernel) {
   const std::vector<double> ids = {3, 7, 7, 49, 0, 12, 3, 8, 8, 8, 31};
   const std::vector<double> offsets = {0, 3, 3, 6};  // bag 1 is empty, the last bag runs to the end
   const std::vector<double> psw = random_values(ids.size(), 5, 0.5, 1.5);
-  const std::vector<double> w = random_values(static_cast<size_t>(cols), 6), b = random_values(static_cast<size_t>(cols), 7);
+  const std::vector<double> w = random_values(static_cast<size_t>(cols), 6),
+                            b = random_values(static_cast<size_t>(cols), 7);
   for (int bits : {8, 4}) {
     QuantizedTable q = quantize_rowwise(make_tensor(x, {rows, cols}), bits);
     eval({q.values, q.scale_bias});
@@ -155,11 +156,13 @@ TEST_P(Quantize, WeightedBagOfTheDequantizedTableWithEpilogueIsOneKernel) {
       for (int64_t c = 0; c < cols; ++c) {
         double s = 0, mag = 0;
         for (auto i = static_cast<size_t>(offsets[static_cast<size_t>(bag)]); i < end; ++i) {
-          const double v = deq[static_cast<size_t>(static_cast<int64_t>(ids[i]) * cols + c)] * stored_as(psw[i], DType::F32);
+          const double v =
+              deq[static_cast<size_t>(static_cast<int64_t>(ids[i]) * cols + c)] * stored_as(psw[i], DType::F32);
           s += v;
           mag += std::fabs(v);
         }
-        const double wc = stored_as(w[static_cast<size_t>(c)], DType::F32), bc = stored_as(b[static_cast<size_t>(c)], DType::F32);
+        const double wc = stored_as(w[static_cast<size_t>(c)], DType::F32),
+                     bc = stored_as(b[static_cast<size_t>(c)], DType::F32);
         const double want = std::max(0.0, s * wc + bc);
         EXPECT_NEAR(got[static_cast<size_t>(bag * cols + c)], want, 8e-7 * (mag * std::fabs(wc) + std::fabs(bc)) + 1e-7)
             << "bits " << bits << " bag " << bag << " col " << c;
@@ -181,7 +184,8 @@ TEST(QuantizeErrors, BadArgumentsThrowAtRecordTime) {
     dequantize_rowwise(QuantizedTable{q.values, q.scale_bias, 8, 4});
     ADD_FAILURE() << "a 4-bit table read as 8-bit was accepted";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("dequantize_rowwise([3, 2] u8, [3, 2] f32) with bits 8, cols 4"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("dequantize_rowwise([3, 2] u8, [3, 2] f32) with bits 8, cols 4"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(dequantize_rowwise(QuantizedTable{q.values, q.scale_bias.cast(DType::F64), 4, 4}), UserError);

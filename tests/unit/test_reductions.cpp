@@ -287,7 +287,8 @@ TEST(Reduce, IntegerAndBoolInputs) {
     expect_tensor(prod(t, {1}), {2, 4}, DType::I64, reduce_each(g, prod_of));
     expect_tensor(max(t, 1), {2, 4}, dt, reduce_each(g, [](auto& gr) { return extreme_of(gr, true); }));
     expect_tensor(min(t, 1), {2, 4}, dt, reduce_each(g, [](auto& gr) { return extreme_of(gr, false); }));
-    expect_tensor(argmax(t, {1}), {2, 4}, DType::I64, reduce_each(g, [](auto& gr) { return arg_extreme_of(gr, true); }));
+    expect_tensor(argmax(t, {1}), {2, 4}, DType::I64,
+                  reduce_each(g, [](auto& gr) { return arg_extreme_of(gr, true); }));
     // logsumexp of integers computes in f32
     expect_tensor(logsumexp(t, 1), {2, 4}, DType::F32, reduce_each(g, logsumexp_of), 1e-5, 1e-6);
   }

@@ -49,7 +49,8 @@ TEST(TensorApi, ToStringFormat) {
   EXPECT_EQ(arange(10).to_string(), "tensor([0, 1, 2, ..., 7, 8, 9], shape=[10], dtype=i64)");
   EXPECT_EQ(arange(8).to_string(), "tensor([0, 1, 2, 3, 4, 5, 6, 7], shape=[8], dtype=i64)");
   // a view prints its logical order
-  EXPECT_EQ(x.transpose().to_string(), "tensor([[1, 4],\n        [2.5, 5],\n        [-3, 6]], shape=[3, 2], dtype=f32)");
+  EXPECT_EQ(x.transpose().to_string(),
+            "tensor([[1, 4],\n        [2.5, 5],\n        [-3, 6]], shape=[3, 2], dtype=f32)");
 }
 
 TEST(TensorApi, ToVectorItemDataAndDataPtr) {

@@ -76,7 +76,8 @@ TEST(ThreadPool, ExceptionFromAChunkPropagates) {
 // A worker that wakes 300 ms late: the region (about 20 ms of work) finishes on the calling
 // thread without waiting for it. With fixed shares per thread it took >= 300 ms.
 TEST(ThreadPool, LateWorkerDoesNotHoldTheRegion) {
-  if (kfuse::detail::num_threads() < 2 && std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one hardware thread";
+  if (kfuse::detail::num_threads() < 2 && std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "one hardware thread";
   Threads t(2);
   WorkerDelay d(milliseconds(300));
   std::atomic<int64_t> done{0};

@@ -81,7 +81,8 @@ TEST(Tune, FasterVariantWinsAndPersists) {
 // it last ran in.
 class FormsKernel final : public detail::CompiledKernel {
  public:
-  FormsKernel(int slow_us = 600, int fast_us = 0, int pool_us = 300) : slow_us_(slow_us), fast_us_(fast_us), pool_us_(pool_us) {}
+  FormsKernel(int slow_us = 600, int fast_us = 0, int pool_us = 300)
+      : slow_us_(slow_us), fast_us_(fast_us), pool_us_(pool_us) {}
   std::vector<std::string> variants() const override { return {"slow", "fast"}; }
   void run(const ir::LaunchArgs& a) const override { run_variant(a, 0); }
   void run_variant(const ir::LaunchArgs&, int v) const override {
@@ -199,7 +200,8 @@ TEST(Tune, GemmVariantsAreMeasuredAndShown) {
   as_new_process(o);  // the remembered form runs and computes the same
   expect_close(mm(), plain);
   std::ostringstream out, err;
-  ASSERT_EQ(detail::cache::run_cache_tool({"--dir", o.cache_dir, "show", e.value("kernel", "?"), "--no-code"}, out, err), 0)
+  ASSERT_EQ(
+      detail::cache::run_cache_tool({"--dir", o.cache_dir, "show", e.value("kernel", "?"), "--no-code"}, out, err), 0)
       << err.str();
   EXPECT_NE(out.str().find("tuned:        " + e.value("winner", "?") + " "), std::string::npos) << out.str();
   std::filesystem::remove_all(o.cache_dir);

@@ -91,10 +91,10 @@ TEST(Views, SliceWithStartStopStepAndNegativeBounds) {
       {Range{1, 6, 2}, Range{0, std::nullopt, 3}, {1, 3, 5}, {0, 3, 6, 9}},
       {Range{-3}, Range{-4, -1}, {4, 5, 6}, {6, 7, 8}},
       {Range{0, 100}, Range{-10, 100, 4}, {0, 1, 2, 3, 4, 5, 6}, {0, 4, 8}},  // stop clamps
-      {Range{5, 2}, Range::all(), {}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},       // empty: stop < start
+      {Range{5, 2}, Range::all(), {}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},        // empty: stop < start
       {Range{6, 7}, Range{9, std::nullopt, 5}, {6}, {9}},
-      {Range{0, -8}, Range{7}, {}, {7, 8, 9}},                                // stop before the start
-      {Range{7}, Range{10}, {}, {}},                                          // start at the end
+      {Range{0, -8}, Range{7}, {}, {7, 8, 9}},  // stop before the start
+      {Range{7}, Range{10}, {}, {}},            // start at the end
   };
   for (const auto& c : cases) {
     Shape out = {static_cast<int64_t>(c.rows.size()), static_cast<int64_t>(c.cols.size())};
@@ -172,7 +172,8 @@ TEST(Views, PadWithAValue) {
   });
   expect_tensor(pad(x, {{1, 0}, {2, 1}}, -1.5), {3, 6}, DType::F32, e);
   // pairs for the first axes only; zero by default
-  auto e2 = generate({5, 3}, [&](const std::vector<int64_t>& i) { return i[0] >= 1 && i[0] < 3 ? sv[(i[0] - 1) * 3 + i[1]] : 0.0; });
+  auto e2 = generate(
+      {5, 3}, [&](const std::vector<int64_t>& i) { return i[0] >= 1 && i[0] < 3 ? sv[(i[0] - 1) * 3 + i[1]] : 0.0; });
   expect_tensor(pad(x, {{1, 2}}), {5, 3}, DType::F32, e2);
   expect_tensor(pad(x, {{0, 0}, {0, 0}}), {2, 3}, DType::F32, sv);
   // integers, an empty input, NaN and Inf as pad values

@@ -34,7 +34,8 @@ class RowSoftmax : public kfuse::Pattern {
     const Node* e = div.inputs[0].get();
     if (e->op != Op::Exp) return MatchResult::fail("the numerator is not exp(...)");
     const Node* s = unbroadcast(div.inputs[1].get(), nodes);
-    if (s->op != Op::ReduceSum || s->inputs[0].get() != e) return MatchResult::fail("the divisor is not sum(numerator)");
+    if (s->op != Op::ReduceSum || s->inputs[0].get() != e)
+      return MatchResult::fail("the divisor is not sum(numerator)");
     const Node* d = e->inputs[0].get();
     if (d->op != Op::Sub) return MatchResult::fail("exp's argument is not x - max(x)");
     const Node* x = d->inputs[0].get();

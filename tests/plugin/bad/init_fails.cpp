@@ -5,8 +5,9 @@
 
 namespace {
 void register_patterns(kfuse::PluginRegistrar& r) {
-  r.add(kfuse::make_pattern("init_fails_never_registered", {kfuse::Op::Add}, 1,
-                            [](const kfuse::Node&, const kfuse::GraphView&) { return kfuse::MatchResult::fail("no"); }));
+  r.add(
+      kfuse::make_pattern("init_fails_never_registered", {kfuse::Op::Add}, 1,
+                          [](const kfuse::Node&, const kfuse::GraphView&) { return kfuse::MatchResult::fail("no"); }));
   throw std::runtime_error("this plugin needs a GPU it cannot find");
 }
 }  // namespace
