@@ -62,8 +62,14 @@ using UkrFn = void (*)(const UkrArgs*);
 /// per k); `direct` reads A and B through their strides (B contiguous along N). (One or two rows
 /// of A take gemv_rows in gemm_run.cpp, which streams B along its rows.)
 struct Ukrs {
+  static constexpr int kMaxMr = 14, kMaxNv = 2;
   int mr = 0, nr = 0;
+  int w = 0;  ///< floats per vector (NR = w * vectors per row)
   UkrFn packed = nullptr, direct = nullptr;
+  /// Direct kernels of smaller tiles, [rows][vectors per row] (1..mr, 1..nr / w; [mr][nr / w] is
+  /// `direct`): the edges of a small problem run in place too instead of through packed scratch
+  /// tiles (at 64^3 the 4 edge rows' packing was a fifth of the call).
+  UkrFn direct_tile[kMaxMr + 1][kMaxNv + 1] = {};
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);

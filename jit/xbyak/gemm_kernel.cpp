@@ -154,6 +154,7 @@ class UkrGen : public Xbyak::CodeGenerator {
 struct UkrSet {
   Ukrs u;
   std::unique_ptr<ExecMem> mem[2];
+  std::unique_ptr<ExecMem> tile_mem[Ukrs::kMaxMr + 1][Ukrs::kMaxNv + 1];
 };
 
 template <class Vmm>
@@ -177,6 +178,10 @@ UkrSet* make_set(int mr, int nv) {
   s->u.nr = nv * W;
   s->u.packed = make_ukr<Vmm>(s->mem[0], mr, nv, true);
   s->u.direct = make_ukr<Vmm>(s->mem[1], mr, nv, false);
+  s->u.w = W;
+  for (int r = 1; r <= mr; ++r)
+    for (int v = 1; v <= nv; ++v)
+      s->u.direct_tile[r][v] = r == mr && v == nv ? s->u.direct : make_ukr<Vmm>(s->tile_mem[r][v], r, v, false);
   return s;
 }
 

@@ -619,9 +619,13 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        const int64_t mfull = m0 + m / MR * MR, nfull = n0 + n / NR * NR;
-        for (int64_t j = n0; j < nfull; j += NR)
-          for (int64_t i = m0; i < mfull; i += MR) {
+        // Whole vectors of columns run in place, in tiles of up to MR rows and NR columns (the
+        // edge tiles by the smaller direct kernels); only a last part-vector of columns is packed.
+        const int64_t W = u_.w, nvec = n0 + n / W * W;
+        for (int64_t j = n0; j < nvec; j += NR) {
+          const int nv = static_cast<int>(std::min(NR, nvec - j) / W);
+          for (int64_t i = m0; i < m1; i += MR) {
+            const int mr = static_cast<int>(std::min(MR, m1 - i));
             UkrArgs a{af + i * sa.row + pc * sa.col,
                       bf + pc * sb.row + j,
                       t.c + i * t.c_rs + j,
@@ -631,10 +635,10 @@ class GemmKernel final : public CompiledKernel {
                       sb.row * 4,
                       t.c_rs * 4,
                       first ? 0 : 1};
-            u_.direct(&a);
+            u_.direct_tile[mr][nv](&a);
           }
-        if (nfull < n1) edge_tiles(t, sa, sb, m0, m1, nfull, n1, pc, kc, first);
-        if (mfull < m1) edge_tiles(t, sa, sb, mfull, m1, n0, nfull, pc, kc, first);
+        }
+        if (nvec < n1) edge_tiles(t, sa, sb, m0, m1, nvec, n1, pc, kc, first);
       }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;

@@ -286,6 +286,27 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   set_options(saved);
 }
 
+// The direct path runs every whole vector of columns in place, edge tiles included (the smaller
+// direct kernels, Ukrs::direct_tile): each tile shape of rows 1..MR x vectors 1..NR/W, plus a
+// part-vector tail (packed), against the packed path bit for bit (the same FMA chain per element).
+TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    for (int64_t M = 1; M <= u.mr + 1; ++M)
+      for (int64_t N : {int64_t{u.w}, int64_t{u.nr}, int64_t{u.nr + u.w}, int64_t{u.nr + u.w + 3}}) {
+        Spec s;
+        s.M = M + (M == u.mr + 1 ? u.mr : 0), s.N = N, s.K = 13;
+        set_gemm_path(2);
+        auto direct = run_check(s, isa, 5);
+        set_gemm_path(1);
+        auto packed = run_check(s, isa, 5);
+        ASSERT_EQ(direct.size(), packed.size());
+        EXPECT_EQ(0, std::memcmp(direct.data(), packed.data(), direct.size() * 4))
+            << detail::xb::isa_name(isa) << " " << s.M << "x" << s.N;
+      }
+  }
+}
+
 TEST_F(XbyakGemm, Epilogues) {
   for (Isa isa : isas())
     for (int path = 0; path < 2; ++path) {
