@@ -66,6 +66,9 @@ Loaded load() {
   sym(d.EventSynchronize, "cuEventSynchronize");
   sym(d.EventElapsedTime, "cuEventElapsedTime");
   sym(d.EventDestroy, "cuEventDestroy_v2");
+  sym(d.EventQuery, "cuEventQuery");
+  sym(d.MemHostAlloc, "cuMemHostAlloc");
+  sym(d.MemFreeHost, "cuMemFreeHost");
   sym(d.GetErrorName, "cuGetErrorName");
   sym(d.GetErrorString, "cuGetErrorString");
   if (!ok) return l;
@@ -116,6 +119,32 @@ void check(CUresult rc, const char* what) {
 
 void count_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
 
+namespace {
+
+constexpr size_t kStagingSlotBytes = size_t{2} << 20;
+constexpr int kStagingSlots = 4;
+
+// The device's staging ring (gpu/staging.hpp): slots from cuMemHostAlloc, fenced by events
+// recorded on the device's stream after each copy. The hooks run on threads that have made the
+// device's context current (every caller goes through device()).
+gpu::StagingRing* make_staging(Dev& dev) {
+  const Driver& d = driver();
+  dev.fences.assign(kStagingSlots, nullptr);
+  for (CUevent& e : dev.fences) check(d.EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  gpu::StagingRing::Hooks h;
+  h.alloc = [&d](int, size_t bytes) -> void* {
+    void* p = nullptr;
+    return d.MemHostAlloc(&p, bytes, 0) == CUDA_SUCCESS ? p : nullptr;
+  };
+  h.release = [&d](int, void* p) { d.MemFreeHost(p); };
+  // (an event never recorded counts as complete)
+  h.done = [&d, &dev](int slot) { return d.EventQuery(dev.fences[slot]) == CUDA_SUCCESS; };
+  h.wait = [&d, &dev](int slot) { check(d.EventSynchronize(dev.fences[slot]), "cuEventSynchronize (staging)"); };
+  return new gpu::StagingRing(std::move(h), kStagingSlotBytes, kStagingSlots);
+}
+
+}  // namespace
+
 Dev& device(int index) {
   static std::mutex mu;
   static std::vector<std::unique_ptr<Dev>> devs;
@@ -141,6 +170,7 @@ Dev& device(int index) {
     check(d.DevicePrimaryCtxRetain(&dev->ctx, dev->device), "cuDevicePrimaryCtxRetain");
     check(d.CtxSetCurrent(dev->ctx), "cuCtxSetCurrent");
     check(d.StreamCreate(&dev->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    dev->staging = make_staging(*dev);
     if (devs.size() <= static_cast<size_t>(index)) devs.resize(index + 1);
     devs[index] = std::move(dev);
   }
@@ -189,21 +219,44 @@ std::shared_ptr<Storage> cuda_alloc(DType dtype, int64_t numel, int index) {
   return s;
 }
 
+// Uploads go through the pinned staging ring and return without waiting (the caller's bytes are
+// copied before return); without pinned memory, an asynchronous copy from pageable memory and a
+// wait (`src` may be freed when this returns).
 void cuda_copy_to_device(const Storage& dst, const void* src) {
   if (dst.bytes() == 0) return;
-  cuda::Dev& dev = cuda::device(dst.device.index());
+  const int index = dst.device.index();
+  cuda::Dev& dev = cuda::device(index);
   const cuda::Driver& d = cuda::driver();
-  cuda::check(d.MemcpyHtoDAsync(ptr_of(dst), src, dst.bytes(), dev.stream), "cuMemcpyHtoDAsync");
-  cuda::count_sync(dst.device.index());  // `src` may be freed when this returns
+  const CUdeviceptr to = ptr_of(dst);
+  const uint64_t w0 = dev.staging->waits();
+  const bool staged = dev.staging->upload(src, dst.bytes(), [&](int slot, void* host, size_t off, size_t n) {
+    cuda::check(d.MemcpyHtoDAsync(to + off, host, n, dev.stream), "cuMemcpyHtoDAsync");
+    cuda::check(d.EventRecord(dev.fences[slot], dev.stream), "cuEventRecord");
+  });
+  if (staged) {
+    for (uint64_t w = dev.staging->waits(); w > w0; --w) cuda::count_sync(index);
+    return;
+  }
+  cuda::check(d.MemcpyHtoDAsync(to, src, dst.bytes(), dev.stream), "cuMemcpyHtoDAsync");
+  cuda::count_sync(index);
   cuda::check(d.StreamSynchronize(dev.stream), "cuStreamSynchronize");
 }
 
+// Reads wait (their caller needs the values): chunked through the staging ring, the host's copy
+// of one chunk out of pinned memory overlapping the device's copy of the next.
 void cuda_copy_to_host(const Storage& src, void* dst) {
   if (src.bytes() == 0) return;
-  cuda::Dev& dev = cuda::device(src.device.index());
+  const int index = src.device.index();
+  cuda::Dev& dev = cuda::device(index);
   const cuda::Driver& d = cuda::driver();
-  cuda::check(d.MemcpyDtoHAsync(dst, ptr_of(src), src.bytes(), dev.stream), "cuMemcpyDtoHAsync");
-  cuda::count_sync(src.device.index());
+  const CUdeviceptr from = ptr_of(src);
+  cuda::count_sync(index);
+  const bool staged = dev.staging->download(dst, src.bytes(), [&](int slot, void* host, size_t off, size_t n) {
+    cuda::check(d.MemcpyDtoHAsync(host, from + off, n, dev.stream), "cuMemcpyDtoHAsync");
+    cuda::check(d.EventRecord(dev.fences[slot], dev.stream), "cuEventRecord");
+  });
+  if (staged) return;
+  cuda::check(d.MemcpyDtoHAsync(dst, from, src.bytes(), dev.stream), "cuMemcpyDtoHAsync");
   cuda::check(d.StreamSynchronize(dev.stream), "cuStreamSynchronize");
 }
 

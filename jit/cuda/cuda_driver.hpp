@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
+#include "../gpu/staging.hpp"
 #include "kfuse/device.hpp"
 
 namespace kfuse::detail::cuda {
@@ -33,6 +35,9 @@ struct Driver {
   decltype(&::cuEventSynchronize) EventSynchronize = nullptr;
   decltype(&::cuEventElapsedTime) EventElapsedTime = nullptr;
   decltype(&::cuEventDestroy) EventDestroy = nullptr;
+  decltype(&::cuEventQuery) EventQuery = nullptr;      // staging slots' fences
+  decltype(&::cuMemHostAlloc) MemHostAlloc = nullptr;  // pinned staging memory
+  decltype(&::cuMemFreeHost) MemFreeHost = nullptr;
   decltype(&::cuGetErrorName) GetErrorName = nullptr;
   decltype(&::cuGetErrorString) GetErrorString = nullptr;
   // Stream-ordered allocation (CUDA 11.2+); null on older drivers, which take the fallback.
@@ -52,6 +57,11 @@ struct Dev {
   CUstream stream = nullptr;
   int arch = 0;
   std::string name;
+  // Host <-> device copies through pinned slots (gpu/staging.hpp), each fenced by an event.
+  // Never freed: the devices live for the process, and the driver may be gone at static
+  // destruction.
+  gpu::StagingRing* staging = nullptr;
+  std::vector<CUevent> fences;
 };
 
 /// The loaded driver; throws BackendUnavailable (no libcuda, stub library, cuInit failure).

@@ -11,6 +11,7 @@
 
 #include "../gpu/block_cache.hpp"
 #include "../gpu/gpu_render.hpp"
+#include "../gpu/staging.hpp"
 #include "backend/factories.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
@@ -48,7 +49,53 @@ struct ClDevice {
   bool fp64 = false;
   size_t max_wg = 0;
   std::unique_ptr<gpu::BlockCache> mem;  // every buffer of this device (tensors and scratch)
+  // Host <-> device copies: pinned slots (CL_MEM_ALLOC_HOST_PTR buffers, mapped once) and the
+  // event of the last copy through each (gpu/staging.hpp).
+  std::unique_ptr<gpu::StagingRing> staging;
+  std::vector<cl_mem> staging_bufs;
+  std::vector<cl_event> fences;
 };
+
+constexpr size_t kStagingSlotBytes = size_t{2} << 20;
+constexpr int kStagingSlots = 4;
+
+void set_fence(ClDevice& d, int slot, cl_event ev) {
+  if (d.fences[slot]) clReleaseEvent(d.fences[slot]);
+  d.fences[slot] = ev;
+}
+
+std::unique_ptr<gpu::StagingRing> make_staging(ClDevice& d) {
+  d.staging_bufs.assign(kStagingSlots, nullptr);
+  d.fences.assign(kStagingSlots, nullptr);
+  gpu::StagingRing::Hooks h;
+  h.alloc = [&d](int slot, size_t bytes) -> void* {
+    cl_int rc = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(d.ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, nullptr, &rc);
+    if (rc != CL_SUCCESS) return nullptr;
+    void* p = clEnqueueMapBuffer(d.queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, nullptr, nullptr, &rc);
+    if (rc != CL_SUCCESS || !p) {
+      clReleaseMemObject(m);
+      return nullptr;
+    }
+    d.staging_bufs[slot] = m;
+    return p;
+  };
+  h.release = [&d](int slot, void* p) {
+    clEnqueueUnmapMemObject(d.queue, d.staging_bufs[slot], p, 0, nullptr, nullptr);
+    clReleaseMemObject(d.staging_bufs[slot]);
+    d.staging_bufs[slot] = nullptr;
+    set_fence(d, slot, nullptr);
+  };
+  h.done = [&d](int slot) {
+    cl_int st = CL_COMPLETE;
+    if (d.fences[slot]) clGetEventInfo(d.fences[slot], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, nullptr);
+    return st == CL_COMPLETE;
+  };
+  h.wait = [&d](int slot) {
+    if (d.fences[slot]) check(clWaitForEvents(1, &d.fences[slot]), "clWaitForEvents (staging)");
+  };
+  return std::make_unique<gpu::StagingRing>(std::move(h), kStagingSlotBytes, kStagingSlots);
+}
 
 ClDevice make_device(int index) {
   ClDevice d;
@@ -100,6 +147,7 @@ ClDevice make_device(int index) {
           },
           [](void* m) { clReleaseMemObject(static_cast<cl_mem>(m)); },
           static_cast<size_t>(global / 2));  // cache at most half of the device's memory
+      d.staging = nullptr;                   // (made by device(): the hooks refer to the ClDevice's final address)
       d.desc = info_str(clGetPlatformInfo, p, CL_PLATFORM_VERSION) + " / " +
                info_str(clGetDeviceInfo, dev, CL_DEVICE_NAME) + " / " +
                info_str(clGetDeviceInfo, dev, CL_DRIVER_VERSION);
@@ -117,7 +165,11 @@ ClDevice& device(int index) {
   std::lock_guard<std::mutex> lk(mu);
   if (index < 0) throw BackendUnavailable("OpenCL: negative device index");
   if (devs.size() <= static_cast<size_t>(index)) devs.resize(index + 1);
-  if (!devs[index]) devs[index] = std::make_unique<ClDevice>(make_device(index));
+  if (!devs[index]) {
+    devs[index] = std::make_unique<ClDevice>(make_device(index));
+    // (after the move into place: the ring's hooks refer to the ClDevice by address)
+    if (devs[index]->error.empty()) devs[index]->staging = make_staging(*devs[index]);
+  }
   return *devs[index];
 }
 
@@ -302,20 +354,40 @@ std::shared_ptr<Storage> opencl_alloc(DType dtype, int64_t numel, int index) {
   return s;
 }
 
+// Uploads go through the pinned staging ring and return without waiting (the caller's memory is
+// copied before return); without pinned memory, a blocking write (`src` may be freed at return).
 void opencl_copy_to_device(const Storage& dst, const void* src) {
   if (dst.bytes() == 0) return;
   ClDevice& d = usable(dst.device.index());
-  d.mem->count_sync();  // blocking: `src` may be freed when this returns
-  check(clEnqueueWriteBuffer(d.queue, mem_of(dst), CL_TRUE, 0, dst.bytes(), src, 0, nullptr, nullptr),
-        "clEnqueueWriteBuffer");
+  cl_mem m = mem_of(dst);
+  const uint64_t w0 = d.staging->waits();
+  const bool staged = d.staging->upload(src, dst.bytes(), [&](int slot, void* host, size_t off, size_t n) {
+    cl_event ev = nullptr;
+    check(clEnqueueWriteBuffer(d.queue, m, CL_FALSE, off, n, host, 0, nullptr, &ev), "clEnqueueWriteBuffer");
+    set_fence(d, slot, ev);
+  });
+  if (staged) {
+    for (uint64_t w = d.staging->waits(); w > w0; --w) d.mem->count_sync();
+    return;
+  }
+  d.mem->count_sync();
+  check(clEnqueueWriteBuffer(d.queue, m, CL_TRUE, 0, dst.bytes(), src, 0, nullptr, nullptr), "clEnqueueWriteBuffer");
 }
 
+// Reads wait for the queue (their caller needs the values): chunked through the staging ring, the
+// host's copy of one chunk overlapping the device's copy of the next.
 void opencl_copy_to_host(const Storage& src, void* dst) {
   if (src.bytes() == 0) return;
   ClDevice& d = usable(src.device.index());
+  cl_mem m = mem_of(src);
   d.mem->count_sync();
-  check(clEnqueueReadBuffer(d.queue, mem_of(src), CL_TRUE, 0, src.bytes(), dst, 0, nullptr, nullptr),
-        "clEnqueueReadBuffer");
+  const bool staged = d.staging->download(dst, src.bytes(), [&](int slot, void* host, size_t off, size_t n) {
+    cl_event ev = nullptr;
+    check(clEnqueueReadBuffer(d.queue, m, CL_FALSE, off, n, host, 0, nullptr, &ev), "clEnqueueReadBuffer");
+    set_fence(d, slot, ev);
+  });
+  if (!staged)
+    check(clEnqueueReadBuffer(d.queue, m, CL_TRUE, 0, src.bytes(), dst, 0, nullptr, nullptr), "clEnqueueReadBuffer");
 }
 
 void opencl_finish(int index) {
