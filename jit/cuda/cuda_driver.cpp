@@ -147,7 +147,8 @@ gpu::StagingRing* make_staging(Dev& dev) {
 
 Dev& device(int index) {
   static std::mutex mu;
-  static std::vector<std::unique_ptr<Dev>> devs;
+  // Never destroyed: the devices (their staging rings included) live for the process.
+  static auto& devs = *new std::vector<std::unique_ptr<Dev>>;
   const Driver& d = driver();
   std::unique_lock<std::mutex> lk(mu);
   if (index < 0 || devs.size() <= static_cast<size_t>(index) || !devs[index]) {
