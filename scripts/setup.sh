@@ -14,7 +14,7 @@ packages=(
   libxbyak-dev libsleef-dev        # x86 backend, vector math
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo   # OpenCL backend on the CPU
   libxxhash-dev nlohmann-json3-dev libcli11-dev              # core, cache tool
-  libgtest-dev libgmock-dev catch2 libxml2-utils             # tests (xmllint: the profiler's SVG)
+  libgtest-dev libgmock-dev catch2 libxml2-utils librsvg2-bin   # tests (xmllint, rsvg-convert: the profiler's SVG)
   clang-format-14                                            # the format test (scripts/check-format.sh)
 )
 bench_peers=(libtorch-dev libdnnl-dev libeigen3-dev libopenblas-dev)

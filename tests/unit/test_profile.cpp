@@ -223,6 +223,21 @@ TEST(Profile, TableJsonTraceAndSvgParseBack) {
   if (std::system("command -v xmllint >/dev/null 2>&1") == 0) {
     EXPECT_EQ(std::system(("xmllint --noout " + prefix + ".svg").c_str()), 0);
   }
+  // It renders (librsvg, as a browser's SVG engine would): the chart's PNG holds far more than
+  // the PNG of an empty canvas of the same size (a blank image compresses to almost nothing).
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") == 0) {
+    const size_t open_end = svg.find('>');
+    {
+      std::ofstream blank(prefix + "-blank.svg");
+      blank << svg.substr(0, open_end + 1) << "</svg>\n";
+    }
+    for (const char* f : {"", "-blank"})
+      ASSERT_EQ(std::system(("rsvg-convert -o " + prefix + f + ".png " + prefix + f + ".svg").c_str()), 0) << f;
+    const auto drawn = std::filesystem::file_size(prefix + ".png");
+    const auto blank = std::filesystem::file_size(prefix + "-blank.png");
+    EXPECT_GT(drawn, 4 * blank) << "the roofline chart rendered (almost) empty: " << drawn << " vs " << blank
+                                << " bytes";
+  }
   EXPECT_THROW(p.write((dir / "missing" / "run").string()), UserError);
   std::filesystem::remove_all(dir);
 }
