@@ -37,7 +37,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C),
 // with at least 8 floats of slack past n: pack_a's vector stores may run 2 floats past a sliver.
 float* scratch(int which, int64_t n) {
-  thread_local std::vector<float> bufs[4];
+  thread_local std::vector<float> bufs[5];  // A panel, B panel, edge tile, temp C, shared B (launcher)
   std::vector<float>& v = bufs[which];
   if (v.size() < static_cast<size_t>(n) + 32) v.resize(static_cast<size_t>(n) + 32);
   auto p = reinterpret_cast<uintptr_t>(v.data());
@@ -236,7 +236,8 @@ class GemmKernel final : public CompiledKernel {
         p_(std::move(plan)),
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
-        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)) {
+        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)),
+        l3_(cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20)) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
@@ -323,6 +324,10 @@ class GemmKernel final : public CompiledKernel {
     // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads.
     const int64_t flops = 2 * M * N * std::max<int64_t>(K, 1);
     const int64_t threads = flops * batches < kParallelFlops ? 1 : num_threads();
+    if (threads > 1 && batches == 1 && shared_b_pays(L, threads)) {
+      run_shared_b(L, threads);
+      return;
+    }
     int64_t gm = 1, gn = 1;
     if (batches < threads) {
       const int64_t want = ceil_div(threads, batches);
@@ -363,6 +368,9 @@ class GemmKernel final : public CompiledKernel {
     int64_t per_m, per_n;
     GemmBlocking blk;
     int path;
+    // run_shared_b: B's panel for the task's columns, packed already (k block pc at pc * the
+    // padded width); the task takes the packed path over exactly those columns.
+    const float* shared_b = nullptr;
   };
   // One task's view: operands of its batch, its C.
   struct Task {
@@ -374,6 +382,51 @@ class GemmKernel final : public CompiledKernel {
     int64_t bidx[kMaxOuterDims];
     int64_t brow;  // first outer row of this batch (batch index * M)
   };
+
+  // One GEMM on several threads, BLIS-style: the threads pack B's panel (all of K x a block of
+  // N columns) together into one buffer, then each takes a share of M's rows, packing only its
+  // own A, against that shared panel (in the L3 the cores share). Splitting N instead had every
+  // thread pack all of A, and splitting M had every thread pack all of B. Two parallel_for
+  // calls per block of N (pack, then compute) make the join the barrier: nothing waits for a
+  // thread the pool did not start. Every C element is still one task's FMA chain over k
+  // ascending, so the result is bitwise the one-thread result.
+  bool shared_b_pays(const Launch& L, int64_t threads) const {
+    if (L.path == 2 || (plain_ && L.b.col == 1 && L.path != 1 && L.M <= 2)) return false;  // direct, GEMV
+    if (plain_ && L.b.col == 1 && L.path == 0 && (L.M * p_.K + p_.K * L.N + L.M * L.N) * 4 <= l2_ / 2) return false;
+    return L.M >= threads * 4 * u_.mr && p_.K > 0;  // enough rows for balanced shares
+  }
+
+  void run_shared_b(Launch& L, int64_t threads) const {
+    const int64_t M = L.M, N = L.N, K = p_.K, NR = u_.nr, KC = L.blk.kc;
+    // The panel: K x nc floats, at most half the L3 (capped: VMs report a whole socket's).
+    const int64_t budget = std::min<int64_t>(l3_ / 2, int64_t{32} << 20) / 4;
+    const int64_t nc = std::clamp<int64_t>(std::min(round_down(budget / K, NR), L.blk.nc), NR, ceil_div(N, NR) * NR);
+    float* panel = scratch(4, K * nc);  // the launching thread's; the workers only read it
+    L.shared_b = panel;
+    const int64_t per_m = ceil_div(ceil_div(M, u_.mr), threads) * u_.mr;
+    const int64_t shares = ceil_div(M, per_m);
+    const void* b_base = L.b_base + L.b.off * es_[1];  // (one batch)
+    for (int64_t jc = 0; jc < N; jc += nc) {
+      const int64_t ncb = std::min(nc, N - jc), ncp = ceil_div(ncb, NR) * NR;
+      // Pack: units of (KC block, group of slivers), about 4 per thread.
+      const int64_t kblocks = ceil_div(K, KC), slivers = ceil_div(ncb, NR);
+      const int64_t groups = std::min(slivers, ceil_div(4 * threads, kblocks));
+      const int64_t per_g = ceil_div(slivers, groups) * NR;
+      parallel_for(kblocks * groups, 1, [&](int64_t b, int64_t e) {
+        for (int64_t u = b; u < e; ++u) {
+          const int64_t pc = u / groups * KC, kc = std::min(KC, K - pc);
+          const int64_t j0 = u % groups * per_g, w = std::min(per_g, ncb - j0);
+          if (w <= 0) continue;
+          float* dst = panel + pc * ncp + j0 * kc;
+          pack_b(dst, b_base, L.b, pc, kc, jc + j0, w);
+          prologue(1, dst, ceil_div(w, NR) * NR * kc);
+        }
+      });
+      parallel_for(shares, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) task(L, 0, t * per_m, std::min(M, (t + 1) * per_m), jc, jc + ncb);
+      });
+    }
+  }
 
   // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
   static Strides strides(const ir::ExprRef& e, const std::vector<int64_t>& params, int nb, int row, int col) {
@@ -598,7 +651,7 @@ class GemmKernel final : public CompiledKernel {
     // GEMV (one or two rows): stream B along its rows once per row (gemv_rows), no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
     const float* bf = static_cast<const float*>(t.b);
-    if (plain_ && m <= 2 && sb.col == 1 && L.path != 1) {
+    if (plain_ && m <= 2 && sb.col == 1 && L.path != 1 && !L.shared_b) {
       float* sums = scratch(2, n);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
@@ -615,7 +668,8 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
-    if (plain_ && sb.col == 1 && L.path != 1 && (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
+    if (plain_ && sb.col == 1 && L.path != 1 && !L.shared_b &&
+        (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
@@ -644,14 +698,20 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     float* ap = scratch(0, blk.mc * KC);
-    float* bp = scratch(1, KC * (std::min(blk.nc, ceil_div(n, NR) * NR)));
-    for (int64_t jc = n0; jc < n1; jc += blk.nc) {
-      const int64_t nc = std::min(blk.nc, n1 - jc);
+    // (shared panel: one block of exactly this task's columns, packed by run_shared_b)
+    const int64_t NC = L.shared_b ? n : blk.nc;
+    float* bp = L.shared_b ? nullptr : scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
+    for (int64_t jc = n0; jc < n1; jc += NC) {
+      const int64_t nc = std::min(NC, n1 - jc);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0, last = pc + kc == K;
-        pack_b(bp, t.b, sb, pc, kc, jc, nc);
-        prologue(1, bp, ceil_div(nc, NR) * NR * kc);
+        if (L.shared_b) {
+          bp = const_cast<float*>(L.shared_b) + pc * ceil_div(nc, NR) * NR;
+        } else {
+          pack_b(bp, t.b, sb, pc, kc, jc, nc);
+          prologue(1, bp, ceil_div(nc, NR) * NR * kc);
+        }
         for (int64_t ic = m0; ic < m1; ic += blk.mc) {
           const int64_t mc = std::min(blk.mc, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
@@ -692,7 +752,7 @@ class GemmKernel final : public CompiledKernel {
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;
-  int64_t l2_;
+  int64_t l2_, l3_;
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
 };
