@@ -229,6 +229,13 @@ void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) {
   g_nc.store(nc);
 }
 
+namespace {
+uint64_t next_serial() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+}  // namespace
+
 class GemmKernel final : public CompiledKernel {
  public:
   GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa)
@@ -298,9 +305,9 @@ class GemmKernel final : public CompiledKernel {
   }
   void run_variant(const ir::LaunchArgs& args, int variant) const override {
     const int nb = p_.nbatch;
-    int64_t ext[kMaxOuterDims] = {};
+    const Geometry& g = geometry(args.params);
+    const int64_t* ext = g.ext;
     int64_t batches = 1;
-    for (int d = 0; d < nb + 2; ++d) ext[d] = ir::eval_index(k_.outer[d], args.params);
     for (int d = 0; d < nb; ++d) batches *= ext[d];
     const int64_t M = ext[nb], N = ext[nb + 1], K = p_.K;
     if (batches == 0 || M == 0 || N == 0) return;
@@ -314,9 +321,9 @@ class GemmKernel final : public CompiledKernel {
     L.N = N;
     L.nb = nb;
     std::copy(ext, ext + kMaxOuterDims, L.ext);
-    L.a = strides(p_.a_idx, args.params, nb, nb, kMaxOuterDims);
-    L.b = strides(p_.b_idx, args.params, nb, kMaxOuterDims, nb + 1);
-    if (p_.c_buf >= 0) L.c = strides(p_.c_idx, args.params, nb, nb, nb + 1);
+    L.a = g.a;
+    L.b = g.b;
+    L.c = g.c;
     L.a_base = static_cast<const char*>(args.buffers[p_.a_buf]);
     L.b_base = static_cast<const char*>(args.buffers[p_.b_buf]);
     L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
@@ -356,6 +363,30 @@ class GemmKernel final : public CompiledKernel {
   }
 
  private:
+  // The extents and operand strides of a launch: affine expressions of the params, evaluated
+  // once per new params vector (a repeated launch of one shape, the common case, reuses them:
+  // evaluating them was an eighth of the host work of a small matmul's record + eval).
+  struct Geometry {
+    std::vector<int64_t> params;
+    int64_t ext[kMaxOuterDims] = {};
+    Strides a, b, c;
+  };
+  const Geometry& geometry(const std::vector<int64_t>& params) const {
+    // Per thread (launches may run concurrently), keyed by the kernel's serial number, not its
+    // address: a new kernel may be allocated where a freed one was.
+    thread_local uint64_t owner = 0;
+    thread_local Geometry g;
+    if (owner == serial_ && g.params == params) return g;
+    const int nb = p_.nbatch;
+    g.params = params;
+    for (int d = 0; d < nb + 2; ++d) g.ext[d] = ir::eval_index(k_.outer[d], params);
+    g.a = strides(p_.a_idx, params, nb, nb, kMaxOuterDims);
+    g.b = strides(p_.b_idx, params, nb, kMaxOuterDims, nb + 1);
+    g.c = p_.c_buf >= 0 ? strides(p_.c_idx, params, nb, nb, nb + 1) : Strides{};
+    owner = serial_;
+    return g;
+  }
+
   struct Launch {
     const ir::LaunchArgs* args;
     int64_t M, N;
@@ -753,6 +784,7 @@ class GemmKernel final : public CompiledKernel {
   const Ukrs& u_;
   GemmBlocking blk_;
   int64_t l2_, l3_;
+  const uint64_t serial_ = next_serial();
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
 };

@@ -126,12 +126,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   DType dt = promote_types(A.dtype(), B.dtype());
   // Broadcast the batch dims.
   Shape ba(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
-  Tensor ta = Tensor(make_node(Op::Const, dt, ba, {}, Attrs{{}, {0.0}}));
-  Tensor tb = Tensor(make_node(Op::Const, dt, bb, {}, Attrs{{}, {0.0}}));
   if (!numpy_compatible(ba, bb))
     throw UserError(describe_call("matmul", {a, b}) + ": batch dimensions " + shape_str(ba) + " and " + shape_str(bb) +
                     " cannot broadcast; sizes must be equal or 1 (reshape or expand an operand)");
-  Shape batch = broadcast_shapes("matmul", ta, tb);
+  Shape batch(std::max(ba.size(), bb.size()), 1);  // (its size is checked with the operands' below)
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t da = i < ba.size() ? ba[ba.size() - 1 - i] : 1, db = i < bb.size() ? bb[bb.size() - 1 - i] : 1;
+    batch[batch.size() - 1 - i] = da == 1 ? db : da;
+  }
   Shape sa = batch, sb = batch;
   sa.push_back(A.shape()[A.ndim() - 2]);
   sa.push_back(k1);
