@@ -747,11 +747,18 @@ class GemmKernel final : public CompiledKernel {
           const int64_t mc = std::min(blk.mc, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
           prologue(0, ap, ceil_div(mc, MR) * MR * kc);
-          for (int64_t jr = 0; jr < nc; jr += NR)
-            for (int64_t ir = 0; ir < mc; ir += MR)
-              packed_tile(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir), std::min(NR, nc - jr),
-                          kc, first);
-          if (last) epilogue(L, t, ic, ic + mc, jc, jc + nc, ld);  // the block is final and in cache
+          // On the last k block the epilogue follows each group of columns as soon as it is
+          // final, while the group (mc rows, about a quarter of L2) is still in L2: over the whole
+          // block (mc x nc, megabytes) it re-read C from L3.
+          const int64_t ew = last && epi_mem_ ? std::max(NR, round_down(l2_ / 4 / (mc * 4), NR)) : nc;
+          for (int64_t j0 = 0; j0 < nc; j0 += ew) {
+            const int64_t j1 = std::min(nc, j0 + ew);
+            for (int64_t jr = j0; jr < j1; jr += NR)
+              for (int64_t ir = 0; ir < mc; ir += MR)
+                packed_tile(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir),
+                            std::min(NR, nc - jr), kc, first);
+            if (last) epilogue(L, t, ic, ic + mc, jc + j0, jc + j1, ld);
+          }
         }
       }
     }

@@ -289,6 +289,26 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
 // The direct path runs every whole vector of columns in place, edge tiles included (the smaller
 // direct kernels, Ukrs::direct_tile): each tile shape of rows 1..MR x vectors 1..NR/W, plus a
 // part-vector tail (packed), against the packed path bit for bit (the same FMA chain per element).
+// On the last k block the epilogue runs per group of columns while they are in L2 (about a
+// quarter of L2 over mc rows): tall blocks make the groups narrow, so a block of N has several,
+// and the scratch-C form (two outputs) too.
+TEST_F(XbyakGemm, EpilogueFollowsColumnGroups) {
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    set_gemm_path(1);
+    set_gemm_blocking(1026 / u.mr * u.mr, 8, 4 * u.nr);
+    Spec s;
+    s.M = 1030, s.N = 4 * u.nr + 6, s.K = 11;
+    s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
+      return un(Op::Relu, bin(Op::Add, bin(Op::Mul, a, f32c(0.5)), in[0]));
+    };
+    run_check(s, isa, 4, [](double a, double bn, double, double) { return std::max(0.5 * a + bn, 0.0); });
+    s.epi = nullptr;
+    s.extra_outputs = 1;
+    run_check(s, isa, 5);
+  }
+}
+
 TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
   for (Isa isa : isas()) {
     const auto& u = detail::xb::gemm_ukrs(isa);
