@@ -424,13 +424,16 @@ class GemmKernel final : public CompiledKernel {
   bool shared_b_pays(const Launch& L, int64_t threads) const {
     if (L.path == 2 || (plain_ && L.b.col == 1 && L.path != 1 && L.M <= 2)) return false;  // direct, GEMV
     if (plain_ && L.b.col == 1 && L.path == 0 && (L.M * p_.K + p_.K * L.N + L.M * L.N) * 4 <= l2_ / 2) return false;
-    return L.M >= threads * 4 * u_.mr && p_.K > 0;  // enough rows for balanced shares
+    // Enough rows for balanced shares, and a panel of at least NR columns within its budget.
+    return L.M >= threads * 4 * u_.mr && p_.K > 0 && p_.K * u_.nr <= shared_b_budget();
   }
+
+  int64_t shared_b_budget() const { return std::min<int64_t>(l3_ / 2, int64_t{32} << 20) / 4; }  // floats
 
   void run_shared_b(Launch& L, int64_t threads) const {
     const int64_t M = L.M, N = L.N, K = p_.K, NR = u_.nr, KC = L.blk.kc;
     // The panel: K x nc floats, at most half the L3 (capped: VMs report a whole socket's).
-    const int64_t budget = std::min<int64_t>(l3_ / 2, int64_t{32} << 20) / 4;
+    const int64_t budget = shared_b_budget();
     const int64_t nc = std::clamp<int64_t>(std::min(round_down(budget / K, NR), L.blk.nc), NR, ceil_div(N, NR) * NR);
     float* panel = scratch(4, K * nc);  // the launching thread's; the workers only read it
     L.shared_b = panel;
