@@ -44,8 +44,7 @@ TEST(GpuRowSplit, StrategyByRowLength) {
     EXPECT_EQ(g::render(layer_norm(DType::F32, 40000).k, *d).stages.size(), 3u);
     EXPECT_EQ(g::render(row_sum(32768).k, *d).stages.size(), 2u);
     EXPECT_EQ(g::render(row_sum(32767).k, *d).strategy, "row-block");
-    EXPECT_EQ(g::render(softmax(DType::F32, 1000, false).k, *d).strategy,
-              d->warp_shuffle ? "row-warp" : "row-block");
+    EXPECT_EQ(g::render(softmax(DType::F32, 1000, false).k, *d).strategy, d->warp_shuffle ? "row-warp" : "row-block");
   }
 }
 

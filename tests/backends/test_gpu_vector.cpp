@@ -52,11 +52,11 @@ TEST(GpuVector, FormOnlyForContiguousAccesses) {
     EXPECT_EQ(strat(relu_fma(DType::F32, false), *d), "pointwise-vec4");
     EXPECT_EQ(strat(relu_fma(DType::F64, false), *d), "pointwise-vec2");
     EXPECT_EQ(strat(relu_fma(DType::F16, false), *d), "pointwise-vec8");
-    EXPECT_EQ(strat(relu_fma(DType::F32, true), *d), "pointwise");         // 2-D domain
-    EXPECT_EQ(strat(relu_fma(DType::F32, false, 1), *d), "pointwise");     // offset: misaligned
+    EXPECT_EQ(strat(relu_fma(DType::F32, true), *d), "pointwise");            // 2-D domain
+    EXPECT_EQ(strat(relu_fma(DType::F32, false, 1), *d), "pointwise");        // offset: misaligned
     EXPECT_EQ(strat(relu_fma(DType::F32, false, 0, true), *d), "pointwise");  // masked load
-    EXPECT_EQ(strat(pointwise_views().k, *d), "pointwise");               // strides, broadcast, masks
-    EXPECT_EQ(strat(pointwise_int().k, *d), "pointwise-vec2");            // widest buffer i64
+    EXPECT_EQ(strat(pointwise_views().k, *d), "pointwise");                   // strides, broadcast, masks
+    EXPECT_EQ(strat(pointwise_int().k, *d), "pointwise-vec2");                // widest buffer i64
   }
   const std::string cl = g::render(relu_fma(DType::F32, false), g::opencl_dialect()).source;
   EXPECT_NE(cl.find("vload4((size_t)kf_u, kf_b0)"), std::string::npos) << cl;
@@ -131,8 +131,8 @@ TEST(OpenCLVector, OffsetViewTakesScalarForm) {
     const auto a = random_buffer(DType::F32, n + 1, 77, false), b = random_buffer(DType::F32, n + 1, 78, false),
                c = random_buffer(DType::F32, n + 1, 79, false), s = random_buffer(DType::F32, 1, 80, false);
     for (int64_t i = 0; i < n; ++i) {
-      const double want =
-          std::max(0.0, get(a, DType::F32, i + 1) * get(b, DType::F32, i) + get(c, DType::F32, i)) - get(s, DType::F32, 0);
+      const double want = std::max(0.0, get(a, DType::F32, i + 1) * get(b, DType::F32, i) + get(c, DType::F32, i)) -
+                          get(s, DType::F32, 0);
       ASSERT_NEAR(get(got, DType::F32, i), want, 1e-5 * (1 + std::fabs(want))) << "n=" << n << " i=" << i;
     }
   }
@@ -142,9 +142,9 @@ TEST(OpenCLVector, OffsetViewTakesScalarForm) {
 #ifdef KFUSE_HAVE_CUDA
 // The CUDA flavour compiles, and its accesses are single 16-byte vector instructions.
 TEST(GpuVector, NvrtcEmitsVectorAccesses) {
-  const std::pair<DType, const char*> cases[] = {
-      {DType::F32, R"(ld\.global(\.nc)?\.v4\.f32)"}, {DType::F64, R"(ld\.global(\.nc)?\.v2\.f64)"},
-      {DType::F16, R"(ld\.global(\.nc)?\.v4\.(u32|b32))"}};
+  const std::pair<DType, const char*> cases[] = {{DType::F32, R"(ld\.global(\.nc)?\.v4\.f32)"},
+                                                 {DType::F64, R"(ld\.global(\.nc)?\.v2\.f64)"},
+                                                 {DType::F16, R"(ld\.global(\.nc)?\.v4\.(u32|b32))"}};
   for (const auto& [t, pat] : cases) {
     SCOPED_TRACE(dtype_name(t));
     const Kernel k = relu_fma(t, false);

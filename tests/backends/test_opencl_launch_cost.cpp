@@ -1,7 +1,6 @@
 // Host time of the GPU launch path on the OpenCL device (PoCL here): a cached plan's evaluation of
 // a small element-wise kernel, many times, no readback, nothing subtracted; printed (the numbers
-// of README "GPU backends", launch path) and bounded loosely, since the machine is shared. Also
-// the backend's own part: CompiledKernel::run of the same kernel, with the same arguments.
+// of docs/gpu-backends.md, "Launch path") and bounded loosely, since the machine is shared.
 #include <chrono>
 #include <cstdio>
 
