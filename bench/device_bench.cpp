@@ -38,7 +38,10 @@ std::vector<DeviceWorkload> device_workloads(bool small) {
   const int64_t R = small ? 2048 : 32768, S = small ? 1024 : 4096, E = small ? (int64_t{1} << 22) : (int64_t{1} << 26);
   const int64_t C = small ? 1024 : 4096;
   return {
-      {"log_softmax [" + std::to_string(R) + ",512]", {{R, 512}}, [](auto& x) { return log_softmax(x[0], -1); }, R * 512},
+      {"log_softmax [" + std::to_string(R) + ",512]",
+       {{R, 512}},
+       [](auto& x) { return log_softmax(x[0], -1); },
+       R * 512},
       {"layer_norm [" + std::to_string(R) + ",512] w,b",
        {{R, 512}, {512}, {512}},
        [](auto& x) { return layer_norm(x[0], {512}, x[1], x[2]); },
@@ -100,7 +103,8 @@ int device_compare(const DeviceBenchArgs& a) {
     // The copy ceiling: an element-wise read + write of a large buffer through a kfuse kernel.
     const int64_t cn = a.quick ? (int64_t{1} << 24) : (int64_t{1} << 26);
     Tensor big = full({cn}, 1.5).to(dev);
-    const double cs = seconds_per_eval(dev, [&] { (-big).eval(); }, min_s);
+    const double cs = seconds_per_eval(
+        dev, [&] { (-big).eval(); }, min_s);
     const double ceiling = 2.0 * 4 * static_cast<double>(cn) / cs * 1e-9;
     std::printf("device copy ceiling (read + write of %lld MiB, kernel -x): %.1f GB/s\n\n",
                 static_cast<long long>(cn * 4 >> 20), ceiling);
@@ -121,7 +125,8 @@ int device_compare(const DeviceBenchArgs& a) {
       const uint64_t l0 = counters().kernels_launched;
       w.f(in).eval();
       const uint64_t launches = counters().kernels_launched - l0;
-      const double s = seconds_per_eval(dev, [&] { w.f(in).eval(); }, min_s);
+      const double s = seconds_per_eval(
+          dev, [&] { w.f(in).eval(); }, min_s);
       const double gbs = static_cast<double>(bytes) / s * 1e-9;
       std::string te = "-", tc = "-";
       if (torch.contains(w.name)) {
@@ -137,7 +142,10 @@ int device_compare(const DeviceBenchArgs& a) {
       }
       std::printf("%-32s %8llu %12.1f %9.1f %7.0f%% %12s %12s\n", w.name.c_str(),
                   static_cast<unsigned long long>(launches), s * 1e6, gbs, 100 * gbs / ceiling, te.c_str(), tc.c_str());
-      rows.push_back({{"workload", w.name}, {"kernels", launches}, {"us_per_eval", s * 1e6}, {"gbps", gbs},
+      rows.push_back({{"workload", w.name},
+                      {"kernels", launches},
+                      {"us_per_eval", s * 1e6},
+                      {"gbps", gbs},
                       {"copy_ceiling_gbps", ceiling}});
     }
     if (!a.json.empty()) std::ofstream(a.json) << rows.dump(2) << "\n";
