@@ -5,6 +5,8 @@
 //   kfuse_compare [--quick] [--filter SUBSTR[|SUBSTR...]] [--json FILE] [--threads 1,2]
 //                 [--backends xbyak,llvm,opencl,reference] [--peers torch,onednn,eigen,openblas]
 //                 [--min-time SECONDS] [--max-reps N] [--strict] [--list]
+//   kfuse_compare --device opencl|cuda [--quick] [--json FILE] [--torch-json FILE]
+//                 (the GPU workloads: bench/device_bench.cpp)
 //
 // Every result is checked against kfuse::reference_values (fp64) before it is timed; a result
 // that fails is reported as FAIL and not timed.
@@ -22,6 +24,7 @@
 #include <vector>
 #include <unistd.h>  // sysconf: the L3 size
 
+#include "device_bench.hpp"
 #include "harness.hpp"
 #include "kfuse/profile.hpp"
 #include "kfuse_impl.hpp"
@@ -101,7 +104,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "  --check-profile      --profile, and exit 1 unless both count the same bytes, FLOPs and bound and\n"
       "                       their fractions per call agree within 10%% (medians; needs a quiet host)\n"
       "  --check-profile-accounting  the same on bytes, FLOPs and bound only (fractions printed)\n"
-      "  --list               list the workloads and exit\n");
+      "  --list               list the workloads and exit\n"
+      "  --device opencl|cuda the GPU workloads on that device instead (with --quick, --json FILE,\n"
+      "                       --torch-json FILE from bench/torch_gpu.py)\n");
   std::exit(rc);
 }
 
@@ -410,6 +415,7 @@ Row skipped_row(const Workload& w, const char* impl, int threads, const char* pe
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (DeviceBenchArgs da; parse_device_args(argc, argv, da)) return device_compare(da);
   Cli cli = parse(argc, argv);
   auto all = workloads(cli.quick, cli.scale);
   if (cli.list) {

@@ -131,7 +131,12 @@ class CudaKernel final : public CompiledKernel {
       throw InternalError("CUDA: launch of " + k_.name + " with the wrong number of buffers or params");
     cuda::Dev& dev = cuda::device(index_);
     const cuda::Driver& d = cuda::driver();
-    std::vector<int64_t> params(args.params);
+    // Host time per launch is the cost of a small kernel: the argument arrays are per-thread
+    // buffers reused from launch to launch (no allocation once they have grown).
+    thread_local std::vector<int64_t> params;
+    thread_local std::vector<CUdeviceptr> ptrs;
+    thread_local std::vector<void*> kargs;
+    params.assign(args.params.begin(), args.params.end());
     params.resize(std::max<size_t>(1, params.size()), 0);
     const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
@@ -141,9 +146,9 @@ class CudaKernel final : public CompiledKernel {
     const size_t scratch_bytes = static_cast<size_t>(outer * r_.split * r_.scratch_slots) * 8;
     if (r_.scratch_slots > 0)
       scratch = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(cuda::mem_take(index_, scratch_bytes)));
-    std::vector<CUdeviceptr> ptrs;
+    ptrs.clear();
+    kargs.clear();
     for (void* b : args.buffers) ptrs.push_back(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b)));
-    std::vector<void*> kargs;
     for (auto& p : ptrs) kargs.push_back(&p);
     kargs.push_back(params.data());
     kargs.push_back(&scratch);

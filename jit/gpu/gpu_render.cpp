@@ -10,6 +10,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -135,6 +136,9 @@ struct Ctx {
 };
 
 // ---------------------------------------------------------------- expressions
+// The index of a contiguous access of a one-dimensional outer domain: exactly kf_o0.
+bool is_inner_var(const ir::Expr& e) { return e.kind == ExprKind::Var && e.space == ir::Space::Outer && e.index == 0; }
+
 class Emitter {
  public:
   Emitter(Ctx& c, std::ostringstream& os, std::string indent, Emitter* hoist = nullptr)
@@ -153,6 +157,10 @@ class Emitter {
       case ExprKind::Param: return "kf_p.v[" + std::to_string(e->index) + "]";
       case ExprKind::Acc: return "kf_acc" + std::to_string(e->index);
       case ExprKind::Load: {
+        if (vec_loads_ && e->args.size() == 1 && is_inner_var(*e->args[0])) {
+          auto it = vec_loads_->find(e->index);  // this element of the unit's vector load
+          if (it != vec_loads_->end()) return it->second;
+        }
         std::string idx = val(e->args[0]);
         const std::string b = "kf_b" + std::to_string(e->index);
         switch (e->dtype) {
@@ -179,6 +187,9 @@ class Emitter {
   }
 
   DType buffer_dtype(int b) const { return c_.k.buffers.at(b).dtype; }
+  /// Vector form (pointwise-vec): loads of buffer b at exactly kf_o0 read this element's value
+  /// (already in the compute type) from the unit's vector load instead.
+  void use_vector_loads(const std::unordered_map<int, std::string>* m) { vec_loads_ = m; }
   // Operand `i` of `e` converted to `t`.
   std::string arg(const ir::Expr& e, size_t i, DType t) { return c_.cast(val(e.args[i]), e.args[i]->dtype, t); }
 
@@ -301,6 +312,7 @@ class Emitter {
   std::ostringstream& os_;
   std::string ind_;
   Emitter* hoist_;
+  const std::unordered_map<int, std::string>* vec_loads_ = nullptr;
   std::unordered_map<const ir::Expr*, std::string> names_;
   std::unordered_map<const ir::Expr*, bool> dep_;
 };
@@ -464,7 +476,29 @@ struct Plan {
   /// stage 2 runs per (outer point, chunk) too, each unit combining the partials and storing its
   /// chunk, so the stores get the same row-block parallelism as the fold.
   bool chunked_stores = false;
+  /// row-split (very long rows, e.g. a vocabulary softmax): every stage runs per (row, chunk);
+  /// stage s < folds combines the partials of folding phases 0..s-1 and folds phase s of its
+  /// chunk into partials; the last stage combines them all and stores its chunk. folds + 1 launches.
+  int row_folds = 0;
 };
+
+// Rows at least this long go "row-split": one block per row would leave most of a GPU idle when
+// there are few rows (a [32, 50257] softmax is 32 blocks), and the chunks cost no extra traffic.
+constexpr int64_t kRowSplitMin = 32768;
+// Elements per (row, chunk) unit of row-split: 16 per lane of a 256-lane block.
+constexpr int64_t kRowSplitChunk = 4096;
+
+// The folding phases of a row-split kernel (0 when it does not have that form): leading
+// over-reduce phases that fold without element stores, then phases that store without folding.
+int row_split_folds(const ir::Kernel& k) {
+  int folds = 0;
+  while (folds < static_cast<int>(k.phases.size()) && k.phases[folds].over_reduce && !k.phases[folds].accs.empty() &&
+         k.phases[folds].stores.empty())
+    ++folds;
+  for (size_t i = folds; i < k.phases.size(); ++i)
+    if (!k.phases[i].accs.empty()) return 0;
+  return folds;
+}
 
 int64_t pow2_ceil(int64_t x) {
   int64_t p = 1;
@@ -514,6 +548,12 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
       p.split = std::min<int64_t>(1024, (R + 4095) / 4096);
     }
     p.strategy = p.two_stage ? "two-stage-block" : "row-block";
+  } else if (R >= kRowSplitMin && !k.reduce.empty() && row_split_folds(k) > 0) {
+    p.team = Team::Block;
+    p.two_stage = true;
+    p.row_folds = row_split_folds(k);
+    p.split = std::min<int64_t>(256, (R + kRowSplitChunk - 1) / kRowSplitChunk);
+    p.strategy = "row-split";
   } else if (d.warp_shuffle && R <= 1024) {
     p.team = Team::Warp;
     p.strategy = "row-warp";
@@ -534,6 +574,53 @@ int team_size(Team t, const Plan& p, const Dialect& d) {
   return t == Team::Thread ? 1 : t == Team::Warp ? d.warp_size : p.block;
 }
 
+// ---------------------------------------------------------------- vectorised pointwise form
+// Why: a thread per element moves 4 bytes per load; GPUs move memory best in 16-byte accesses
+// per thread. When every access of a one-dimensional pointwise kernel is at exactly kf_o0 (the
+// buffer walked contiguously from its base; device allocations are at least 256-byte aligned and
+// views fold into the index, never into the pointer) or does not depend on kf_o0 at all (a
+// broadcast scalar, loaded as a scalar), a thread takes V consecutive elements: one 16-byte
+// vector load per buffer, the scalar expressions V times in element order, one vector store per
+// output; the last unit's tail runs the scalar form. Any other access (an offset, a stride, a
+// mask, a gather) keeps the scalar kernel: then the vector accesses could be misaligned.
+struct VecForm {
+  int width = 0;                   ///< elements per thread: 16 bytes of the widest buffer, <= 8
+  std::vector<int> loads, stores;  ///< buffers read / written at kf_o0 (ascending)
+};
+
+// False when `e` reads a buffer at an index that depends on kf_o0 other than kf_o0 itself.
+bool vector_accesses(const ir::Expr& e, std::vector<int>& loads) {
+  if (e.kind == ExprKind::Load) {
+    if (e.args.size() == 1 && is_inner_var(*e.args[0])) {
+      loads.push_back(e.index);
+      return true;
+    }
+    return !ir::depends_on(&e, ir::Space::Outer, 0);
+  }
+  for (const auto& a : e.args)
+    if (!vector_accesses(*a, loads)) return false;
+  return true;
+}
+
+bool vector_form(const ir::Kernel& k, VecForm& v) {
+  if (k.outer.size() != 1 || k.phases.size() != 1 || k.phases[0].over_reduce || k.dynamic_reduce() ||
+      k.phases[0].stores.empty())
+    return false;
+  for (const auto& st : k.phases[0].stores) {
+    if (!is_inner_var(*st.index) || !vector_accesses(*st.value, v.loads)) return false;
+    v.stores.push_back(st.buffer);
+  }
+  for (auto* l : {&v.loads, &v.stores}) {
+    std::sort(l->begin(), l->end());
+    l->erase(std::unique(l->begin(), l->end()), l->end());
+  }
+  size_t widest = 1;
+  for (auto* l : {&v.loads, &v.stores})
+    for (int b : *l) widest = std::max(widest, dtype_size(k.buffers[b].dtype));
+  v.width = static_cast<int>(std::min<size_t>(8, 16 / widest));
+  return true;
+}
+
 // ---------------------------------------------------------------- kernel bodies
 class KernelWriter {
  public:
@@ -552,10 +639,10 @@ class KernelWriter {
     size_t first = 0;
     if (stage == 1) {
       phase_reduce(0, I, true);
-      write_partials(I);
+      write_partials(0, I);
       first = k().phases.size();  // stage 1 ends with the partials
     } else if (stage == 2) {
-      combine_partials(I);
+      combine_partials(0, I);
       first = 1;
     }
     for (size_t i = first; i < k().phases.size(); ++i) {
@@ -565,7 +652,147 @@ class KernelWriter {
     return fill_kernel(stage, name);
   }
 
+  // Stage s (0-based) of a row-split kernel (Plan::row_folds): unit = (row, chunk kf_s).
+  std::string split_entry(int s, const std::string& name) {
+    body_.str("");
+    shared_slots_ = 0;
+    per_chunk_ = true;
+    const std::string I = "    ";
+    decompose_outer("(kf_u / " + std::to_string(p_.split) + ")", I);
+    body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
+    for (int q = 0; q < std::min(s, p_.row_folds); ++q) combine_partials(q, I);
+    if (s < p_.row_folds) {
+      phase_reduce(s, I, true);
+      write_partials(s, I);
+    } else {
+      for (size_t i = p_.row_folds; i < k().phases.size(); ++i) {
+        if (k().phases[i].over_reduce) phase_reduce(static_cast<int>(i), I, true);
+        else phase_once(static_cast<int>(i), I);
+      }
+    }
+    unit_doc_ = "unit = (row, chunk of " + std::to_string(p_.chunk) + "), stage " + std::to_string(s + 1) + " of " +
+                std::to_string(p_.row_folds + 1);
+    std::string out = fill_kernel(s + 1, name);
+    unit_doc_.clear();
+    return out;
+  }
+
+  // The pointwise-vec kernel (see VecForm): unit = `v.width` consecutive outer points.
+  std::string vector_entry(const std::string& name, const VecForm& v) {
+    body_.str("");
+    shared_slots_ = 0;
+    per_chunk_ = false;
+    const std::string I = "    ", J = I + "  ", E = J + "  ", W = std::to_string(v.width);
+    const ir::Phase& ph = k().phases[0];
+    body_ << I << "const kf_i64 kf_base = kf_u * " << W << ";\n";
+    body_ << I << "if (kf_base + " << W << " <= kf_e0) {  // a full vector\n";
+    for (int b : v.loads) body_ << J << vec_load(b, v.width) << "\n";
+    for (int b : v.stores) body_ << J << vec_out_declare(b, v.width) << "\n";
+    for (int j = 0; j < v.width; ++j) {
+      std::unordered_map<int, std::string> elems;
+      for (int b : v.loads) elems[b] = vec_elem_value(b, j);
+      body_ << J << "{\n" << E << "const kf_i64 kf_o0 = kf_base + " << j << ";\n";
+      Emitter em(c_, body_, E);
+      em.use_vector_loads(&elems);
+      for (const auto& st : ph.stores) body_ << E << vec_out_set(st.buffer, j, em.val(st.value)) << "\n";
+      body_ << J << "}\n";
+    }
+    for (int b : v.stores) body_ << J << vec_store(b, v.width) << "\n";
+    body_ << I << "} else {  // the tail: scalar\n";
+    body_ << J << "for (kf_i64 kf_o0 = kf_base; kf_o0 < kf_e0; ++kf_o0) {\n";
+    Emitter em(c_, body_, E);
+    emit_stores(em, ph, E, body_);
+    body_ << J << "}\n" << I << "}\n";
+    units_ = "(kf_e0 + " + W + " - 1) / " + W;
+    unit_doc_ = "unit = " + W + " consecutive outer points";
+    std::string out = fill_kernel(0, name);
+    units_.clear();
+    unit_doc_.clear();
+    return out;
+  }
+
+  // CUDA vector types: an aligned struct of V elements (ld/st.global.v2/v4 when 8/16 bytes).
+  std::string vector_typedefs(const VecForm& v) const {
+    if (!is_cuda()) return "";
+    std::vector<std::string> seen;
+    std::string out;
+    for (auto* l : {&v.loads, &v.stores})
+      for (int b : *l) {
+        const DType t = k().buffers[b].dtype;
+        const std::string ty = vec_type(t, v.width);
+        if (std::find(seen.begin(), seen.end(), ty) != seen.end()) continue;
+        seen.push_back(ty);
+        out += "struct alignas(" + std::to_string(v.width * dtype_size(t)) + ") " + ty + " { " + mem_ctype(t) + " x[" +
+               std::to_string(v.width) + "]; };\n";
+      }
+    return out;
+  }
+
  private:
+  bool is_cuda() const { return std::string(d().name) == "cuda"; }
+  DType bdt(int b) const { return k().buffers[b].dtype; }
+  std::string vec_type(DType t, int w) const {
+    return std::string("kf_vec_") + dtype_name(t) + "x" + std::to_string(w);
+  }
+  // OpenCL C vector element type of a buffer (f16: vload_halfN gives floats).
+  static const char* cl_elem(DType t) {
+    switch (t) {
+      case DType::Bool:
+      case DType::U8: return "uchar";
+      case DType::I8: return "char";
+      case DType::BF16: return "ushort";
+      case DType::F16:
+      case DType::F32: return "float";
+      case DType::I32: return "int";
+      case DType::I64: return "long";
+      default: return "double";
+    }
+  }
+  std::string vec_load(int b, int w) const {
+    const std::string bs = "kf_b" + std::to_string(b), W = std::to_string(w), v = "kf_v" + std::to_string(b);
+    if (is_cuda())
+      return "const " + vec_type(bdt(b), w) + " " + v + " = ((const " + vec_type(bdt(b), w) + "*)" + bs + ")[kf_u];";
+    const std::string fn = bdt(b) == DType::F16 ? "vload_half" : "vload";
+    return std::string("const ") + cl_elem(bdt(b)) + W + " " + v + " = " + fn + W + "((size_t)kf_u, " + bs + ");";
+  }
+  // Element j of buffer b's vector load in the compute type (as the scalar Load would give it).
+  std::string vec_elem_value(int b, int j) const {
+    const char* hex = "0123456789abcdef";
+    const std::string c =
+        "kf_v" + std::to_string(b) + (is_cuda() ? ".x[" + std::to_string(j) + "]" : std::string(".s") + hex[j]);
+    switch (bdt(b)) {
+      case DType::U8:
+      case DType::I8: return "((kf_i32)" + c + ")";
+      case DType::F16: return is_cuda() ? "kf_f16_to_f32(" + c + ")" : c;
+      case DType::BF16: return "kf_bf16_to_f32(" + c + ")";
+      default: return c;
+    }
+  }
+  std::string vec_out_declare(int b, int w) const {
+    const std::string o = "kf_w" + std::to_string(b);
+    if (is_cuda()) return vec_type(bdt(b), w) + " " + o + ";";
+    return std::string(cl_elem(bdt(b))) + " " + o + "[" + std::to_string(w) + "];";
+  }
+  // Element j of output b's vector: the value in the buffer's storage form (as emit_stores).
+  std::string vec_out_set(int b, int j, const std::string& v) const {
+    const std::string o = "kf_w" + std::to_string(b) + (is_cuda() ? ".x" : "") + "[" + std::to_string(j) + "]";
+    switch (bdt(b)) {
+      case DType::F16: return o + " = " + (is_cuda() ? "kf_f32_to_f16(" + v + ")" : v) + ";";
+      case DType::BF16: return o + " = kf_f32_to_bf16(" + v + ");";
+      case DType::U8:
+      case DType::I8: return o + " = (" + mem_ctype(bdt(b)) + ")(" + v + ");";
+      default: return o + " = " + v + ";";
+    }
+  }
+  std::string vec_store(int b, int w) const {
+    const std::string bs = "kf_b" + std::to_string(b), W = std::to_string(w), o = "kf_w" + std::to_string(b);
+    if (is_cuda()) return "((" + vec_type(bdt(b), w) + "*)" + bs + ")[kf_u] = " + o + ";";
+    std::string parts;
+    for (int j = 0; j < w; ++j) parts += (j ? ", " : "") + o + "[" + std::to_string(j) + "]";
+    const std::string fn = bdt(b) == DType::F16 ? "vstore_half" + W + "_rte" : "vstore" + W;
+    return fn + "((" + cl_elem(bdt(b)) + W + ")(" + parts + "), (size_t)kf_u, " + bs + ");";
+  }
+
   const ir::Kernel& k() const { return c_.k; }
   const Dialect& d() const { return c_.d; }
 
@@ -794,13 +1021,20 @@ class KernelWriter {
     body_ << I << "KF_BARRIER();\n";
   }
 
-  // Scratch layout: accumulator j of phase 0 owns 8-byte slot columns [slot, slot + 1 (+1 for
-  // the index of arg accumulators)), each (stage-1 units) long.
-  std::vector<std::pair<std::string, std::string>> scratch_ptrs(const std::string& nunits) {
+  // Scratch layout: accumulator j of folding phase q owns 8-byte slot columns [slot, slot + 1
+  // (+1 for the index of arg accumulators)), each (stage-1 units) long; the columns of phase q
+  // follow those of phases 0..q-1 (row-split keeps the partials of every folding phase).
+  static int acc_slots(const ir::Kernel& k, int q) {
+    int n = 0;
+    for (int j : k.phases[q].accs) n += is_arg(k.accs[j].kind) ? 2 : 1;
+    return n;
+  }
+  std::vector<std::pair<std::string, std::string>> scratch_ptrs(int q, const std::string& nunits) {
     std::vector<std::pair<std::string, std::string>> out;
     int s = 0;
+    for (int e = 0; e < q; ++e) s += acc_slots(k(), e);
     const std::string gq = d().global_qual;
-    for (int j : k().phases[0].accs) {
+    for (int j : k().phases[q].accs) {
       std::string v =
           "((" + gq + ctype(accs_.vtype(j)) + "*)(kf_scratch + " + std::to_string(s) + " * " + nunits + "))";
       ++s;
@@ -811,14 +1045,14 @@ class KernelWriter {
       }
       out.emplace_back(v, ix);
     }
-    scratch_slots_ = s;
+    scratch_slots_ = std::max(scratch_slots_, s);
     return out;
   }
 
-  void write_partials(const std::string& I) {
-    auto ptrs = scratch_ptrs("kf_units");
+  void write_partials(int q, const std::string& I) {
+    auto ptrs = scratch_ptrs(q, "kf_units");
     body_ << I << "if (kf_lane == 0) {\n";
-    const auto& js = k().phases[0].accs;
+    const auto& js = k().phases[q].accs;
     for (size_t n = 0; n < js.size(); ++n) {
       body_ << I << "  " << ptrs[n].first << "[kf_u] = " << accs_.a(js[n]) << ";";
       if (!ptrs[n].second.empty()) body_ << " " << ptrs[n].second << "[kf_u] = " << accs_.ai(js[n]) << ";";
@@ -827,16 +1061,16 @@ class KernelWriter {
     body_ << I << "}\n";
   }
 
-  void combine_partials(const std::string& I) {
-    const auto& js = k().phases[0].accs;
-    const std::string S = std::to_string(p_.split);
+  void combine_partials(int q, const std::string& I) {
+    const auto& js = k().phases[q].accs;
+    const std::string S = std::to_string(p_.split), tag = "c" + std::to_string(q);
     // The partials of (point, chunk) sit at point * split + chunk of the stage-1 units.
-    auto ptrs = scratch_ptrs(per_chunk_ ? "kf_units" : "(kf_units * " + S + ")");
+    auto ptrs = scratch_ptrs(q, per_chunk_ ? "kf_units" : "(kf_units * " + S + ")");
     const std::string point = per_chunk_ ? "(kf_u / " + S + ")" : "kf_u";
     body_ << I << "// combine the " << S << " partials of this outer point in fixed order\n";
     for (int j : js) body_ << I << accs_.declare(j) << "\n";
     const int levels = cascade_levels((p_.split + T_ - 1) / T_);
-    cascade_declare(js, levels, "c", I);
+    cascade_declare(js, levels, tag, I);
     body_ << I << "for (kf_i64 kf_t = kf_lane; kf_t < " << S << "; kf_t += " << T_ << ") {\n";
     body_ << I << "  const kf_i64 kf_q = " << point << " * " << S << " + kf_t;\n";
     for (size_t n = 0; n < js.size(); ++n) {
@@ -850,9 +1084,9 @@ class KernelWriter {
       }
       body_ << " " << accs_.combine(j, accs_.a(j), accs_.ai(j), "kf_b", bi) << " }\n";
     }
-    body_ << cascade_step(js, levels, "c", I + "  ");
+    body_ << cascade_step(js, levels, tag, I + "  ");
     body_ << I << "}\n";
-    cascade_end(js, levels, "c", I);
+    cascade_end(js, levels, tag, I);
     team_reduce(js, I);
     for (int j : js) body_ << I << accs_.result(j) << "\n";
   }
@@ -863,6 +1097,7 @@ class KernelWriter {
     std::string units;
     const std::string ext = outer_extents(c_, k().outer.size(), units);
     if (per_chunk_) units = "(" + units + ") * " + std::to_string(p_.split);
+    if (!units_.empty()) units = units_;
 
     const std::string W = std::to_string(d().warp_size);
     std::string lane, first, step;
@@ -885,7 +1120,8 @@ class KernelWriter {
     }
     std::string shared;
     if (shared_slots_ > 0) shared = "  KF_SHARED kf_i64 kf_smem[" + std::to_string(shared_slots_ * p_.block) + "];\n";
-    std::string doc = stage == 1 ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
+    std::string doc = !unit_doc_.empty() ? unit_doc_
+                      : stage == 1       ? "unit = (outer point, chunk of " + std::to_string(p_.chunk) + ")"
                       : stage == 2
                           ? std::string(per_chunk_ ? "unit = (outer point, chunk), " : "unit = outer point, ") +
                                 "combines " + std::to_string(p_.split) + " partials"
@@ -912,7 +1148,8 @@ class KernelWriter {
   int T_ = 1;
   std::ostringstream body_;
   int shared_slots_ = 0;
-  bool per_chunk_ = false;  // the current stage's units are (outer point, chunk)
+  bool per_chunk_ = false;        // the current stage's units are (outer point, chunk)
+  std::string units_, unit_doc_;  // the unit count and its description when not the defaults
 
  public:
   int max_shared_slots_ = 0;
@@ -1148,6 +1385,18 @@ Rendered render(const ir::Kernel& kernel, const Dialect& d) {
     r.strategy = "gemm-tiled";
     kernels = GemmWriter(c, g).kernel(base);
     r.stages.push_back({base, Team::Block, p.block, 1, false, kGemmTM, kGemmTN});
+  } else if (VecForm vf; p.strategy == "pointwise" && vector_form(k, vf)) {
+    p.strategy = r.strategy = "pointwise-vec" + std::to_string(vf.width);
+    kernels = w.vector_typedefs(vf) + w.vector_entry(base, vf);
+    r.stages.push_back({base, Team::Thread, p.block, 1, false});
+    r.stages.back().vec = vf.width;
+  } else if (p.row_folds > 0) {
+    for (int s = 0; s <= p.row_folds; ++s) {
+      const std::string name = base + "_s" + std::to_string(s + 1);
+      kernels += w.split_entry(s, name);
+      r.stages.push_back({name, p.team, p.block, p.split, true});
+    }
+    r.scratch_slots = w.scratch_slots_;
   } else if (!p.two_stage) {
     kernels = w.entry(0, base);
     r.stages.push_back({base, p.team, p.block, 1, false});
@@ -1183,6 +1432,7 @@ bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::strin
 }
 
 int64_t stage_units(const Stage& s, const ir::Kernel& k, const std::vector<int64_t>& params) {
+  if (s.vec > 1) return (ir::outer_points(k, params) + s.vec - 1) / s.vec;
   if (s.tile_m == 0) return ir::outer_points(k, params) * s.units_per_outer;
   const size_t n = k.outer.size();
   int64_t u = 1;

@@ -4,7 +4,8 @@
 //
 // Strategy (README "GPU backends"): every launch runs a grid-stride loop over WORK UNITS; a unit
 // is processed by a TEAM of lanes:
-//   Team::Thread  one thread per unit (pointwise kernels; column reductions: coalesced, serial
+//   Team::Thread  one thread per unit (pointwise kernels, a unit of V elements with 16-byte vector
+//                 accesses when every access is contiguous; column reductions: coalesced, serial
 //                 over the reduce domain in reference order)
 //   Team::Warp    one warp per unit, xor-shuffle reductions (CUDA, short rows)
 //   Team::Block   one block / work-group per unit, tree reduction in shared/local memory
@@ -27,7 +28,7 @@ namespace kfuse::detail::gpu {
 
 /// The renderer's code generator version, the OpenCL and CUDA backends' codegen_version():
 /// bump it whenever rendered source may change for the same kernel IR (history in git log).
-inline constexpr int kRenderVersion = 2;
+inline constexpr int kRenderVersion = 3;
 
 /// The dialect table: everything that differs between the C-like GPU languages.
 struct Dialect {
@@ -63,12 +64,14 @@ struct Stage {
   bool uses_scratch = false;    ///< takes the partials buffer as its last argument
   /// gemm-tiled: a unit is one tile_m x tile_n tile of the last two outer dims (per batch point).
   int tile_m = 0, tile_n = 0;
+  /// pointwise-vec: a unit is this many consecutive outer points (one vector access per buffer).
+  int vec = 1;
 };
 
 struct Rendered {
   std::string source;
-  std::string
-      strategy;  ///< pointwise | row-warp | row-block | serial | two-stage-thread | two-stage-block | gemm-tiled
+  std::string strategy;       ///< pointwise | pointwise-vec{2,4,8} | row-warp | row-block | serial | two-stage-thread |
+                              ///< two-stage-block | gemm-tiled
   std::vector<Stage> stages;  ///< launches per run, in order
   int64_t split = 1;          ///< chunks per outer point (two-stage)
   int64_t scratch_slots = 0;  ///< 8-byte partial slots per stage-1 unit

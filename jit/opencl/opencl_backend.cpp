@@ -4,6 +4,7 @@
 // can be handed out again at once.
 #include <CL/cl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -195,6 +196,12 @@ class OpenCLKernel final : public CompiledKernel {
       check(rc, "clCreateKernel");
       kernels_.push_back(kn);
     }
+    params_.assign(std::max<size_t>(1, k_.params.size()), 0);
+    set_.resize(r_.stages.size());
+    for (SetArgs& set : set_) {
+      set.buffers.resize(k_.buffers.size());
+      set.params = params_;
+    }
   }
   ~OpenCLKernel() override {
     for (cl_kernel kn : kernels_) clReleaseKernel(kn);
@@ -227,11 +234,12 @@ class OpenCLKernel final : public CompiledKernel {
   }
 
  private:
+  // Host time per launch is the cost of a small kernel (README "GPU backends", launch path): no
+  // allocation here, and clSetKernelArg only for the arguments that changed since this kernel
+  // object's previous launch (a cached plan re-runs with the same buffers and params).
   void launch(const ir::LaunchArgs& args, std::vector<cl_event>* evs) const {
     if (args.buffers.size() != k_.buffers.size() || args.params.size() != k_.params.size())
       throw InternalError("OpenCL: launch of " + k_.name + " with the wrong number of buffers or params");
-    std::vector<int64_t> params(args.params);
-    params.resize(std::max<size_t>(1, params.size()), 0);
     const int64_t outer = ir::outer_points(k_, args.params);
     if (outer <= 0) return;
     // Partials of split reductions: a cached block, given back as soon as the launches are
@@ -241,16 +249,30 @@ class OpenCLKernel final : public CompiledKernel {
     if (r_.scratch_slots > 0) scratch = static_cast<cl_mem>(dev_.mem->take(scratch_bytes));
     std::lock_guard<std::mutex> lk(mu_);  // clSetKernelArg is not thread-safe per kernel object
     try {
+      std::copy(args.params.begin(), args.params.end(), params_.begin());  // params_[0] = 0 when none
       for (size_t s = 0; s < r_.stages.size(); ++s) {
         const gpu::Stage& st = r_.stages[s];
         cl_kernel kn = kernels_[s];
+        SetArgs& set = set_[s];
         cl_uint a = 0;
         for (void* b : args.buffers) {
-          cl_mem m = static_cast<cl_mem>(b);
-          check(clSetKernelArg(kn, a++, sizeof(cl_mem), &m), "clSetKernelArg (buffer)");
+          if (!set.valid || set.buffers[a] != b) {
+            cl_mem m = static_cast<cl_mem>(b);
+            check(clSetKernelArg(kn, a, sizeof(cl_mem), &m), "clSetKernelArg (buffer)");
+            set.buffers[a] = b;
+          }
+          ++a;
         }
-        check(clSetKernelArg(kn, a++, params.size() * sizeof(int64_t), params.data()), "clSetKernelArg (params)");
-        if (st.uses_scratch) check(clSetKernelArg(kn, a++, sizeof(cl_mem), &scratch), "clSetKernelArg (partials)");
+        if (!set.valid || set.params != params_) {
+          check(clSetKernelArg(kn, a, params_.size() * sizeof(int64_t), params_.data()), "clSetKernelArg (params)");
+          set.params = params_;  // same size: no allocation
+        }
+        ++a;
+        if (st.uses_scratch && (!set.valid || set.scratch != scratch)) {
+          check(clSetKernelArg(kn, a, sizeof(cl_mem), &scratch), "clSetKernelArg (partials)");
+          set.scratch = scratch;
+        }
+        set.valid = true;
         const int64_t groups = gpu::groups_for(st, gpu::opencl_dialect(), gpu::stage_units(st, k_, args.params));
         size_t local = static_cast<size_t>(st.block), global = static_cast<size_t>(groups) * local;
         cl_event ev = nullptr;
@@ -260,6 +282,7 @@ class OpenCLKernel final : public CompiledKernel {
         g_launches.fetch_add(1, std::memory_order_relaxed);
       }
     } catch (...) {
+      for (SetArgs& set : set_) set.valid = false;  // a failed clSetKernelArg leaves the state unknown
       if (scratch) dev_.mem->give(scratch, scratch_bytes);
       throw;
     }
@@ -272,6 +295,15 @@ class OpenCLKernel final : public CompiledKernel {
   cl_program prog_;
   std::vector<cl_kernel> kernels_;
   mutable std::mutex mu_;
+  // The arguments last set on each stage's kernel object (guarded by mu_).
+  struct SetArgs {
+    bool valid = false;
+    std::vector<void*> buffers;
+    std::vector<int64_t> params;
+    cl_mem scratch = nullptr;
+  };
+  mutable std::vector<SetArgs> set_;
+  mutable std::vector<int64_t> params_;  // the params argument (max(1, params) values)
 };
 
 class OpenCLBackend final : public Backend {
