@@ -14,6 +14,7 @@
 #include "test_util.hpp"
 
 namespace kfuse {
+using namespace kfuse::test;
 namespace {
 
 // Sets the process-wide options for one test and restores them after it.
@@ -24,7 +25,8 @@ struct OptionsScope {
 };
 
 std::string temp_cache_dir(const char* what) {
-  auto d = std::filesystem::temp_directory_path() / (std::string("kfuse-knobs-") + what + "-" + std::to_string(::getpid()));
+  auto d =
+      std::filesystem::temp_directory_path() / (std::string("kfuse-knobs-") + what + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   return d.string();
 }
