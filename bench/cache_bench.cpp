@@ -89,22 +89,23 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / ("kfuse-cache-bench-" + std::to_string(::getpid()))).string();
 
   Tensor x = rand({64, 1000}, 1);
-  auto plan = detail::make_plan({log_softmax(x, -1).node()}, false);
+  auto plan = detail::make_plan({log_softmax(x, -1).node()}, false, options());
   const ir::Kernel* k = nullptr;
   for (const auto& pk : plan->kernels)
     if (!pk.lowered.kernel.name.empty()) k = &pk.lowered.kernel;
   if (!k) return 1;
 
   use("disk", dir, backend);
-  auto first = detail::compile_kernel(*k, Device::cpu());
-  double hit = time_us(20001, [&] { detail::compile_kernel(*k, Device::cpu()); });
+  auto first = detail::compile_kernel(*k, Device::cpu(), options());
+  double hit = time_us(20001, [&] { detail::compile_kernel(*k, Device::cpu(), options()); });
   double print = time_us(20001, [&] { (void)ir::print_kernel(*k); });
   double disk = time_us(201, [&] {
     clear_memory_cache();
-    detail::compile_kernel(*k, Device::cpu());
+    detail::compile_kernel(*k, Device::cpu(), options());
   });
   use("off", dir, backend);
-  double compile = time_us(first.backend == "llvm" ? 11 : 201, [&] { detail::compile_kernel(*k, Device::cpu()); });
+  double compile =
+      time_us(first.backend == "llvm" ? 11 : 201, [&] { detail::compile_kernel(*k, Device::cpu(), options()); });
   // Fresh processes: an empty directory (compiles and stores), then the warm one; median of 5.
   unsigned long long warm_compiled = 0, cold_compiled = 0;
   std::vector<double> colds, warms;

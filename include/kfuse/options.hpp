@@ -15,6 +15,13 @@
  *   KFUSE_PLUGINS      colon-separated plugin .so paths loaded at start
  *   KFUSE_PROFILE      file prefix: profile the whole program, write <prefix>.txt/.json/.trace.json/.svg
  *                      at exit (kfuse/profile.hpp)
+ *   KFUSE_GEMM_PATH    auto | packed | direct: the xbyak GEMM path of every launch (default auto)
+ *   KFUSE_GEMM_BLOCKING  mc,kc,nc: the xbyak packed GEMM's cache blocking (default: from the caches)
+ *   KFUSE_LLVM_COLUMN_TILE  lanes per LLVM column tile (default: automatic)
+ *   KFUSE_LLVM_LAUNCH_CHUNK LLVM launches run their points sequentially in chunks of this many
+ *
+ * The process-wide value is read once where an evaluation, plan, compile or tool starts (the API
+ * boundary); below it the options are passed down (planning, the kernel cache, Backend::compile).
  */
 #pragma once
 #include <cstdint>
@@ -38,6 +45,20 @@ struct Options {
   uint64_t pool_max_bytes = 0;
   std::vector<std::string> plugins;
 
+  // Knobs of the generated code (tests, benchmarks): each is part of the kernel cache key of the
+  // backend it changes when set, so a kernel made under another value is never reused.
+  /// xbyak GEMM path: "" or "auto" (by size), "packed", "direct" (where B is contiguous along N).
+  std::string gemm_path;
+  /// xbyak packed GEMM blocking; all 0: derived from the cache sizes (kc need not be a multiple of 4).
+  struct GemmBlocking {
+    int64_t mc = 0, kc = 0, nc = 0;
+  } gemm_blocking;
+  /// > 0: every eligible LLVM column kernel uses tiles of this many lanes (0: automatic).
+  int64_t llvm_column_tile = 0;
+  /// > 0: LLVM launches run their outer points (or reduce blocks) sequentially in chunks of this
+  /// many, emulating any thread split (0: the pool's split).
+  int64_t llvm_launch_chunk = 0;
+
   bool logging(const char* channel) const;
   /// Options from the environment (ignores the current process-wide value).
   static Options from_env();
@@ -52,7 +73,10 @@ void set_options(const Options& o);
 /// dropped when it changes.
 uint64_t options_generation();
 
-/// Writes one log line "[kfuse:<channel>] <msg>" to stderr when the channel is enabled.
+/// Writes one log line "[kfuse:<channel>] <msg>" to stderr when the channel is enabled. Log
+/// channels are process-wide state: log() and log_enabled() read the process-wide options.
 void log(const char* channel, const std::string& msg);
+/// Whether log() writes lines of `channel` (to skip building a costly message).
+bool log_enabled(const char* channel);
 
 }  // namespace kfuse

@@ -225,7 +225,7 @@ class CudaBackend final : public Backend {
   }
   Device device() const override { return Device::cuda(index_); }
 
-  CompileResult compile(const ir::Kernel& k) override {
+  CompileResult compile(const ir::Kernel& k, const Options&) override {
     auto t0 = std::chrono::steady_clock::now();
     gpu::Rendered r;
     std::string why;
@@ -234,7 +234,8 @@ class CudaBackend final : public Backend {
     return {finish(k, std::move(r), cubin_ ? out.cubin : std::vector<uint8_t>(out.ptx.begin(), out.ptx.end()), t0), {}};
   }
 
-  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) override {
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary,
+                                       const Options&) override {
     gpu::Rendered r;  // the launch plan (cheap; no compile)
     std::string why;
     if (!gpu::try_render(k, gpu::cuda_dialect(), r, why)) return nullptr;
@@ -257,9 +258,8 @@ class CudaBackend final : public Backend {
     ck->binary = std::move(image);
     ck->binary_kind = cubin_ ? "cubin" : "ptx";
     ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (options().logging("codegen"))
-      log("codegen", "cuda: " + k.name + " strategy " + r.strategy + " on " + desc_ + ", " +
-                         std::to_string(r.stages.size()) + " launch(es), " + std::to_string(ck->compile_ms) + " ms");
+    log("codegen", "cuda: " + k.name + " strategy " + r.strategy + " on " + desc_ + ", " +
+                       std::to_string(r.stages.size()) + " launch(es), " + std::to_string(ck->compile_ms) + " ms");
     return ck;
   }
 
@@ -271,7 +271,7 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::shared_ptr<Backend> make_cuda_backend() {
+std::shared_ptr<Backend> make_cuda_backend(const Options&) {
   // Throws BackendUnavailable with the reason (no driver, stub library, no device); the registry
   // logs it on the `backend` channel and leaves CUDA out.
   return std::make_shared<CudaBackend>(0);

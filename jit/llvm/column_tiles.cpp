@@ -26,22 +26,12 @@
 // reshapes that divide the column index, gathers) keeps the point-by-point path, where the reduce
 // loop is the one that vectorises.
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <optional>
 #include <set>
 
 #include "ir/expr_util.hpp"
 #include "llvm_jit.hpp"
-
-namespace {
-// Test hook (tests/backends/test_llvm_columns.cpp declares it weak): when > 0, every eligible
-// column kernel compiled afterwards uses tiles of this many lanes (several tiles and a tail on
-// small test shapes).
-std::atomic<int64_t> g_test_tile{0};
-}  // namespace
-
-extern "C" void kfuse_llvm_set_test_tile(int64_t n) { g_test_tile.store(n); }
 
 namespace kfuse::detail::llvmjit {
 
@@ -97,7 +87,6 @@ int64_t plan_column_tile(const ir::Kernel& k) {
       visit(s.value);
     }
   if (!ok) return 0;
-  if (int64_t t = g_test_tile.load(std::memory_order_relaxed); t > 0) return t;
 
   // Stack slots per lane: one per accumulator (two for ArgMax/ArgMin: value and index).
   int64_t state = 0;

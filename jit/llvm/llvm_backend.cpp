@@ -9,7 +9,6 @@
 // CompiledKernel fields: source = the LLVM IR AFTER O3 (what was compiled, vectorised loops
 // visible), binary = the ELF relocatable object, which load() links without running LLVM codegen.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 
@@ -19,14 +18,6 @@
 #include "kfuse/options.hpp"
 #include "llvm_jit.hpp"
 
-namespace {
-// Test hook (tests/backends/test_llvm_*.cpp declare it weak): when > 0, launches run their outer
-// points (or reduce blocks) sequentially in chunks of this many, emulating any thread split.
-std::atomic<int64_t> g_test_chunk{0};
-}  // namespace
-
-extern "C" void kfuse_llvm_set_test_chunk(int64_t n) { g_test_chunk.store(n); }
-
 namespace kfuse::detail {
 
 namespace {
@@ -35,8 +26,13 @@ using namespace llvmjit;
 
 class LlvmKernel final : public CompiledKernel {
  public:
-  LlvmKernel(const ir::Kernel& k, const LaunchPlan& plan, std::shared_ptr<LoadedCode> code)
-      : outer_(k.outer), nbuf_(k.buffers.size()), nparams_(k.params.size()), plan_(plan), code_(std::move(code)) {
+  LlvmKernel(const ir::Kernel& k, const LaunchPlan& plan, int64_t chunk, std::shared_ptr<LoadedCode> code)
+      : outer_(k.outer),
+        nbuf_(k.buffers.size()),
+        nparams_(k.params.size()),
+        plan_(plan),
+        chunk_(chunk),
+        code_(std::move(code)) {
     main_ = reinterpret_cast<MainFn>(code_->symbol(kMainName));
     if (plan_.split) {
       part_ = reinterpret_cast<PartFn>(code_->symbol(kPartName));
@@ -53,7 +49,7 @@ class LlvmKernel final : public CompiledKernel {
     if (total <= 0) return;
     void* const* bufs = a.buffers.data();
     const int64_t* params = a.params.data();
-    const int64_t chunk = g_test_chunk.load(std::memory_order_relaxed);
+    const int64_t chunk = chunk_;
     if (plan_.split) {
       std::vector<int64_t> partials(static_cast<size_t>(plan_.nblocks * plan_.nacc));
       void* p = partials.data();
@@ -79,6 +75,7 @@ class LlvmKernel final : public CompiledKernel {
   std::vector<ir::ExprRef> outer_;
   size_t nbuf_, nparams_;
   LaunchPlan plan_;
+  int64_t chunk_;  ///< Options::llvm_launch_chunk (0: the pool's split)
   std::shared_ptr<LoadedCode> code_;
   MainFn main_ = nullptr;
   PartFn part_ = nullptr;
@@ -97,13 +94,20 @@ class LlvmBackend final : public Backend {
   std::string target() const override { return s_->target(); }
   int codegen_version() const override { return kLlvmCodegenVersion; }
 
-  CompileResult compile(const ir::Kernel& k) override {
+  // The tile changes the code; the chunk what its launches do (each kernel keeps it).
+  std::string options_key(const Options& o) const override {
+    if (o.llvm_column_tile <= 0 && o.llvm_launch_chunk <= 0) return {};
+    return "llvm_column_tile=" + std::to_string(o.llvm_column_tile) +
+           ";llvm_launch_chunk=" + std::to_string(o.llvm_launch_chunk);
+  }
+
+  CompileResult compile(const ir::Kernel& k, const Options& o) override {
     auto t0 = std::chrono::steady_clock::now();
-    LaunchPlan plan = plan_launch(k);
+    LaunchPlan plan = launch_plan(k, o);
     std::string ir;
     double lower_ms = 0, opt_ms = 0;
     std::vector<uint8_t> obj = s_->compile(k, plan, &ir, &lower_ms, &opt_ms);
-    auto ck = make(k, plan, obj);
+    auto ck = make(k, plan, o, obj);
     ck->source = std::move(ir);
     ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log("codegen", "llvm: " + k.name + " compiled in " + std::to_string(ck->compile_ms) + " ms (lower " +
@@ -112,16 +116,25 @@ class LlvmBackend final : public Backend {
     return {ck, {}};
   }
 
-  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) override {
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary,
+                                       const Options& o) override {
     auto t0 = std::chrono::steady_clock::now();
-    auto ck = make(k, plan_launch(k), binary);
+    auto ck = make(k, launch_plan(k, o), o, binary);
     ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return ck;
   }
 
  private:
-  std::shared_ptr<LlvmKernel> make(const ir::Kernel& k, const LaunchPlan& plan, const std::vector<uint8_t>& obj) {
-    auto ck = std::make_shared<LlvmKernel>(k, plan, s_->load(obj, entry_points(plan)));
+  // plan_launch with Options::llvm_column_tile in place of the automatic width of a tiled kernel.
+  static LaunchPlan launch_plan(const ir::Kernel& k, const Options& o) {
+    LaunchPlan plan = plan_launch(k);
+    if (plan.column_tile > 0 && o.llvm_column_tile > 0) plan.column_tile = o.llvm_column_tile;
+    return plan;
+  }
+
+  std::shared_ptr<LlvmKernel> make(const ir::Kernel& k, const LaunchPlan& plan, const Options& o,
+                                   const std::vector<uint8_t>& obj) {
+    auto ck = std::make_shared<LlvmKernel>(k, plan, o.llvm_launch_chunk, s_->load(obj, entry_points(plan)));
     ck->backend = name();
     ck->target = target();
     ck->source_kind = "llvm-ir";
@@ -135,6 +148,8 @@ class LlvmBackend final : public Backend {
 
 }  // namespace
 
-std::shared_ptr<Backend> make_llvm_backend() { return std::make_shared<LlvmBackend>(JitSession::create()); }
+std::shared_ptr<Backend> make_llvm_backend(const Options&) {
+  return std::make_shared<LlvmBackend>(JitSession::create());
+}
 
 }  // namespace kfuse::detail

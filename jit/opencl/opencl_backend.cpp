@@ -323,7 +323,7 @@ class OpenCLBackend final : public Backend {
   int codegen_version() const override { return gpu::kRenderVersion; }
   Device device() const override { return Device::opencl(index_); }
 
-  CompileResult compile(const ir::Kernel& k) override {
+  CompileResult compile(const ir::Kernel& k, const Options&) override {
     auto t0 = std::chrono::steady_clock::now();
     gpu::Rendered r;
     std::string why;
@@ -353,9 +353,8 @@ class OpenCLBackend final : public Backend {
     ck->source = r.source;
     ck->source_kind = "opencl";
     ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (options().logging("codegen"))
-      log("codegen", "opencl: " + k.name + " strategy " + r.strategy + ", " + std::to_string(r.stages.size()) +
-                         " launch(es), built in " + std::to_string(ck->compile_ms) + " ms");
+    log("codegen", "opencl: " + k.name + " strategy " + r.strategy + ", " + std::to_string(r.stages.size()) +
+                       " launch(es), built in " + std::to_string(ck->compile_ms) + " ms");
     return {ck, {}};
   }
 
@@ -430,7 +429,7 @@ void opencl_finish(int index) {
 
 uint64_t opencl_launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
-std::shared_ptr<Backend> make_opencl_backend() {
+std::shared_ptr<Backend> make_opencl_backend(const Options&) {
   if (!opencl_available(0)) {
     log("backend", "opencl: unavailable: " + opencl_describe(0));
     return nullptr;

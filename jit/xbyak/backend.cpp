@@ -256,9 +256,18 @@ class XbyakBackend final : public Backend {
   std::string target() const override { return std::string("x86_64-") + isa_name(isa_); }
   int codegen_version() const override { return static_cast<int>(kVersion); }
 
-  CompileResult compile(const ir::Kernel& k) override {
+  // The GEMM knobs change what a contraction kernel runs (it keeps them from its compile).
+  std::string options_key(const Options& o) const override {
+    const GemmForce f = gemm_force(o);
+    if (f.path == 0 && f.blocking.kc <= 0) return {};
+    const GemmBlocking& b = f.blocking;
+    return "gemm_path=" + gemm_variants().at(static_cast<size_t>(f.path)) + ";gemm_blocking=" + std::to_string(b.mc) +
+           "," + std::to_string(b.kc) + "," + std::to_string(b.nc);
+  }
+
+  CompileResult compile(const ir::Kernel& k, const Options& o) override {
     auto t0 = std::chrono::steady_clock::now();
-    if (k.kind == ir::KernelKind::Contraction) return compile_gemm(k, t0);
+    if (k.kind == ir::KernelKind::Contraction) return compile_gemm(k, gemm_force(o), t0);
     Plan plan;
     std::string why = analyze(k, plan);
     if (!why.empty()) return {nullptr, why};
@@ -272,14 +281,16 @@ class XbyakBackend final : public Backend {
     return {ck, {}};
   }
 
-  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& bin) override {
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& bin,
+                                       const Options& o) override {
     if (bin.size() < kHeader) return nullptr;
     uint32_t h[4];
     std::memcpy(h, bin.data(), sizeof h);
     if (h[0] != kMagic || h[1] != kVersion || h[2] != static_cast<uint32_t>(isa_)) return nullptr;
     // A GEMM is its microkernels (per process, not per kernel) and its epilogue: emitting that
     // again costs about what loading it would.
-    if (k.kind == ir::KernelKind::Contraction) return compile_gemm(k, std::chrono::steady_clock::now()).kernel;
+    if (k.kind == ir::KernelKind::Contraction)
+      return compile_gemm(k, gemm_force(o), std::chrono::steady_clock::now()).kernel;
     Plan plan;
     if (!analyze(k, plan).empty()) return nullptr;
     auto t0 = std::chrono::steady_clock::now();
@@ -305,12 +316,12 @@ class XbyakBackend final : public Backend {
   }
 
  private:
-  CompileResult compile_gemm(const ir::Kernel& k, std::chrono::steady_clock::time_point t0) {
+  CompileResult compile_gemm(const ir::Kernel& k, const GemmForce& force, std::chrono::steady_clock::time_point t0) {
     GemmPlan gp;
     std::string why = gemm_analyze(k, gp);
     if (!why.empty()) return {nullptr, why};
     Code code;
-    auto ck = make_gemm_kernel(k, std::move(gp), isa_, &why, &code);
+    auto ck = make_gemm_kernel(k, std::move(gp), isa_, force, &why, &code);
     if (!ck) return {nullptr, why};
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fill(*ck, k, code, ms);
@@ -351,8 +362,8 @@ std::shared_ptr<Backend> make_backend(Isa isa) {
 
 }  // namespace xb
 
-std::shared_ptr<Backend> make_xbyak_backend() {
-  const std::string& want = options().isa;
+std::shared_ptr<Backend> make_xbyak_backend(const Options& opts) {
+  const std::string& want = opts.isa;
   if (!xb::cpu_supports(xb::Isa::Avx2)) {
     log("backend", "xbyak: CPU lacks AVX2/FMA/BMI2; backend unavailable");
     return nullptr;

@@ -84,14 +84,19 @@ GemmBlocking gemm_blocking(const Ukrs& u);
 /// "by size" (the static choice), "packed", "direct"; a variant's index is its path below.
 const std::vector<std::string>& gemm_variants();
 
-/// Tests: force the path of every later launch (0: by size; 1: packed; 2: direct where B is
-/// contiguous along N) and override the blocking (0s: from the caches; kc a multiple of 4 or not).
-void set_gemm_path(int force);
-void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc);
+/// What Options::gemm_path and Options::gemm_blocking force on a kernel's launches, fixed when it
+/// is compiled: path 0 by size, 1 packed, 2 direct where B is contiguous along N (the variant
+/// numbering); blocking used when its kc > 0 (mc and nc rounded down to the microkernel).
+struct GemmForce {
+  int path = 0;
+  GemmBlocking blocking{0, 0, 0};
+};
+/// The force of `o`; throws UserError when Options::gemm_path is not auto, packed or direct.
+GemmForce gemm_force(const Options& o);
 
 /// A compiled contraction: the plan and, when there is one, the compiled epilogue (its code in
 /// `epi_code`). Null, with `why`, when the epilogue is declined.
-std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, std::string* why,
-                                                 Code* epi_code);
+std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, const GemmForce& force,
+                                                 std::string* why, Code* epi_code);
 
 }  // namespace kfuse::detail::xb

@@ -4,6 +4,7 @@
 
 #include "gemm.hpp"
 #include "ir/expr_util.hpp"
+#include "kfuse/error.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -148,6 +149,17 @@ const std::vector<std::string>& gemm_variants() {
   // beyond the static L2 rule of gemm_run.cpp, so measured selection may pick either.
   static const std::vector<std::string> v{"by size", "packed", "direct"};
   return v;
+}
+
+GemmForce gemm_force(const Options& o) {
+  GemmForce f;
+  if (o.gemm_path == "packed") f.path = 1;
+  else if (o.gemm_path == "direct") f.path = 2;
+  else if (!o.gemm_path.empty() && o.gemm_path != "auto")
+    throw UserError("Options::gemm_path (KFUSE_GEMM_PATH) is '" + o.gemm_path +
+                    "': use auto, packed or direct (or leave it empty for auto)");
+  f.blocking = {o.gemm_blocking.mc, o.gemm_blocking.kc, o.gemm_blocking.nc};
+  return f;
 }
 
 int64_t eval_affine(const ExprRef& e, const int64_t* params, const int64_t* outer, int64_t red) {

@@ -50,9 +50,6 @@ struct Strides {
   int64_t batch[kMaxOuterDims] = {};
 };
 
-std::atomic<int> g_path{0};
-std::atomic<int64_t> g_mc{0}, g_kc{0}, g_nc{0};
-
 constexpr int64_t kParallelFlops = int64_t{1} << 21;  // below this a launch runs on one thread
 
 // GEMV: t[0, n) = sum over k of a[k * a_ks] * b[k * b_rs + j], B read along its rows, four rows
@@ -222,13 +219,6 @@ GemmBlocking gemm_blocking(const Ukrs& u) {
   return b;
 }
 
-void set_gemm_path(int force) { g_path.store(force); }
-void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) {
-  g_mc.store(mc);
-  g_kc.store(kc);
-  g_nc.store(nc);
-}
-
 namespace {
 uint64_t next_serial() {
   static std::atomic<uint64_t> n{0};
@@ -238,11 +228,12 @@ uint64_t next_serial() {
 
 class GemmKernel final : public CompiledKernel {
  public:
-  GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa)
+  GemmKernel(const ir::Kernel& k, GemmPlan plan, Isa isa, const GemmForce& force)
       : k_(k),
         p_(std::move(plan)),
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
+        path_(force.path),
         l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)),
         l3_(cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20)) {
     cvt_[0] = converter(p_.a_dt);
@@ -250,6 +241,7 @@ class GemmKernel final : public CompiledKernel {
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
     es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
     plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
+    if (const GemmBlocking& b = force.blocking; b.kc > 0) blk_ = {b.mc / u_.mr * u_.mr, b.kc, b.nc / u_.nr * u_.nr};
   }
 
   // Compiles the operand prologues with the pointwise emitter; false (and why) when it declines.
@@ -295,7 +287,7 @@ class GemmKernel final : public CompiledKernel {
   }
 
   void run(const ir::LaunchArgs& args) const override { run_variant(args, 0); }
-  // The variants are the paths of set_gemm_path, in its numbering (gemm_variants, gemm_plan.cpp).
+  // The variants are the paths of GemmForce, in its numbering (gemm_variants, gemm_plan.cpp).
   std::vector<std::string> variants() const override {
     // Converted or prologued operands are always packed (task()): "direct" would time the
     // packed path under another name, so such kernels offer only "by size" and "packed".
@@ -313,9 +305,7 @@ class GemmKernel final : public CompiledKernel {
     if (batches == 0 || M == 0 || N == 0) return;
     Launch L;
     L.blk = blk_;
-    L.path = variant > 0 ? variant : g_path.load(std::memory_order_relaxed);
-    if (int64_t kc = g_kc.load(std::memory_order_relaxed); kc > 0)
-      L.blk = {g_mc.load() / u_.mr * u_.mr, kc, g_nc.load() / u_.nr * u_.nr};
+    L.path = variant > 0 ? variant : path_;
     L.args = &args;
     L.M = M;
     L.N = N;
@@ -793,15 +783,16 @@ class GemmKernel final : public CompiledKernel {
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;
+  int path_;  ///< GemmForce::path: the path of variant 0
   int64_t l2_, l3_;
   const uint64_t serial_ = next_serial();
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
 };
 
-std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, std::string* why,
-                                                 Code* epi_code) {
-  auto g = std::make_shared<GemmKernel>(k, std::move(plan), isa);
+std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, const GemmForce& force,
+                                                 std::string* why, Code* epi_code) {
+  auto g = std::make_shared<GemmKernel>(k, std::move(plan), isa, force);
   if (!g->compile_prologues(isa, why) || !g->compile_epilogue(isa, why, epi_code)) return nullptr;
   return g;
 }

@@ -16,6 +16,7 @@
 #include "ir/kernel.hpp"
 #include "kfuse/device.hpp"
 #include "kfuse/node.hpp"
+#include "kfuse/options.hpp"
 
 namespace kfuse::detail {
 
@@ -53,6 +54,9 @@ struct CompileResult {
   std::string declined;                    ///< why the backend does not take this kernel
 };
 
+/// A default-constructed Options value (no environment): what compile(k) and load(k, binary) use.
+const Options& default_options();
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -66,12 +70,24 @@ class Backend {
   /// Changes to shared lowering (lib/ir passes every backend runs) bump kCodegenVersion instead.
   virtual int codegen_version() const { return 1; }
   virtual Device device() const { return Device::cpu(); }
-  /// Compiles `k`, or declines (CompileResult::declined) when unsupported. Throws BackendError
-  /// (with the compiler's log) when the compiler itself fails.
-  virtual CompileResult compile(const ir::Kernel& k) = 0;
-  /// Re-creates a kernel from CompiledKernel::binary (disk cache). Null if unsupported.
-  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& /*k*/, const std::vector<uint8_t>& /*binary*/) {
+  /// The options that change this backend's code or kernels (its knobs, Options::gemm_path...)
+  /// as text, part of the cache key; empty when none is set, so default keys stay the same.
+  /// Throws UserError for a knob value it does not know.
+  virtual std::string options_key(const Options& /*opts*/) const { return {}; }
+  /// Compiles `k` under `opts` (passed down from where the evaluation started), or declines
+  /// (CompileResult::declined) when unsupported. Throws BackendError (with the compiler's log)
+  /// when the compiler itself fails.
+  virtual CompileResult compile(const ir::Kernel& k, const Options& opts) = 0;
+  /// Re-creates a kernel from CompiledKernel::binary (disk cache) under `opts` (the options the
+  /// entry's key was made with). Null if unsupported.
+  virtual std::shared_ptr<CompiledKernel> load(const ir::Kernel& /*k*/, const std::vector<uint8_t>& /*binary*/,
+                                               const Options& /*opts*/) {
     return nullptr;
+  }
+  /// compile() and load() with default Options (tests and tools that compile one kernel by hand).
+  CompileResult compile(const ir::Kernel& k) { return compile(k, default_options()); }
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary) {
+    return load(k, binary, default_options());
   }
   /// Where the machine code is inside one of this backend's CompiledKernel::binary, for tools
   /// (`kfuse-cache show` disassembles it): offset, size and a one-line description. False when
@@ -94,14 +110,17 @@ class Backend {
   virtual void synchronize() {}
 };
 
-/// The backend that owns memory on `device` (the first of its chain); throws
+/// The backend that owns memory on `device`: the first built-in backend for it that starts,
+/// whatever the options (memory must go back to its allocator after a set_options). Throws
 /// BackendUnavailable, naming what is missing, when none is available.
 std::shared_ptr<Backend> memory_backend(Device device);
 
-/// The backends for `device` in preference order (from Options::backends when set).
-std::vector<std::shared_ptr<Backend>> backends_for(Device device);
-/// A backend by name, or null when not built in / not available.
-std::shared_ptr<Backend> find_backend(const std::string& name);
+/// The backends for `device` in preference order (Options::backends when set). Backends are
+/// built once per process, from the options of the first call that needs each.
+std::vector<std::shared_ptr<Backend>> backends_for(Device device, const Options& opts);
+/// A backend by name (built from `opts` if it was not yet), or null when not built in / not
+/// available.
+std::shared_ptr<Backend> find_backend(const std::string& name, const Options& opts = default_options());
 /// Names of every backend built into this library.
 std::vector<std::string> builtin_backend_names();
 

@@ -198,7 +198,7 @@ class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
   std::string target() const override { return "interpreter"; }
-  CompileResult compile(const ir::Kernel& k) override {
+  CompileResult compile(const ir::Kernel& k, const Options&) override {
     auto t0 = std::chrono::steady_clock::now();
     auto ck = std::make_shared<ReferenceKernel>(k);
     ck->backend = name();
@@ -206,13 +206,13 @@ class ReferenceBackend final : public Backend {
     ck->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return {ck, {}};
   }
-  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>&) override {
-    return compile(k).kernel;  // nothing to store: the IR is the program
+  std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>&, const Options& o) override {
+    return compile(k, o).kernel;  // nothing to store: the IR is the program
   }
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> make_reference_backend() { return std::make_shared<ReferenceBackend>(); }
+std::shared_ptr<Backend> make_reference_backend(const Options&) { return std::make_shared<ReferenceBackend>(); }
 
 }  // namespace kfuse::detail

@@ -17,7 +17,7 @@ namespace {
 struct Entry {
   const char* name;
   Device::Kind device;
-  std::function<std::shared_ptr<Backend>()> make;
+  std::function<std::shared_ptr<Backend>(const Options&)> make;
 };
 
 // Default preference order: fastest compile and code first.
@@ -41,7 +41,7 @@ const std::vector<Entry>& entries() {
 }
 
 // Backends are created once, on first use (creation may probe hardware or load drivers).
-std::shared_ptr<Backend> instance(const Entry& e) {
+std::shared_ptr<Backend> instance(const Entry& e, const Options& opts) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<Backend>> made;
   static std::unordered_map<std::string, bool> tried;
@@ -49,7 +49,7 @@ std::shared_ptr<Backend> instance(const Entry& e) {
   if (!tried[e.name]) {
     tried[e.name] = true;
     try {
-      made[e.name] = e.make();
+      made[e.name] = e.make(opts);
     } catch (const std::exception& ex) { log("backend", std::string(e.name) + ": unavailable: " + ex.what()); }
   }
   return made[e.name];
@@ -70,9 +70,20 @@ void Backend::copy_to_host(const Storage& src, void* host) {
   if (src.bytes()) std::memcpy(host, src.data, src.bytes());
 }
 
+const Options& default_options() {
+  static const Options o;
+  return o;
+}
+
 std::shared_ptr<Backend> memory_backend(Device device) {
-  auto chain = backends_for(device);
-  if (chain.empty()) {
+  // Memory has one owner per device kind, whatever the options: the CPU backends all use host
+  // memory (the reference backend's), each GPU kind has one backend (built without options).
+  std::shared_ptr<Backend> owner;
+  for (const auto& e : entries())
+    if (!owner && e.device == device.kind() &&
+        (device.kind() != Device::Kind::CPU || e.name == std::string("reference")))
+      owner = instance(e, default_options());
+  if (!owner) {
     std::string have;
     for (const auto& n : builtin_backend_names()) have += (have.empty() ? "" : ", ") + n;
     throw BackendUnavailable("device " + device.str() +
@@ -80,7 +91,7 @@ std::shared_ptr<Backend> memory_backend(Device device) {
                              "backends: " +
                              have + "; KFUSE_LOG=backend tells why a backend did not start)");
   }
-  return chain[0];
+  return owner;
 }
 
 std::vector<std::string> builtin_backend_names() {
@@ -89,18 +100,18 @@ std::vector<std::string> builtin_backend_names() {
   return n;
 }
 
-std::shared_ptr<Backend> find_backend(const std::string& name) {
+std::shared_ptr<Backend> find_backend(const std::string& name, const Options& opts) {
   for (const auto& e : entries())
-    if (name == e.name) return instance(e);
+    if (name == e.name) return instance(e, opts);
   return nullptr;
 }
 
-std::vector<std::shared_ptr<Backend>> backends_for(Device device) {
+std::vector<std::shared_ptr<Backend>> backends_for(Device device, const Options& opts) {
   std::vector<std::shared_ptr<Backend>> out;
-  const auto& wanted = options().backends;
+  const auto& wanted = opts.backends;
   auto add = [&](const Entry& e) {
     if (e.device != device.kind()) return;
-    if (auto b = instance(e)) out.push_back(b);
+    if (auto b = instance(e, opts)) out.push_back(b);
   };
   if (!wanted.empty()) {
     for (const auto& w : wanted)
@@ -113,7 +124,7 @@ std::vector<std::shared_ptr<Backend>> backends_for(Device device) {
   if (device.kind() == Device::Kind::CPU) {
     bool has_ref = false;
     for (const auto& b : out) has_ref |= b->name() == "reference";
-    if (!has_ref) out.push_back(find_backend("reference"));
+    if (!has_ref) out.push_back(find_backend("reference", opts));
   }
   return out;
 }

@@ -208,7 +208,7 @@ std::string code_listing(const Entry& e, const ToolHooks& hooks) {
   if (x86) {
     size_t o = 0, n = 0;
     std::string w;
-    auto be = find_backend(e.fields.backend);
+    auto be = find_backend(e.fields.backend, options());
     if (be && be->code_range(b, &o, &n, &w)) {
       off = o;
       size = n;
@@ -271,13 +271,13 @@ std::vector<FieldDiff> diff_fields(const KeyFields& entry, const KeyFields& now,
 
 std::string current_target(const std::string& backend) {
   try {
-    if (auto b = find_backend(backend)) return b->target();
+    if (auto b = find_backend(backend, options())) return b->target();
   } catch (...) {}
   return {};
 }
 int current_backend_version(const std::string& backend) {
   try {
-    if (auto b = find_backend(backend)) return b->codegen_version();
+    if (auto b = find_backend(backend, options())) return b->codegen_version();
   } catch (...) {}
   return 0;
 }

@@ -58,6 +58,13 @@ Options Options::from_env() {
   if (auto v = env("KFUSE_CACHE_MAX_BYTES")) o.cache_max_bytes = std::strtoull(v, nullptr, 10);
   if (auto v = env("KFUSE_POOL_MAX_BYTES")) o.pool_max_bytes = std::strtoull(v, nullptr, 10);
   o.plugins = split(env("KFUSE_PLUGINS"), ':');
+  if (auto v = env("KFUSE_GEMM_PATH")) o.gemm_path = v;
+  if (auto b = split(env("KFUSE_GEMM_BLOCKING"), ','); b.size() == 3)
+    o.gemm_blocking = {std::atoll(b[0].c_str()), std::atoll(b[1].c_str()), std::atoll(b[2].c_str())};
+  else if (!b.empty())
+    std::fprintf(stderr, "[kfuse] KFUSE_GEMM_BLOCKING=%s is not mc,kc,nc; ignored\n", env("KFUSE_GEMM_BLOCKING"));
+  if (auto v = env("KFUSE_LLVM_COLUMN_TILE")) o.llvm_column_tile = std::max<int64_t>(0, std::atoll(v));
+  if (auto v = env("KFUSE_LLVM_LAUNCH_CHUNK")) o.llvm_launch_chunk = std::max<int64_t>(0, std::atoll(v));
   return o;
 }
 
@@ -82,8 +89,10 @@ void set_options(const Options& o) {
 
 uint64_t options_generation() { return g_generation.load(std::memory_order_acquire); }
 
+bool log_enabled(const char* channel) { return options().logging(channel); }
+
 void log(const char* channel, const std::string& msg) {
-  if (!options().logging(channel)) return;
+  if (!log_enabled(channel)) return;
   std::fprintf(stderr, "[kfuse:%s] %s\n", channel, msg.c_str());
 }
 

@@ -87,7 +87,7 @@ PatternMatches find_pattern_matches(const std::vector<const Node*>& candidates, 
 }
 
 void log_pattern_attempts(const std::vector<PatternAttempt>& attempts, const NodeMap& positions) {
-  if (!options().logging("patterns")) return;
+  if (!log_enabled("patterns")) return;
   for (size_t i = 0; i < attempts.size();) {
     const Node* n = attempts[i].node;
     std::string line = "%";

@@ -107,12 +107,8 @@ void ensure_builtins_locked(Registry& r) {
 std::atomic<uint64_t> g_generation{0};
 
 // The set of patterns changed: plans made before may be wrong now (a custom kernel that is gone,
-// a group that would be named or formed differently). State derived from the options (the plan
-// cache) is dropped when options_generation() changes, so the change goes through set_options.
-void patterns_changed() {
-  g_generation.fetch_add(1);
-  set_options(options());
-}
+// a group that would be named or formed differently); the plan cache watches pattern_generation().
+void patterns_changed() { g_generation.fetch_add(1); }
 
 class LambdaPattern : public Pattern {
  public:

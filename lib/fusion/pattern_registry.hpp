@@ -27,9 +27,8 @@ struct ActivePattern {
 /// The enabled patterns in registration order (loads KFUSE_PLUGINS on first call).
 std::vector<ActivePattern> active_patterns();
 
-/// Bumped whenever the set of registered patterns changes (register, unregister, plugin load).
-/// Such a change also calls set_options(options()), so that options_generation() moves and
-/// cached plans are dropped.
+/// Bumped whenever the set of registered patterns changes (register, unregister, plugin load):
+/// the plan cache drops its programs when it (or options_generation()) moves.
 uint64_t pattern_generation();
 
 /// Runs `p.match(root, view)`, catching everything: an exception disables the pattern in the

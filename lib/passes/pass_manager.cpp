@@ -27,7 +27,7 @@ const std::vector<NamedPass>& graph_passes() {
 PassResult run_passes(const std::vector<NodeRef>& roots, bool dump) { return run_passes(roots, dump, graph_passes()); }
 
 PassResult run_passes(const std::vector<NodeRef>& roots, bool dump, const std::vector<NamedPass>& passes) {
-  const bool logging = options().logging("passes");
+  const bool logging = log_enabled("passes");
   PassResult res;
   res.roots = roots;
   if (dump) res.dumps.emplace_back("input", print_graph(roots));

@@ -13,6 +13,8 @@
 namespace kfuse::detail {
 
 void execute(const NodeRef* all_roots, size_t count) {
+  // The API boundary: the process-wide options are read here, once, and passed down.
+  const Options& opts = options();
   bool counted = false;
   // One signature per thread, reused so that its buffers keep their capacity. Planning may run
   // user code (pattern plugins); should that evaluate something, the nested call gets its own.
@@ -56,13 +58,13 @@ void execute(const NodeRef* all_roots, size_t count) {
     if (!counted) bump(global_counters().evaluations);
     counted = true;
     graph_signature(roots, pending, sig);
-    if (options().logging("fusion")) {
+    if (opts.logging("fusion")) {
       std::vector<NodeRef> rs(roots, roots + pending);
       std::vector<const Node*> raw;
       for (const auto& r : rs) raw.push_back(r.get());
-      log("fusion", explain_plan(*make_plan(rs, false), raw).text());
+      log("fusion", explain_plan(*make_plan(rs, false, opts), raw).text());
     }
-    std::shared_ptr<const Program> prog = get_program(roots, pending, sig);
+    std::shared_ptr<const Program> prog = get_program(roots, pending, sig, opts);
     if (!prog) continue;  // another thread computed part of the graph while it was planned
     std::shared_ptr<Storage> one;
     std::vector<std::shared_ptr<Storage>> many;

@@ -6,6 +6,7 @@
 
 #include "fusion/traffic.hpp"
 #include "graph/print_graph.hpp"
+#include "kfuse/options.hpp"
 #include "fusion/pattern_registry.hpp"
 #include "runtime/graph_signature.hpp"
 #include "runtime/plan.hpp"
@@ -122,7 +123,7 @@ std::vector<NodeRef> roots_of(const std::vector<Tensor>& ts) {
 
 Explanation explain(const std::vector<Tensor>& ts) {
   auto roots = roots_of(ts);
-  auto plan = detail::make_plan(roots, /*compile=*/false);
+  auto plan = detail::make_plan(roots, /*compile=*/false, options());
   std::vector<const Node*> raw;
   for (const auto& r : roots) raw.push_back(r.get());
   Explanation ex = detail::explain_plan(*plan, raw);
@@ -136,7 +137,7 @@ Explanation explain(const std::vector<Tensor>& ts) {
 
 std::string to_dot(const std::vector<Tensor>& ts) {
   auto roots = roots_of(ts);
-  auto plan = detail::make_plan(roots, false);
+  auto plan = detail::make_plan(roots, false, options());
   std::vector<const Node*> rr;
   for (const auto& r : plan->keepalive) rr.push_back(r.get());
   std::unordered_map<const Node*, int> id;

@@ -40,16 +40,17 @@ Mode mode_of(const Options& o) {
   return o.cache_mode == "disk" ? Mode::Disk : Mode::Memory;
 }
 
-// The disk cache of the current options, opened (and its directory checked) once per Options
-// value: set_options() makes a new value, so tests and tools that change them re-open it.
+// The disk cache of `o`, opened (and its directory checked) once per directory, bound and
+// options generation: tests and tools that call set_options() re-open it.
 std::shared_ptr<DiskCache> disk_for(const Options& o) {
   static std::mutex mu;
   static std::shared_ptr<DiskCache> current;
-  static const Options* opened_for = nullptr;  // set_options keeps retired values alive: addresses are unique
+  static uint64_t opened_gen = 0;
   std::lock_guard<std::mutex> lk(mu);
-  if (!current || opened_for != &o || current->dir() != o.cache_dir || current->max_bytes() != o.cache_max_bytes) {
+  const uint64_t gen = options_generation();
+  if (!current || opened_gen != gen || current->dir() != o.cache_dir || current->max_bytes() != o.cache_max_bytes) {
     current = std::make_shared<DiskCache>(o.cache_dir, o.cache_max_bytes, true);
-    opened_for = &o;
+    opened_gen = gen;
   }
   return current;
 }
@@ -83,14 +84,14 @@ std::vector<std::string> param_names(const ir::Kernel& k) {
 }
 
 // Disk lookup: the entry's kernel, or null (miss, bad entry, or the backend cannot load it).
-std::shared_ptr<CompiledKernel> load_from_disk(DiskCache& disk, Backend& be, const ir::Kernel& k,
-                                               const KernelKey& key) {
+std::shared_ptr<CompiledKernel> load_from_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KernelKey& key,
+                                               const Options& opts) {
   Entry e;
   if (disk.load(key, &e) != DiskCache::Lookup::Hit) return nullptr;
   if (e.binary.empty() && !loads_from_ir(be)) return nullptr;
   std::shared_ptr<CompiledKernel> ck;
   try {
-    ck = be.load(k, e.binary);
+    ck = be.load(k, e.binary, opts);
   } catch (const std::exception& ex) {
     log("cache", be.name() + " could not load " + key.stem + " " + key.hex() + ": " + ex.what() + "; recompiling");
     return nullptr;
@@ -142,13 +143,14 @@ void store_to_disk(DiskCache& disk, Backend& be, const ir::Kernel& k, const KeyF
 // One backend's answer for `k`: memory -> disk -> compile. Null kernel: declined (`declined`).
 std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k, const std::string& text,
                                                const std::string& dtypes, const KernelProvenance* prov,
-                                               std::string* declined) {
-  const Options& opts = options();
+                                               const Options& opts, std::string* declined) {
   Mode mode = mode_of(opts);
   KeyFields f;
   f.backend = be.name();
   f.backend_version = be.codegen_version();
   f.target = be.target();
+  // The backend's knobs change its kernels: a kernel made under other values must not match.
+  if (std::string knobs = be.options_key(opts); !knobs.empty()) f.target += " [" + knobs + "]";
   f.dtypes = dtypes;
   f.ir_text = text;
   KernelKey key = cache::make_key(f, k.name);
@@ -158,14 +160,14 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
     std::shared_ptr<DiskCache> disk = mode == Mode::Disk ? disk_for(opts) : nullptr;
     if (disk) {
       const double t0 = prof::on() ? prof::now_s() : 0;
-      if (auto ck = load_from_disk(*disk, be, k, key)) {
+      if (auto ck = load_from_disk(*disk, be, k, key, opts)) {
         if (t0 != 0) prof::record_compile(k.name, be.name(), true, t0, prof::now_s() - t0);
         return {ck, {}};
       }
     }
     log("cache", "miss " + key.stem + " " + key.hex() + " (" + be.name() + ", " + f.target + "): compiling");
     auto t0 = std::chrono::steady_clock::now();
-    CompileResult r = be.compile(k);
+    CompileResult r = be.compile(k, opts);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (r.kernel) {
       bump(global_counters().kernels_compiled);
@@ -201,16 +203,16 @@ KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk) {
   return p;
 }
 
-CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProvenance* prov) {
+CompiledRef compile_kernel(const ir::Kernel& k, Device device, const Options& opts, const KernelProvenance* prov) {
   std::string text = ir::print_kernel(k);
   std::string dtypes = cache::dtype_signature(k);
-  auto chain = backends_for(device);
+  auto chain = backends_for(device, opts);
   // Measured selection: a remembered choice goes first, in its form; KFUSE_TUNE=1 measures one
   // (CPU only: the candidates run on host buffers).
   TuneChoice choice;
   if (device == Device::cpu()) {
     const std::string tkey = tune_key(text, dtypes, device, chain);
-    choice = tuned_choice(tkey);
+    choice = tuned_choice(tkey, opts);
     if (choice.backend.empty() && tuning_enabled() && prov && !prov->buffer_numel.empty()) {
       std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>> cands;
       for (const auto& be : chain) {
@@ -219,10 +221,10 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
         if (be != chain.front() && be->name() == "reference") continue;
         std::string declined;
         try {
-          if (auto ck = compile_cached(*be, k, text, dtypes, prov, &declined)) cands.push_back({be->name(), ck});
+          if (auto ck = compile_cached(*be, k, text, dtypes, prov, opts, &declined)) cands.push_back({be->name(), ck});
         } catch (const BackendError&) {}
       }
-      choice = tune_and_remember(tkey, cache::ir_digest(text, dtypes), k, prov->buffer_numel, cands).winner;
+      choice = tune_and_remember(tkey, cache::ir_digest(text, dtypes), k, prov->buffer_numel, cands, opts).winner;
     }
     for (size_t i = 1; i < chain.size(); ++i)
       if (chain[i]->name() == choice.backend)
@@ -233,7 +235,7 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
     Backend& be = *chain[i];
     std::string declined;
     try {
-      if (auto ck = compile_cached(be, k, text, dtypes, prov, &declined)) {
+      if (auto ck = compile_cached(be, k, text, dtypes, prov, opts, &declined)) {
         if (i > 0) bump(global_counters().fallbacks);
         return {be.name() == choice.backend ? apply_choice(ck, choice) : ck, be.name()};
       }
@@ -249,12 +251,10 @@ CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProve
 
 }  // namespace kfuse::detail
 
-// ---- public inspection API (include/kfuse/cache.hpp) ----
-namespace kfuse {
+// ---- the public inspection API (include/kfuse/cache.hpp; cache_api.cpp) ----
+namespace kfuse::detail {
 
-CacheStats cache_stats() {
-  using namespace detail;
-  const Options& o = options();
+CacheStats cache_stats_of(const Options& o) {
   CacheStats s;
   Mode m = mode_of(o);
   s.mode = m == Mode::Off ? "off" : m == Mode::Memory ? "memory" : "disk";
@@ -289,23 +289,23 @@ CacheStats cache_stats() {
   return s;
 }
 
-std::vector<CacheEntry> cache_entries() {
-  using namespace detail;
+std::vector<CacheEntry> cache_entries_of(const Options& o) {
   std::vector<CacheEntry> out;
-  const Options& o = options();
   if (mode_of(o) != Mode::Disk) return out;
   for (const auto& e : disk_for(o)->list()) out.push_back(cache::to_public(e));
   return out;
 }
 
-void clear_memory_cache() { detail::memory().clear(); }
-
-void clear_cache() {
-  using namespace detail;
-  clear_memory_cache();
-  const Options& o = options();
+void clear_cache_of(const Options& o) {
+  memory().clear();
   if (mode_of(o) == Mode::Disk) disk_for(o)->clear();
 }
+
+}  // namespace kfuse::detail
+
+namespace kfuse {
+
+void clear_memory_cache() { detail::memory().clear(); }
 
 void set_memory_cache_limits(uint64_t max_entries, uint64_t max_bytes) {
   detail::memory().set_limits(static_cast<size_t>(max_entries), max_bytes);

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "kfuse/cache.hpp"
 #include "kfuse/device.hpp"
+#include "kfuse/options.hpp"
 
 namespace kfuse::detail {
 
@@ -28,8 +30,16 @@ struct KernelProvenance {
 };
 KernelProvenance provenance_of(const FusionGroup& g, const LoweredKernel& lk);
 
-/// Compiles `k` with the first backend of the chain for `device` that accepts it, through the
-/// cache. Declines and compiler failures are logged (channel `backend`) and counted as fallbacks.
-CompiledRef compile_kernel(const ir::Kernel& k, Device device, const KernelProvenance* prov = nullptr);
+/// Compiles `k` with the first backend of the chain for `device` (under `opts`: the backend list,
+/// cache mode and directory, the backends' knobs) that accepts it, through the cache. Declines
+/// and compiler failures are logged (channel `backend`) and counted as fallbacks.
+CompiledRef compile_kernel(const ir::Kernel& k, Device device, const Options& opts,
+                           const KernelProvenance* prov = nullptr);
+
+/// The public cache inspection API (kfuse/cache.hpp) for the cache of `o` (cache_api.cpp passes
+/// the process-wide options).
+CacheStats cache_stats_of(const Options& o);
+std::vector<CacheEntry> cache_entries_of(const Options& o);
+void clear_cache_of(const Options& o);
 
 }  // namespace kfuse::detail

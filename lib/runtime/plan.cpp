@@ -6,9 +6,9 @@
 
 namespace kfuse::detail {
 
-std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile) {
+std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile, const Options& opts) {
   auto plan = std::make_shared<Plan>();
-  PassResult passes = run_passes(roots, options().logging("fusion"));
+  PassResult passes = run_passes(roots, opts.logging("fusion"));
   plan->keepalive = passes.roots;  // the plan owns the rewritten graph
   plan->pass_dumps = std::move(passes.dumps);
   std::vector<const Node*> to_compute;
@@ -26,7 +26,7 @@ std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool co
     if (compile) {
       Device dev = g.outputs.empty() ? Device::cpu() : g.outputs[0]->device;
       KernelProvenance prov = provenance_of(g, pk.lowered);
-      CompiledRef c = compile_kernel(pk.lowered.kernel, dev, &prov);
+      CompiledRef c = compile_kernel(pk.lowered.kernel, dev, opts, &prov);
       pk.compiled = c.kernel;
       pk.backend = c.backend;
     }
@@ -34,6 +34,8 @@ std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool co
   return plan;
 }
 
-std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots) { return make_plan(roots, true); }
+std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots, const Options& opts) {
+  return make_plan(roots, true, opts);
+}
 
 }  // namespace kfuse::detail

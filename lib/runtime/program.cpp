@@ -5,9 +5,9 @@
 #include <unordered_map>
 
 #include "../eval/reference_eval.hpp"
+#include "fusion/pattern_registry.hpp"
 #include "fusion/traffic.hpp"
 #include "kfuse/error.hpp"
-#include "kfuse/options.hpp"
 #include "graph/spin_lock.hpp"
 #include "stats_impl.hpp"
 
@@ -119,7 +119,7 @@ class PlanCache {
  public:
   std::shared_ptr<const Program> find(const GraphSignature& sig) {
     std::lock_guard<SpinLock> lk(mu_);
-    if (generation_ != options_generation()) return nullptr;
+    if (generation_ != generation()) return nullptr;
     auto range = map_.equal_range(sig.hash);
     for (auto it = range.first; it != range.second; ++it)
       if (it->second.words == sig.words) return it->second.program;
@@ -128,8 +128,9 @@ class PlanCache {
   void insert(const GraphSignature& sig, std::shared_ptr<const Program> p) {
     Map dropped;  // destroyed after the lock is released: programs free compiled kernels
     std::lock_guard<SpinLock> lk(mu_);
-    // Programs hold kernels compiled under the options of their time (backends, cache).
-    uint64_t gen = options_generation();
+    // Programs hold kernels compiled under the options of their time (backends, cache) and
+    // groups formed by the patterns of their time.
+    Generation gen = generation();
     if (generation_ != gen) {
       dropped.swap(map_);
       generation_ = gen;
@@ -153,8 +154,10 @@ class PlanCache {
     std::shared_ptr<const Program> program;
   };
   using Map = std::unordered_multimap<uint64_t, Entry>;
+  using Generation = std::pair<uint64_t, uint64_t>;
+  static Generation generation() { return {options_generation(), pattern_generation()}; }
   SpinLock mu_;
-  uint64_t generation_ = 0;
+  Generation generation_{0, 0};
   Map map_;
 };
 
@@ -169,15 +172,16 @@ std::shared_ptr<const Program> find_program(const GraphSignature& sig) {
   return sig.cacheable ? plan_cache().find(sig) : nullptr;
 }
 
-std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig) {
-  bool use_cache = sig.cacheable && options().cache_mode != "off";
+std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig,
+                                           const Options& opts) {
+  bool use_cache = sig.cacheable && opts.cache_mode != "off";
   if (use_cache)
     if (auto p = plan_cache().find(sig)) {
       // A program hit is a memory-cache hit for each of its kernels.
       bump(global_counters().cache_hits, p->fused_steps);
       return p;
     }
-  std::shared_ptr<const Plan> plan = get_plan(std::vector<NodeRef>(roots, roots + n));
+  std::shared_ptr<const Plan> plan = get_plan(std::vector<NodeRef>(roots, roots + n), opts);
   // Which nodes are realized is the one part of the structure that can change while it is
   // planned: another thread may finish evaluating a node of this graph. The planner then saw
   // leaves the signature does not list, and the program could not find their values. Realizing

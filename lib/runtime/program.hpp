@@ -53,7 +53,8 @@ std::shared_ptr<const Program> make_program(const Plan& plan, const GraphSignatu
 /// The program for roots[0, n): from the plan cache, or planned, compiled and (when the graph is
 /// cacheable) cached. `sig` must be graph_signature(roots). Null when a node of the graph was
 /// realized by another thread while it was planned: the caller takes a new signature.
-std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig);
+std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig,
+                                           const Options& opts);
 
 /// A copy of `s` on `to` (through the host when neither side is the CPU).
 std::shared_ptr<Storage> copy_storage(const Storage& s, Device to);

@@ -38,9 +38,8 @@ Table& table() {
 
 std::string path_of(const std::string& dir) { return dir + "/tune.json"; }
 
-// Loads tune.json of the current cache dir (once per dir). Caller holds the lock.
-void load(Table& t) {
-  const std::string dir = options().cache_dir;
+// Loads tune.json of cache dir `dir` (once per dir). Caller holds the lock.
+void load(Table& t, const std::string& dir) {
   if (t.loaded && t.dir == dir) return;
   t.loaded = true;
   t.dir = dir;
@@ -140,12 +139,12 @@ std::string tune_key(const std::string& ir_text, const std::string& dtypes, Devi
   return cache::make_key(f, "tune").hex();
 }
 
-TuneChoice tuned_choice(const std::string& key) {
+TuneChoice tuned_choice(const std::string& key, const Options& opts) {
   TuneChoice c;
-  if (options().cache_mode == "off") return c;
+  if (opts.cache_mode == "off") return c;
   Table& t = table();
   std::lock_guard<std::mutex> lk(t.mu);
-  load(t);
+  load(t, opts.cache_dir);
   auto it = t.entries.find(key);
   if (it == t.entries.end() || !it->is_object()) return c;
   const json& e = *it;
@@ -160,7 +159,8 @@ TuneChoice tuned_choice(const std::string& key) {
 
 TuneResult tune_and_remember(const std::string& key, const std::string& ir_digest, const ir::Kernel& k,
                              const std::vector<int64_t>& buffer_numel,
-                             const std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>>& compiled) {
+                             const std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>>& compiled,
+                             const Options& opts) {
   TuneResult r;
   // Every form of every backend.
   struct Form {
@@ -222,7 +222,7 @@ TuneResult tune_and_remember(const std::string& key, const std::string& ir_diges
   log("backend", "tuned " + k.name + ": " + r.winner.label() + " wins (" + others + " )");
   Table& t = table();
   std::lock_guard<std::mutex> lk(t.mu);
-  load(t);
+  load(t, opts.cache_dir);
   json e{{"kernel", k.name},
          {"ir", ir_digest},
          {"winner", r.winner.label()},
@@ -233,7 +233,7 @@ TuneResult tune_and_remember(const std::string& key, const std::string& ir_diges
          {"seconds", json::object()}};
   for (const auto& [label, s] : r.seconds) e["seconds"][label] = s;
   t.entries[key] = e;
-  if (options().cache_mode == "disk") write_table(t);
+  if (opts.cache_mode == "disk") write_table(t);
   return r;
 }
 

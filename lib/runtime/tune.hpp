@@ -34,16 +34,18 @@ struct TuneResult {
 /// thread count (a one-thread choice is relative to it).
 std::string tune_key(const std::string& ir_text, const std::string& dtypes, Device device,
                      const std::vector<std::shared_ptr<Backend>>& chain);
-/// The remembered choice for `key` (backend "" when none; reads tune.json once per process and
-/// cache dir).
-TuneChoice tuned_choice(const std::string& key);
+/// The remembered choice for `key` (backend "" when none; reads tune.json of opts.cache_dir once
+/// per process and cache dir).
+TuneChoice tuned_choice(const std::string& key, const Options& opts);
 /// Whether KFUSE_TUNE=1.
 bool tuning_enabled();
 /// Times every form of `compiled` (kernels by backend name, in the chain's order) on buffers of
-/// `buffer_numel` elements and remembers the fastest under `key` (`ir_digest`: cache::ir_digest).
+/// `buffer_numel` elements and remembers the fastest under `key` (`ir_digest`: cache::ir_digest)
+/// in opts.cache_dir.
 TuneResult tune_and_remember(const std::string& key, const std::string& ir_digest, const ir::Kernel& k,
                              const std::vector<int64_t>& buffer_numel,
-                             const std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>>& compiled);
+                             const std::vector<std::pair<std::string, std::shared_ptr<CompiledKernel>>>& compiled,
+                             const Options& opts);
 /// `ck` running in the form `c` chose (itself when that is the static form, or when `c` names a
 /// variant it does not have: a table written by another version).
 std::shared_ptr<CompiledKernel> apply_choice(const std::shared_ptr<CompiledKernel>& ck, const TuneChoice& c);

@@ -23,9 +23,6 @@
 #include "test_llvm_util.hpp"
 #include "test_util.hpp"
 
-// Defined by jit/llvm/column_tiles.cpp when the backend is built in (weak: null otherwise).
-extern "C" __attribute__((weak)) void kfuse_llvm_set_test_tile(int64_t n);
-
 namespace kfuse::detail::llvmjit {
 // The LLVM backend's choice for a kernel (jit/llvm/column_tiles.cpp): the tile width, 0 for the
 // point-by-point path. Declared here because its header, llvm_jit.hpp, needs LLVM's headers.
@@ -34,16 +31,6 @@ int64_t plan_column_tile(const ir::Kernel& k);
 
 namespace kfuse::test::llvmt {
 namespace {
-
-/// Forces the tile width of column kernels compiled in the scope (0 = the backend's choice).
-struct TileScope {
-  explicit TileScope(int64_t n) {
-    if (kfuse_llvm_set_test_tile) kfuse_llvm_set_test_tile(n);
-  }
-  ~TileScope() {
-    if (kfuse_llvm_set_test_tile) kfuse_llvm_set_test_tile(0);
-  }
-};
 
 const int64_t kTiles[] = {0, 4, 16};
 
@@ -97,8 +84,7 @@ void check_tiles(const Kernel& k, const std::vector<Buf>& in, const std::vector<
   auto ref = run_on(*compile_with(*ref_backend(), k), k, in, out_sizes);
   std::vector<Buf> first;
   for (int64_t t : kTiles) {
-    TileScope ts(t);
-    auto ck = compile_with(*llvm_backend(), k);
+    auto ck = compile_with(*llvm_backend(), k, llvm_knobs(t));
     auto got = run_on(*ck, k, in, out_sizes);
     for (size_t o = 0; o < got.size(); ++o)
       for (size_t i = 0, bad = 0; i < got[o].size() && bad < 3; ++i)
@@ -108,11 +94,9 @@ void check_tiles(const Kernel& k, const std::vector<Buf>& in, const std::vector<
                         << (bad == 1 ? print_kernel(k) : "");
     if (first.empty()) first = got;
     EXPECT_TRUE(same_bits(first, got)) << what << ": tile " << t << " changed bits";
-    if (!kfuse_llvm_set_test_chunk) continue;
-    for (int64_t chunk : {1, 7, 64}) {
-      ChunkScope cs(chunk);
-      EXPECT_TRUE(same_bits(first, run_on(*ck, k, in, out_sizes))) << what << ": tile " << t << " chunk " << chunk;
-    }
+    for (int64_t chunk : {1, 7, 64})
+      EXPECT_TRUE(same_bits(first, run_on(*chunked(k, *ck, chunk, t), k, in, out_sizes)))
+          << what << ": tile " << t << " chunk " << chunk;
   }
 }
 
@@ -297,7 +281,7 @@ TEST_F(LlvmColumnGraphs, WideColumnsAndFusedExpressions) {
 std::vector<int64_t> column_tiles(const std::vector<Tensor>& ys) {
   std::vector<NodeRef> roots;
   for (const Tensor& y : ys) roots.push_back(y.node());
-  auto plan = detail::make_plan(roots, /*compile=*/false);
+  auto plan = detail::make_plan(roots, /*compile=*/false, options());
   std::vector<int64_t> tiles;
   for (const auto& pk : plan->kernels)
     if (pk.lowered.kernel.kind == ir::KernelKind::Column)

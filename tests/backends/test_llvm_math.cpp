@@ -155,14 +155,13 @@ TEST(LlvmMath, UlpErrorPerFunction) {
                   dtype_name(dt), worst, worst_x, bound, static_cast<long long>(n));
       EXPECT_LE(worst, bound) << op_name(mc.op) << "." << dtype_name(dt) << " at x=" << worst_x;
       // scalar remainder path == vector path, bit for bit (first 4099 points, one at a time)
-      if (kfuse_llvm_set_test_chunk) {
+      {
         const int64_t m = 4099;
         std::vector<double> head(x.begin(), x.begin() + m);
         Kernel kh = k;
         kh.params[0].value = m;
         auto vec = run_on(*ck, kh, {Buf::from(dt, head)}, {static_cast<size_t>(m)});
-        ChunkScope one(1);
-        auto sca = run_on(*ck, kh, {Buf::from(dt, head)}, {static_cast<size_t>(m)});
+        auto sca = run_on(*chunked(k, *ck, 1), kh, {Buf::from(dt, head)}, {static_cast<size_t>(m)});
         EXPECT_TRUE(same_bits(vec, sca)) << op_name(mc.op) << "." << dtype_name(dt)
                                          << ": scalar and vector variants differ";
       }

@@ -204,7 +204,6 @@ TEST(LlvmReduce, EmptyReduceDomainAndStoresInsideReducePhase) {
 // a chunk of 1 runs every element through the scalar remainder path).
 TEST(LlvmReduce, DeterministicAcrossChunkings) {
   KFUSE_REQUIRE_LLVM();
-  if (!kfuse_llvm_set_test_chunk) GTEST_SKIP() << "no test hook";
   std::vector<std::pair<Kernel, std::vector<Buf>>> cases;
   cases.push_back({softmax_kernel(DType::F32, 64, 1000), {Buf::from(DType::F32, rand_values(64000, 1, -10, 10))}});
   cases.push_back(
@@ -231,10 +230,8 @@ TEST(LlvmReduce, DeterministicAcrossChunkings) {
         sizes.push_back(k.kind == ir::KernelKind::Global ? 1
                                                          : static_cast<size_t>(k.params[0].value * k.reduce_numel()));
     auto base = run_on(*ck, k, in, sizes);
-    for (int64_t chunk : {1, 7, 64}) {
-      ChunkScope cs(chunk);
-      EXPECT_TRUE(same_bits(base, run_on(*ck, k, in, sizes))) << k.name << " chunk " << chunk;
-    }
+    for (int64_t chunk : {1, 7, 64})
+      EXPECT_TRUE(same_bits(base, run_on(*chunked(k, *ck, chunk), k, in, sizes))) << k.name << " chunk " << chunk;
   }
 }
 

@@ -18,9 +18,6 @@
 #include "kfuse/error.hpp"
 #include "kfuse/half.hpp"
 
-// Defined by jit/llvm/llvm_backend.cpp when the backend is built in (weak: null otherwise).
-extern "C" __attribute__((weak)) void kfuse_llvm_set_test_chunk(int64_t n);
-
 namespace kfuse::test::llvmt {
 
 using namespace kfuse::ir;
@@ -35,15 +32,14 @@ inline std::shared_ptr<Backend> ref_backend() { return detail::find_backend("ref
     if (!::kfuse::test::llvmt::llvm_backend()) GTEST_SKIP() << "llvm backend not built in"; \
   } while (0)
 
-/// Sets the test chunk for the scope (0 = normal parallel launch).
-struct ChunkScope {
-  explicit ChunkScope(int64_t n) {
-    if (kfuse_llvm_set_test_chunk) kfuse_llvm_set_test_chunk(n);
-  }
-  ~ChunkScope() {
-    if (kfuse_llvm_set_test_chunk) kfuse_llvm_set_test_chunk(0);
-  }
-};
+/// Options with the LLVM backend's knobs: tiles of `tile` lanes for eligible column kernels and
+/// launches in sequential chunks of `chunk` points (0: the backend's choice, the pool's split).
+inline Options llvm_knobs(int64_t tile, int64_t chunk = 0) {
+  Options o;
+  o.llvm_column_tile = tile;
+  o.llvm_launch_chunk = chunk;
+  return o;
+}
 
 /// A host buffer of one dtype.
 struct Buf {
@@ -123,11 +119,21 @@ inline std::vector<Buf> run_on(const CompiledKernel& ck, const Kernel& k, std::v
   return outs;
 }
 
-inline std::shared_ptr<CompiledKernel> compile_with(Backend& b, const Kernel& k) {
+inline std::shared_ptr<CompiledKernel> compile_with(Backend& b, const Kernel& k,
+                                                    const Options& o = detail::default_options()) {
   verify_kernel(k);
-  auto r = b.compile(k);
+  auto r = b.compile(k, o);
   if (!r.kernel) throw std::runtime_error(b.name() + " declined: " + r.declined);
   return r.kernel;
+}
+
+/// LLVM kernel `ck` of `k` loaded again from its object (no code generation) with launches in
+/// sequential chunks of `chunk` outer points or reduce blocks, emulating any thread split.
+inline std::shared_ptr<CompiledKernel> chunked(const Kernel& k, const CompiledKernel& ck, int64_t chunk,
+                                               int64_t tile = 0) {
+  auto l = llvm_backend()->load(k, ck.binary, llvm_knobs(tile, chunk));
+  if (!l) throw std::runtime_error("llvm declined to load its own object");
+  return l;
 }
 
 /// |a - b| <= rtol*|b| + ulps * ulp(b in dt); NaN matches NaN; infinities must be equal.

@@ -28,6 +28,7 @@
 #include "ir/kernel.hpp"
 #include "kfuse/index_ops.hpp"
 #include "kfuse/kfuse.hpp"
+#include "kfuse/options.hpp"
 #include "runtime/plan.hpp"
 
 #ifndef KFUSE_SOURCE_DIR
@@ -91,7 +92,7 @@ Pins compute_pins() {
   for (const auto& [gname, ys] : graphs()) {
     std::vector<NodeRef> roots;
     for (const Tensor& y : ys) roots.push_back(y.node());
-    auto plan = detail::make_plan(roots, /*compile=*/false);
+    auto plan = detail::make_plan(roots, /*compile=*/false, options());
     int i = 0;
     for (const auto& pk : plan->kernels) {
       const ir::Kernel& k = pk.lowered.kernel;

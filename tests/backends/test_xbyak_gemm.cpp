@@ -14,8 +14,11 @@
 namespace kfuse::xbt {
 namespace {
 
-using detail::xb::set_gemm_blocking;
-using detail::xb::set_gemm_path;
+// The options run_check compiles with: the GEMM knobs Options::gemm_path and gemm_blocking,
+// which a kernel keeps from its compile.
+Options g_knobs;
+void set_gemm_path(int path) { g_knobs.gemm_path = path == 0 ? "auto" : path == 1 ? "packed" : "direct"; }
+void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) { g_knobs.gemm_blocking = {mc, kc, nc}; }
 
 struct Spec {
   std::vector<int64_t> batch;  // batch extents
@@ -115,7 +118,7 @@ std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
                              double (*epi64)(double, double, double, double) = nullptr) {
   Kernel k = build(s);
   auto be = detail::xb::make_backend(isa);
-  auto cr = be->compile(k);
+  auto cr = be->compile(k, g_knobs);
   EXPECT_TRUE(cr.kernel) << cr.declined;
   if (!cr.kernel) return {};
   Data d = make_data(s, seed);
@@ -164,10 +167,7 @@ std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
 
 class XbyakGemm : public ::testing::Test {
  protected:
-  void TearDown() override {
-    set_gemm_path(0);
-    set_gemm_blocking(0, 0, 0);
-  }
+  void TearDown() override { g_knobs = Options{}; }
 };
 
 TEST_F(XbyakGemm, RandomSizesAllPaths) {

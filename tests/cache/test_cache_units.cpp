@@ -16,7 +16,7 @@ namespace {
 
 // The kernel IR of the only fused group of `t`'s plan.
 ir::Kernel kernel_of(const Tensor& t) {
-  auto plan = make_plan({t.node()}, false);
+  auto plan = make_plan({t.node()}, false, options());
   for (const auto& pk : plan->kernels)
     if (!pk.lowered.kernel.name.empty()) return pk.lowered.kernel;
   throw std::runtime_error("no fused kernel");

@@ -9,7 +9,7 @@ namespace kfuse::test {
 namespace {
 
 std::vector<int64_t> reduce_dims(const Tensor& y) {
-  auto plan = detail::make_plan({y.node()}, /*compile=*/false);
+  auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
   EXPECT_EQ(plan->kernels.size(), 1u);
   return plan->kernels.at(0).lowered.kernel.reduce;
 }

@@ -178,19 +178,16 @@ TEST_P(Contraction, OneAndTwoThreadsAgreeBitwise) {
 INSTANTIATE_TEST_SUITE_P(Backends, Contraction, ::testing::Values("reference", "llvm", "default"),
                          [](const auto& info) { return info.param; });
 
-// Defined by jit/llvm/column_tiles.cpp when the LLVM backend is built in (weak: null otherwise).
-extern "C" __attribute__((weak)) void kfuse_llvm_set_test_tile(int64_t n);
-
 // LLVM runs a contraction with contiguous B rows as tiles of output columns (column_tiles.cpp):
 // narrow forced tiles (several tiles and a tail per row) give the same bits as the default.
 TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
-  if (!kfuse_llvm_set_test_tile || !detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
+  if (!detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
   Options saved = options(), o = saved;
   o.backends = {"llvm"};
   o.cache_mode = "off";  // every width compiles its own code
   std::vector<std::vector<float>> outs;
   for (int64_t tile : {0, 4, 16}) {
-    kfuse_llvm_set_test_tile(tile);
+    o.llvm_column_tile = tile;
     set_options(o);
     reset_counters();
     Tensor x = rnd({2, 9, 11}, 101), w = rnd({11, 37}, 102), b = rnd({37}, 103);
@@ -200,7 +197,6 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
     EXPECT_EQ(counters().kernels_compiled, 1u);  // compiled at this width, not taken from a cache
     outs.push_back(y.to_vector<float>());
   }
-  kfuse_llvm_set_test_tile(0);
   set_options(saved);
   for (const auto& v : outs) EXPECT_EQ(std::memcmp(v.data(), outs[0].data(), v.size() * sizeof(float)), 0);
 }

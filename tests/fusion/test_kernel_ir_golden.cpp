@@ -7,7 +7,7 @@ namespace kfuse::test {
 namespace {
 
 std::string kernel_text(const Tensor& y) {
-  auto plan = detail::make_plan({y.node()}, /*compile=*/false);
+  auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
   EXPECT_EQ(plan->kernels.size(), 1u);
   return ir::print_kernel(plan->kernels.at(0).lowered.kernel);
 }
@@ -74,7 +74,7 @@ TEST(KernelIrGolden, RandnFusedWithItsConsumer) {
 
 TEST(KernelIrGolden, VerifierRejectsBrokenKernels) {
   Tensor x = make_tensor(random_values(40, 6), {4, 10});
-  auto plan = detail::make_plan({softmax(x, -1).node()}, false);
+  auto plan = detail::make_plan({softmax(x, -1).node()}, false, options());
   ir::Kernel k = plan->kernels.at(0).lowered.kernel;
   EXPECT_NO_THROW(ir::verify_kernel(k));
   ir::Kernel bad = k;

@@ -8,7 +8,7 @@ namespace kfuse::test {
 namespace {
 
 ir::Kernel lowered(const Tensor& y) {
-  auto plan = detail::make_plan({y.node()}, /*compile=*/false);
+  auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
   EXPECT_EQ(plan->kernels.size(), 1u);
   return plan->kernels.at(0).lowered.kernel;
 }

@@ -107,7 +107,7 @@ TEST(Tune, TiesKeepTheStaticForm) {
   k.name = "k_tie";
   k.buffers = {{"out0", DType::F32, true}};
   auto fk = std::make_shared<FormsKernel>(1500, 1500, 0);
-  detail::TuneResult r = detail::tune_and_remember("tie-key", "tie-ir", k, {16}, {{"xbyak", fk}});
+  detail::TuneResult r = detail::tune_and_remember("tie-key", "tie-ir", k, {16}, {{"xbyak", fk}}, o);
   EXPECT_EQ(r.winner.label(), "xbyak/slow");
   as_new_process(saved);
 }
@@ -128,12 +128,12 @@ TEST(Tune, FasterVariantAndThreadCountWinAndPersist) {
   k.name = "k_forms";
   k.buffers = {{"out0", DType::F32, true}};
   auto fk = std::make_shared<FormsKernel>();
-  detail::TuneResult r = detail::tune_and_remember("forms-key", "forms-ir", k, {16}, {{"xbyak", fk}});
+  detail::TuneResult r = detail::tune_and_remember("forms-key", "forms-ir", k, {16}, {{"xbyak", fk}}, o);
   EXPECT_EQ(r.winner.label(), "xbyak/fast 1 thread");
   ASSERT_EQ(r.seconds.size(), 3u);  // slow, fast, then the faster of them on one thread
 
   detail::reset_tune_state();  // a later process: the choice comes from tune.json
-  detail::TuneChoice c = detail::tuned_choice("forms-key");
+  detail::TuneChoice c = detail::tuned_choice("forms-key", o);
   EXPECT_EQ(c.backend, "xbyak");
   EXPECT_EQ(c.variant, 1);
   EXPECT_EQ(c.variant_name, "fast");
