@@ -58,6 +58,12 @@ struct Options {
   /// > 0: LLVM launches run their outer points (or reduce blocks) sequentially in chunks of this
   /// many, emulating any thread split (0: the pool's split).
   int64_t llvm_launch_chunk = 0;
+  /// xbyak streaming stores: the 4K-alias check (emitter.cpp streaming_check) forced on (1) or
+  /// off (0); -1: the CPU's answer (on for AMD).
+  int xbyak_alias_check = -1;
+  /// xbyak row kernels: row cursors per call (Frame::ways; 1: in order, at most kMaxWays);
+  /// -1: the default (4 for short rows whose output streams, 1 otherwise).
+  int xbyak_row_ways = -1;
 
   bool logging(const char* channel) const;
   /// Options from the environment (ignores the current process-wide value).

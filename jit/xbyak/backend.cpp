@@ -22,8 +22,6 @@ namespace xb {
 const char* isa_name(Isa isa) { return isa == Isa::Avx512 ? "avx512" : "avx2"; }
 
 namespace {
-std::atomic<int> g_alias_check_force{-1};
-std::atomic<int> g_row_ways_force{-1};  // set_row_ways
 // The host CPU's CPUID answers, read once.
 const Xbyak::util::Cpu& host_cpu() {
   static const Xbyak::util::Cpu cpu;
@@ -31,15 +29,7 @@ const Xbyak::util::Cpu& host_cpu() {
 }
 }  // namespace
 
-bool stream_alias_check() {
-  const int force = g_alias_check_force.load(std::memory_order_relaxed);
-  if (force >= 0) return force != 0;
-  return host_cpu().has(Xbyak::util::Cpu::tAMD);
-}
-
-void set_stream_alias_check(int force) { g_alias_check_force.store(force, std::memory_order_relaxed); }
-
-void set_row_ways(int force) { g_row_ways_force.store(std::min(force, kMaxWays), std::memory_order_relaxed); }
+bool stream_alias_check() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;
@@ -92,15 +82,21 @@ constexpr int64_t kRowWays = 4;
 
 class XbyakKernel final : public CompiledKernel {
  public:
-  XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n)
-      : k_(k), plan_(std::move(plan)), mem_(code, n, k.name) {
+  // `o`: the launch knobs the kernel keeps from its compile (Options::xbyak_alias_check,
+  // xbyak_row_ways; part of the cache key when set).
+  XbyakKernel(const ir::Kernel& k, Plan plan, const uint8_t* code, size_t n, const Options& o)
+      : k_(k),
+        plan_(std::move(plan)),
+        mem_(code, n, k.name),
+        alias_check_(o.xbyak_alias_check >= 0 ? o.xbyak_alias_check != 0 : stream_alias_check()),
+        row_ways_force_(o.xbyak_row_ways >= 0 ? std::min(o.xbyak_row_ways, kMaxWays) : -1) {
     for (const auto& ph : k_.phases)  // once here, not per launch
       stored_per_point_ +=
           static_cast<int64_t>(ph.stores.size()) * (ph.over_reduce && plan_.mode == Mode::Row ? plan_.reduce_n : 1);
   }
 
   int64_t row_ways(const Frame& base) const {
-    if (int force = g_row_ways_force.load(std::memory_order_relaxed); force >= 0) return force;
+    if (row_ways_force_ >= 0) return row_ways_force_;
     // (rows across lanes run their own loop, which takes groups of rows in order)
     if (plan_.lanes || !(base.stream & kStreamStores) || plan_.reduce_n > kRowWaysMaxReduce) return 1;
     return kRowWays;
@@ -117,7 +113,7 @@ class XbyakKernel final : public CompiledKernel {
     }
     Frame base{};
     if (outer_n * stored_per_point_ * 4 >= kStreamingStoreBytes)
-      base.stream = kStreamStores | (stream_alias_check() ? kStreamAliasCheck : 0);
+      base.stream = kStreamStores | (alias_check_ ? kStreamAliasCheck : 0);
     base.bufs = args.buffers.data();
     base.params = args.params.data();
     for (size_t d = 0; d < dims; ++d) base.ext[d] = ext[d];
@@ -246,6 +242,8 @@ class XbyakKernel final : public CompiledKernel {
   ir::Kernel k_;
   Plan plan_;
   ExecMem mem_;
+  bool alias_check_;              ///< streaming stores check the 4K alias of the inputs
+  int row_ways_force_;            ///< row cursors per call, or -1: by the row (row_ways)
   int64_t stored_per_point_ = 0;  ///< elements stored per outer point (streaming-store decision)
 };
 
@@ -256,13 +254,20 @@ class XbyakBackend final : public Backend {
   std::string target() const override { return std::string("x86_64-") + isa_name(isa_); }
   int codegen_version() const override { return static_cast<int>(kVersion); }
 
-  // The GEMM knobs change what a contraction kernel runs (it keeps them from its compile).
+  // The knobs change what a kernel runs (it keeps them from its compile): the GEMM's path and
+  // blocking, the row kernels' cursors, the streaming stores' alias check.
   std::string options_key(const Options& o) const override {
+    std::string key;
     const GemmForce f = gemm_force(o);
-    if (f.path == 0 && f.blocking.kc <= 0) return {};
-    const GemmBlocking& b = f.blocking;
-    return "gemm_path=" + gemm_variants().at(static_cast<size_t>(f.path)) + ";gemm_blocking=" + std::to_string(b.mc) +
-           "," + std::to_string(b.kc) + "," + std::to_string(b.nc);
+    if (f.path != 0 || f.blocking.kc > 0) {
+      const GemmBlocking& b = f.blocking;
+      key = "gemm_path=" + gemm_variants().at(static_cast<size_t>(f.path)) + ";gemm_blocking=" + std::to_string(b.mc) +
+            "," + std::to_string(b.kc) + "," + std::to_string(b.nc);
+    }
+    if (o.xbyak_alias_check >= 0)
+      key += (key.empty() ? "" : ";") + ("alias_check=" + std::to_string(o.xbyak_alias_check));
+    if (o.xbyak_row_ways >= 0) key += (key.empty() ? "" : ";") + ("row_ways=" + std::to_string(o.xbyak_row_ways));
+    return key;
   }
 
   CompileResult compile(const ir::Kernel& k, const Options& o) override {
@@ -275,7 +280,7 @@ class XbyakBackend final : public Backend {
     try {
       code = emit(k, plan, isa_);
     } catch (const DeclineError& e) { return {nullptr, e.what()}; }
-    auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size());
+    auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size(), o);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fill(*ck, k, code, ms);
     return {ck, {}};
@@ -294,7 +299,7 @@ class XbyakBackend final : public Backend {
     Plan plan;
     if (!analyze(k, plan).empty()) return nullptr;
     auto t0 = std::chrono::steady_clock::now();
-    auto ck = std::make_shared<XbyakKernel>(k, plan, bin.data() + kHeader, bin.size() - kHeader);
+    auto ck = std::make_shared<XbyakKernel>(k, plan, bin.data() + kHeader, bin.size() - kHeader, o);
     Code code;
     code.bytes.assign(bin.begin() + kHeader, bin.end());
     code.code_bytes = h[3];

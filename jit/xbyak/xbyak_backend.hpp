@@ -195,13 +195,8 @@ inline constexpr int64_t kStreamStores = 1, kStreamAliasCheck = 2;
 /// Whether this CPU's loads stall behind streaming stores they 4K-alias: AMD (measured on a Zen 2
 /// EPYC: y = 2x over 16M floats 8 -> 19 ms); not Intel (measured on a Xeon with AVX-512: a load
 /// stream 16-256 bytes behind the store stream streams at the same 18 GB/s as any other offset,
-/// regular stores 14 GB/s at every offset). Tests override it (set_stream_alias_check).
+/// regular stores 14 GB/s at every offset). Options::xbyak_alias_check overrides it per kernel.
 bool stream_alias_check();
-/// Tests: force the 4K-alias check on (1) or off (0); -1 restores the CPU's answer.
-void set_stream_alias_check(int force);
-/// Tests: run every row kernel call with this many row cursors (Frame::ways; 1: in order, at most
-/// kMaxWays); -1 restores the default (4 for short rows whose output streams, 1 otherwise).
-void set_row_ways(int force);
 inline constexpr int kMaxAccs = 64;
 /// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the
 /// previous row's.

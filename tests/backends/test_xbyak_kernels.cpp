@@ -506,10 +506,6 @@ TEST(XbyakKernels, UnrolledReductionRemainders) {
 // regular stores otherwise: each path (aligned, misaligned and aliasing buffers), pointwise and
 // row kernels, against an fp64 oracle; tails and odd row lengths too.
 TEST(XbyakKernels, StreamingStoresLargeOutputs) {
-  struct ForceAliasCheck {
-    explicit ForceAliasCheck(int on) { detail::xb::set_stream_alias_check(on); }
-    ~ForceAliasCheck() { detail::xb::set_stream_alias_check(-1); }
-  };
   struct Placed {  // n floats at `offset` bytes past a 4 KiB boundary
     Placed(size_t n, size_t offset)
         : mem(static_cast<float*>(std::aligned_alloc(4096, (n * 4 + offset + 64 + 4095) / 4096 * 4096))),
@@ -577,8 +573,9 @@ TEST(XbyakKernels, StreamingStoresLargeOutputs) {
       auto be = detail::xb::make_backend(isa);
       for (int alias_check : {0, 1})
         for (const Case& c : cases) {
-          ForceAliasCheck force(alias_check);
-          auto cx = be->compile(k);
+          Options force;
+          force.xbyak_alias_check = alias_check;
+          auto cx = be->compile(k, force);
           ASSERT_TRUE(cx.kernel) << cx.declined;
           Placed ia(static_cast<size_t>(count), c.in_offset), ib(two ? static_cast<size_t>(n) : 0, c.in_offset);
           std::copy(a.begin(), a.begin() + count, ia.p);

@@ -204,11 +204,12 @@ TEST(XbyakOnline, PipelinedRowsChunkingIndependent) {
   }
 }
 
-// Runs a scope with every row kernel call taking its rows from `ways` cursors (1: in order).
-struct ForceRowWays {
-  explicit ForceRowWays(int ways) { detail::xb::set_row_ways(ways); }
-  ~ForceRowWays() { detail::xb::set_row_ways(-1); }
-};
+// Options under which every call of a row kernel takes its rows from `ways` cursors (1: in order).
+Options row_ways(int ways) {
+  Options o;
+  o.xbyak_row_ways = ways;
+  return o;
+}
 
 // Row cursors (Frame::ways, emitter.cpp next_cursor): a call runs its rows round-robin from up to
 // kMaxWays sub-ranges (sizes differing by one, fewer rows than 2 * ways: in order), pipelined
@@ -226,10 +227,10 @@ TEST(XbyakOnline, InterleavedRowsMatchInOrder) {
         const size_t on = static_cast<size_t>(R * C), r = static_cast<size_t>(R);
         for (const Kernel& k :
              {softmax(R, C, true), softmax(R, C, false), rms_norm(R, C), layer_norm(R, C), max_and_sum(R, C)}) {
-          auto c = be->compile(k);
-          ASSERT_TRUE(c.kernel) << c.declined;
           const bool two = k.buffers.size() == 3 && k.num_inputs() == 1;  // max_and_sum: m, s per row
-          auto run_rows = [&](int64_t first, int64_t n, std::vector<float>& out) {
+          auto run_rows = [&](int ways, int64_t first, int64_t n, std::vector<float>& out) {
+            auto c = be->compile(k, row_ways(ways));
+            ASSERT_TRUE(c.kernel) << c.declined;
             std::vector<void*> bufs{x.data() + first * C};
             if (k.num_inputs() > 1) bufs.push_back(w.data());
             if (k.num_inputs() > 2) bufs.push_back(b.data());
@@ -243,27 +244,22 @@ TEST(XbyakOnline, InterleavedRowsMatchInOrder) {
           };
           const size_t size = two ? 2 * r : on;
           std::vector<float> in_order(size, 1.0f);
-          {
-            ForceRowWays one(1);
-            run_rows(0, R, in_order);
-          }
+          run_rows(1, 0, R, in_order);
           for (int ways : {2, 3, 4, detail::xb::kMaxWays}) {
-            ForceRowWays force(ways);
             std::vector<float> all(size, 1.0f), split(size, 1.0f);
-            run_rows(0, R, all);
+            run_rows(ways, 0, R, all);
             EXPECT_EQ(0, std::memcmp(in_order.data(), all.data(), size * 4))
                 << k.name << " C=" << C << " R=" << R << " ways=" << ways;
             const int64_t half = R / 2 + 1;
-            run_rows(0, half, split);
-            run_rows(half, R - half, split);
+            run_rows(ways, 0, half, split);
+            run_rows(ways, half, R - half, split);
             EXPECT_EQ(0, std::memcmp(in_order.data(), split.data(), size * 4))
                 << k.name << " C=" << C << " R=" << R << " ways=" << ways << " in two chunks";
           }
         }
-        ForceRowWays force(3);
         const std::string tag = " ways=3 C=" + std::to_string(C) + " R=" + std::to_string(R);
-        compare(softmax(R, C, true), {x}, {on}, isa, {1e-5, 1e-5}, "log_softmax" + tag);
-        compare(layer_norm(R, C), {x, w, b}, {on}, isa, {1e-5, 1e-5}, "layer_norm" + tag);
+        compare(softmax(R, C, true), {x}, {on}, isa, {1e-5, 1e-5}, "log_softmax" + tag, row_ways(3));
+        compare(layer_norm(R, C), {x, w, b}, {on}, isa, {1e-5, 1e-5}, "layer_norm" + tag, row_ways(3));
       }
   }
 }
@@ -300,9 +296,8 @@ TEST(XbyakOnline, PipelinedRowsTwoOuterDims) {
       const size_t n = static_cast<size_t>(A * B * C);
       auto xs = special_rows(A * B, C, 11 + C);
       for (int ways : {1, 3}) {  // row cursors carry both outer indices (next_cursor)
-        ForceRowWays force(ways);
         compare(k, {xs}, {n}, isa, {1e-5, 1e-5},
-                "log_softmax [B,A,C] rows C=" + std::to_string(C) + " ways=" + std::to_string(ways));
+                "log_softmax [B,A,C] rows C=" + std::to_string(C) + " ways=" + std::to_string(ways), row_ways(ways));
       }
     }
   }

@@ -162,10 +162,10 @@ inline bool close(float got, float want, Tol t) {
 /// Runs `k` on the xbyak backend for `isa` and on the reference backend; compares every output.
 /// Returns the number of mismatches (first few reported). Declines are test failures.
 inline int compare(const Kernel& k, const std::vector<std::vector<float>>& in, const std::vector<size_t>& out_sizes,
-                   Isa isa, Tol tol, const std::string& what) {
+                   Isa isa, Tol tol, const std::string& what, const Options& opts = detail::default_options()) {
   auto xb = detail::xb::make_backend(isa);
   auto ref = detail::make_reference_backend();
-  auto cx = xb->compile(k);
+  auto cx = xb->compile(k, opts);
   EXPECT_TRUE(cx.kernel) << what << ": declined: " << cx.declined;
   if (!cx.kernel) return 1;
   auto cr = ref->compile(k);
