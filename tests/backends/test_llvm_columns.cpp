@@ -23,15 +23,6 @@
 #include "test_llvm_util.hpp"
 #include "test_util.hpp"
 
-// Defined by jit/llvm/column_tiles.cpp when the backend is built in (weak: null otherwise).
-extern "C" __attribute__((weak)) void kfuse_llvm_set_test_tile(int64_t n);
-
-namespace kfuse::detail::llvmjit {
-// The LLVM backend's choice for a kernel (jit/llvm/column_tiles.cpp): the tile width, 0 for the
-// point-by-point path. Declared here because its header, llvm_jit.hpp, needs LLVM's headers.
-int64_t plan_column_tile(const ir::Kernel& k);
-}  // namespace kfuse::detail::llvmjit
-
 namespace kfuse::test::llvmt {
 namespace {
 
@@ -238,18 +229,8 @@ TEST(LlvmColumns, TiledKernelsAreVectorised) {
 
 // ---- the public API on the llvm backend vs the fp64 reference evaluator ----
 
-class LlvmColumnGraphs : public ::testing::Test {
+class LlvmColumnGraphs : public LlvmOnly {
  protected:
-  void SetUp() override {
-    if (!llvm_backend()) GTEST_SKIP() << "llvm backend not built in";
-    saved_ = options();
-    Options o = saved_;
-    o.backends = {"llvm"};
-    set_options(o);
-  }
-  void TearDown() override {
-    if (llvm_backend()) set_options(saved_);
-  }
   // Evaluates `ys` (no kernel may fall back) and compares with the reference evaluator.
   void check(const std::vector<Tensor>& ys, double rtol, double atol, const std::string& what) {
     reset_counters();
@@ -259,7 +240,6 @@ class LlvmColumnGraphs : public ::testing::Test {
     for (size_t i = 0; i < ys.size(); ++i)
       EXPECT_TRUE(all_close(values(ys[i]), ref[i], rtol, atol)) << what << " output " << i;
   }
-  Options saved_;
 };
 
 TEST_F(LlvmColumnGraphs, ReductionsOverAxisZero) {
