@@ -11,7 +11,7 @@
 // the reduce position (table[ids[r] * D + lane], the 8-bit table's scale/bias row), not the id
 // load itself (a sequential walk the hardware prefetcher follows). The lines prefetched span the
 // addresses of the tile's first and last lane, so any lane pattern (f32, f16, 8-bit, 4-bit
-// nibbles at lane / 2) is covered; spans of more than kMaxLines lines are left to the hardware.
+// nibbles at lane / 2) is covered, capped at kMaxLines per load.
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Metadata.h>
@@ -27,13 +27,7 @@ namespace kfuse::detail::llvmjit {
 namespace {
 constexpr int kLineShift = 6;  // 64-byte cache lines
 constexpr int64_t kLine = int64_t{1} << kLineShift;
-// Rows spanning more lines are not prefetched. Measured with kfuse_bag (uniform ids, 1 thread,
-// a loaded 2-vCPU EPYC, so +-20%), ms without / with prefetch 16 ids ahead: 8-bit rows (64 + 8
-// bytes) 23 / 8.1, 4-bit (32 + 8) 45 / 16-25, f16 (128: 2-3 lines) 20 / 10-15, but f32 (256:
-// 4-5 lines) 14-24 / 17-45, worse also with only its first 1 or 2 lines prefetched (the
-// hardware's adjacent-line and stream prefetchers already follow a 4-line row, it seems; not
-// profiled further).
-constexpr int64_t kMaxLines = 3;
+constexpr int64_t kMaxLines = 32;  // 2 KiB: a row wider than that is streamed by the hardware
 }  // namespace
 
 std::vector<const ir::Expr*> gathered_row_loads(const ir::Phase& ph, const ir::Kernel& k) {
@@ -69,13 +63,13 @@ void prefetch_rows(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr
     llvm::Value* hi = b.CreateIntrinsic(llvm::Intrinsic::umax, {b.getInt64Ty()}, {a0, a1});
     llvm::Value* first_line = b.CreateAnd(lo, b.getInt64(~(kLine - 1)));
     llvm::Value* lines = b.CreateAdd(b.CreateLShr(b.CreateSub(hi, first_line), b.getInt64(kLineShift)), b.getInt64(1));
-    // for (i = 0; i < lines; ++i) prefetch(first_line + 64 i): read, high locality, data cache;
-    // none for a span over kMaxLines
+    lines = b.CreateIntrinsic(llvm::Intrinsic::umin, {b.getInt64Ty()}, {lines, b.getInt64(kMaxLines)});
+    // for (i = 0; i < lines; ++i) prefetch(first_line + 64 i): read, high locality, data cache
     llvm::Function* f = b.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b.GetInsertBlock();
     auto* body = llvm::BasicBlock::Create(c, "pf", f);
     auto* after = llvm::BasicBlock::Create(c, "pf_after", f);
-    b.CreateCondBr(b.CreateICmpULE(lines, b.getInt64(kMaxLines)), body, after);
+    b.CreateBr(body);
     b.SetInsertPoint(body);
     llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2);
     i->addIncoming(b.getInt64(0), pre);
