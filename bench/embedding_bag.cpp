@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -111,7 +112,7 @@ void make_bags(BagProblem& p, int64_t bags, bool zipf, uint64_t seed) {
 
 // fp64 bags of `values` (the table as the variant stores it, dequantised) and the per-element
 // bound 4 eps32 sum|row values| (f32 sums in any order, and dequantisation computed once per use).
-Reference bag_reference(const BagProblem& p, const std::vector<float>& values) {
+Reference bag_reference(const BagProblem& p, const float* values) {
   Reference r;
   const auto bags = static_cast<int64_t>(p.offsets.size());
   r.values.assign(static_cast<size_t>(bags * p.cols), 0.0);
@@ -171,13 +172,17 @@ int main(int argc, char** argv) {
   BagProblem p;
   p.rows = cli.rows;
   p.cols = cli.cols;
-  std::vector<float> table(static_cast<size_t>(p.rows * p.cols));
+  // 64-byte aligned, as kfuse's and LibTorch's own tensors (a std::vector of this size is
+  // 16 bytes past a page: every 256-byte row would span 5 cache lines)
+  const auto n = static_cast<size_t>(p.rows * p.cols);
+  std::vector<float> storage(n + 16);
+  float* table = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / sizeof(float);
   {
     SplitMix g{12345};
-    for (auto& v : table) v = static_cast<float>(2 * g.unit() - 1);
+    for (size_t i = 0; i < n; ++i) table[i] = static_cast<float>(2 * g.unit() - 1);
   }
-  p.table = table.data();
-  kfuse::Tensor t32 = kfuse::Tensor::borrow(table.data(), {p.rows, p.cols});
+  p.table = table;
+  kfuse::Tensor t32 = kfuse::Tensor::borrow(table, {p.rows, p.cols});
   kfuse::Tensor t16 = t32.cast(kfuse::DType::F16);
   kfuse::QuantizedTable q8 = kfuse::quantize_rowwise(t32, 8), q4 = kfuse::quantize_rowwise(t32, 4);
   kfuse::eval({t16, q8.values, q8.scale_bias, q4.values, q4.scale_bias});
@@ -196,8 +201,11 @@ int main(int argc, char** argv) {
     const double write_bytes = 4.0 * static_cast<double>(cli.bags) * d;
     std::printf("\n== %s ids: %zu ids, %zu distinct rows\n", zipf ? "Zipf-like" : "uniform", p.ids.size(),
                 distinct.size());
-    kfuse::Tensor ids = kfuse::Tensor::borrow(p.ids.data(), {static_cast<int64_t>(p.ids.size())});
-    kfuse::Tensor offsets = kfuse::Tensor::borrow(p.offsets.data(), {static_cast<int64_t>(p.offsets.size())});
+    // Borrowed anew for every call, as a caller with a new batch would: the same borrowed tensors
+    // would make every call after the first the same (interned) node, already evaluated, and time
+    // nothing but recording.
+    auto ids = [&p] { return kfuse::Tensor::borrow(p.ids.data(), {static_cast<int64_t>(p.ids.size())}); };
+    auto offsets = [&p] { return kfuse::Tensor::borrow(p.offsets.data(), {static_cast<int64_t>(p.offsets.size())}); };
     std::printf("%-8s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
                 "ceil", "%ceil", "kern", "check");
     for (Variant& v : variants) {
@@ -205,10 +213,11 @@ int main(int argc, char** argv) {
           cli.filter != (zipf ? "zipf" : "uniform"))
         continue;
       const double read_bytes = static_cast<double>(distinct.size()) * v.row_bytes + index_bytes;
-      const Reference ref = bag_reference(p, v.name == "f32" ? table : as_floats(v.table()));
+      const std::vector<float> copy = v.name == "f32" ? std::vector<float>{} : as_floats(v.table());
+      const Reference ref = bag_reference(p, v.name == "f32" ? table : copy.data());
       std::vector<std::pair<Impl, int>> impls;  // with its thread count
       auto y = std::make_shared<kfuse::Tensor>();
-      const size_t planned = kfuse::explain(kfuse::embedding_bag(v.table(), ids, offsets)).kernel_count();
+      const size_t planned = kfuse::explain(kfuse::embedding_bag(v.table(), ids(), offsets())).kernel_count();
       for (int t : cli.threads) {
         Impl k;
         k.name = "kfuse";
@@ -218,7 +227,7 @@ int main(int argc, char** argv) {
           o.num_threads = t;
           kfuse::set_options(o);
         };
-        k.run = [y, &v, ids, offsets] { *y = kfuse::embedding_bag(v.table(), ids, offsets).eval(); };
+        k.run = [y, &v, ids, offsets] { *y = kfuse::embedding_bag(v.table(), ids(), offsets()).eval(); };
         k.result = [y] { return y->data_ptr<float>(); };
         impls.push_back({k, t});
 #ifdef KFUSE_BENCH_HAVE_TORCH

@@ -10,7 +10,7 @@
 // accumulator keeps one state slot per lane (a stack array of `tile` elements), later phases read
 // their lane's slot, and the lane loop is a plain unit-stride loop that the loop vectoriser turns
 // into vector loads, vector folds and a remainder (vector epilogue, then scalar). Launches with
-// a single column take the point path instead (kColumnTileMinLen in llvm_jit.hpp).
+// a single column take the point path instead (kColumnTileMinLen in llvm_jit.hpp), but for bags.
 //
 // A lane's result does not depend on its tile: it folds its column's values in row-major reduce
 // order with plain (not reassociated) operations, and lanes never interact. So tile boundaries
@@ -20,11 +20,17 @@
 // is n, A[m, k] is lane-invariant and B[k, n] lane-contiguous, so a tile computes a block of one
 // output row as K axpy steps of vector width (the point path would walk B's column with stride N).
 //
+// A segment kernel (embedding_bag: outer [bags, D], a dynamic reduce range per bag) is the same
+// shape again: the lanes are a bag's columns, the bag's ids are walked once per tile (the id, its
+// weight and the row's scale/bias are lane-invariant) and each id's row is read as vectors; point
+// by point it would walk the ids once per column, with one scalar gathered load per (id, column).
+//
 // Eligible: kind "column" or "contraction", a non-empty reduce domain, and every load and store index moves by a
 // compile-time 0 or 1 elements per step of the innermost outer dim (lane-contiguous or
 // lane-invariant accesses). Anything else (a transposed input whose rows are the contiguous axis,
 // reshapes that divide the column index, gathers) keeps the point-by-point path, where the reduce
-// loop is the one that vectorises.
+// loop is the one that vectorises. Kind "segment": a reduce range that does not depend on the lane
+// and store indices as above; loads may move in any way.
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -61,13 +67,32 @@ std::optional<int64_t> lane_step(const ir::ExprRef& e, int lane) {
   return ir::affine_step(e.get(), ir::Space::Outer, lane);
 }
 
+int64_t tile_width(const ir::Kernel& k) {
+  // Stack slots per lane: one per accumulator (two for ArgMax/ArgMin: value and index).
+  int64_t state = 0;
+  for (const auto& a : k.accs) {
+    bool arg = a.kind == ir::AccKind::ArgMax || a.kind == ir::AccKind::ArgMin;
+    state += arg ? dtype_size(a.value->dtype) + 8 : std::max<int64_t>(1, dtype_size(a.dtype));
+  }
+  return std::min(kMaxLanes, pow2_floor(std::max<int64_t>(1, kStateBytes / std::max<int64_t>(1, state))));
+}
+
 }  // namespace
 
 int64_t plan_column_tile(const ir::Kernel& k) {
-  if ((k.kind != ir::KernelKind::Column && k.kind != ir::KernelKind::Contraction) || k.outer.empty() ||
-      k.reduce.empty() || k.reduce_numel() <= 0)
-    return 0;
+  if (k.outer.empty()) return 0;
   const int lane = static_cast<int>(k.outer.size()) - 1;
+  const bool segment = k.kind == ir::KernelKind::Segment;
+  if (segment) {
+    // A bag's columns share its id range, which a tile evaluates once: it must not depend on
+    // the lane.
+    if (ir::depends_on(k.reduce_begin.get(), ir::Space::Outer, lane) ||
+        ir::depends_on(k.reduce_end.get(), ir::Space::Outer, lane))
+      return 0;
+  } else if ((k.kind != ir::KernelKind::Column && k.kind != ir::KernelKind::Contraction) || k.reduce.empty() ||
+             k.reduce_numel() <= 0) {
+    return 0;
+  }
   bool ok = true;
   std::set<const ir::Expr*> seen;
   std::function<void(const ir::ExprRef&)> visit = [&](const ir::ExprRef& e) {
@@ -78,23 +103,21 @@ int64_t plan_column_tile(const ir::Kernel& k) {
     }
     for (const auto& a : e->args) visit(a);
   };
-  for (const auto& a : k.accs) visit(a.value);
+  // Segment kernels take tiles whatever their loads' lane pattern: even a strided one (4-bit
+  // nibbles, lane / 2) beats the point path, which walks a bag's ids once per column.
+  if (!segment)
+    for (const auto& a : k.accs) visit(a.value);
   for (const auto& ph : k.phases)
     for (const auto& s : ph.stores) {
       auto st = lane_step(s.index, lane);
       if (!st || (*st != 0 && *st != 1)) ok = false;
-      visit(s.index);
-      visit(s.value);
+      if (!segment) {
+        visit(s.index);
+        visit(s.value);
+      }
     }
   if (!ok) return 0;
-
-  // Stack slots per lane: one per accumulator (two for ArgMax/ArgMin: value and index).
-  int64_t state = 0;
-  for (const auto& a : k.accs) {
-    bool arg = a.kind == ir::AccKind::ArgMax || a.kind == ir::AccKind::ArgMin;
-    state += arg ? dtype_size(a.value->dtype) + 8 : std::max<int64_t>(1, dtype_size(a.dtype));
-  }
-  return std::min(kMaxLanes, pow2_floor(std::max<int64_t>(1, kStateBytes / std::max<int64_t>(1, state))));
+  return tile_width(k);
 }
 
 }  // namespace kfuse::detail::llvmjit

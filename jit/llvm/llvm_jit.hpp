@@ -5,6 +5,7 @@
 //   jit_session.cpp   the ORC LLJIT session: target, object codegen, one JITDylib per kernel
 //   lower_kernel.cpp  kernel IR -> LLVM IR: functions, loop nests, phases, accumulators
 //   column_tiles.cpp  which column kernels run as interchanged tiles of columns, tile width
+//   prefetch_rows.cpp software prefetch of the rows a segment kernel (embedding bag) gathers
 //   lower_expr.cpp    kernel IR expressions and element-wise ops -> LLVM instructions
 //   vector_math.cpp   math functions: SLEEF scalar/vector variants and their VecDesc table
 //   optimize.cpp      the O3 pipeline with the vector-math TargetLibraryInfo
@@ -140,6 +141,15 @@ class ExprEmitter {
   std::unordered_map<const ir::Expr*, llvm::Value*> cache_;
   std::unordered_map<const ir::Expr*, bool> index_like_;
 };
+
+// ---- prefetch_rows.cpp ----
+/// The loads of `ph`'s accumulator values that gather a row per reduce position (index reads
+/// memory and moves with reduce var 0): what a segment tile prefetches.
+std::vector<const ir::Expr*> gathered_row_loads(const ir::Phase& ph, const ir::Kernel& k);
+/// Prefetches the cache lines `loads` read at reduce position `pos` for the lanes from
+/// outer.back() to `last_lane` (outer = the point of the first lane). Leaves `ex` reset.
+void prefetch_rows(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& loads,
+                   const std::vector<llvm::Value*>& outer, llvm::Value* last_lane, llvm::Value* pos);
 
 // ---- optimize.cpp ----
 /// Runs the O3 pipeline (loop and SLP vectorisation on, vector-math mappings registered).

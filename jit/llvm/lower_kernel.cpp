@@ -15,7 +15,8 @@
 // Column kernels with lane-contiguous accesses (LaunchPlan::column_tile, column_tiles.cpp) are
 // interchanged instead: each segment runs as tiles of adjacent outer points, every phase loops
 // over the reduce domain outside and over the tile's lanes inside, with per-lane accumulator
-// slots in stack arrays, so the vectoriser widens the lane loop (contiguous row runs).
+// slots in stack arrays, so the vectoriser widens the lane loop (contiguous row runs). Segment
+// kernels (bags) take the same tiles over their per-bag range, with row prefetches (tile_segment).
 // Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
 // blocks of the reduce domain folded independently, then combined in block order.
 #include <llvm/IR/Intrinsics.h>
@@ -24,6 +25,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "ir/decompose.hpp"
 #include "kfuse/error.hpp"
@@ -640,7 +642,7 @@ class Lowerer {
         for (int a : cs)
           for (int l = 1; l <= tile_levels(); ++l) b_.CreateStore(identity(a), level_ptr(a, l, j));
       });
-      const size_t nr = k_.reduce.size();
+      const size_t nr = k_.dynamic_reduce() ? 1 : k_.reduce.size();
       std::vector<Value*> ridx(nr);
       auto close_after = [&](int64_t count) {  // after the visit of `count` points at ridx
         if (cs.empty()) return;
@@ -697,7 +699,8 @@ class Lowerer {
           return Carried{};
         });
       };
-      nest(0);
+      if (k_.dynamic_reduce()) tile_segment(ph, ex, first, w, ridx[0], fold_points, lanes);
+      else nest(0);
       if (!cs.empty())  // each lane's partial takes its levels, lowest first
         lanes([&](Value* j) {
           for (int a : cs) {
@@ -712,6 +715,87 @@ class Lowerer {
     ex.reduce.clear();
   }
 
+  // The dynamic reduce phase `ph` of a column tile (a segment kernel: the lanes are columns of
+  // one bag, whose id range plan_column_tile checked to be lane-invariant): the bag's points in
+  // order, kTileRowUnroll per visit of a lane (as a compile-time domain), so each id and its
+  // lane-invariant values (weight, row address, dequantisation scale) are loaded once per tile
+  // and the lane loop reads the row as vectors. Every point also prefetches the rows of the point
+  // kSegmentPrefetch ahead (prefetch_rows.cpp), in the next bag near the end of this one. An
+  // empty range gives every lane the empty value, as dynamic_phase does.
+  static constexpr int64_t kSegmentPrefetch = 16;
+  void tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& first, Value* w, Value*& pos,
+                    const std::function<void(int64_t)>& fold_points,
+                    const std::function<void(const std::function<void(Value*)>&)>& lanes) {
+    auto range = [&](const std::vector<Value*>& at) {
+      ex.reset();
+      ex.reduce.clear();
+      ex.outer = at;
+      std::pair<Value*, Value*> r{ex.emit(k_.reduce_begin), ex.emit(k_.reduce_end)};
+      ex.reset();
+      return r;
+    };
+    Value *lo, *hi;  // (not a structured binding: the lambdas below capture them)
+    std::tie(lo, hi) = range(first);
+    Value* n = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {b_.CreateSub(hi, lo), b_.getInt64(0)});
+    // The next bag (the next index of the outer dim before the lanes), empty past the last one.
+    const size_t nd = first.size();
+    std::vector<Value*> next = first;
+    Value* next_lo = b_.getInt64(0);
+    Value* next_hi = next_lo;
+    if (nd >= 2) {
+      Value* o1 = b_.CreateAdd(first[nd - 2], b_.getInt64(1));
+      Value* has_next = b_.CreateICmpSLT(o1, outer_ext_[nd - 2]);
+      next[nd - 2] = b_.CreateSelect(has_next, o1, first[nd - 2]);  // a bag that exists: loads stay in range
+      std::tie(next_lo, next_hi) = range(next);
+      next_hi = b_.CreateSelect(has_next, next_hi, next_lo);
+    }
+    const std::vector<const ir::Expr*> rows = gathered_row_loads(ph, k_);
+    Value* last_lane = b_.CreateSub(b_.CreateAdd(first.back(), w), b_.getInt64(1));
+    auto prefetch = [&](Value* p) {  // the rows of point p + kSegmentPrefetch, if it exists
+      if (rows.empty()) return;
+      Value* q = b_.CreateAdd(p, b_.getInt64(kSegmentPrefetch));
+      Value* here = b_.CreateICmpSLT(q, hi);
+      Value* q_next = b_.CreateAdd(next_lo, b_.CreateSub(q, hi));
+      Value* any = b_.CreateOr(here, b_.CreateICmpSLT(q_next, next_hi));
+      if_else(
+          any,
+          [&] {
+            std::vector<Value*> at = first;
+            if (nd >= 2) at[nd - 2] = b_.CreateSelect(here, first[nd - 2], next[nd - 2]);
+            prefetch_rows(b_, ex, rows, at, last_lane, b_.CreateSelect(here, q, q_next));
+          },
+          [] {});
+    };
+    const int64_t u = kTileRowUnroll;
+    Value* steps = b_.CreateUDiv(n, b_.getInt64(u));
+    counted_loop(steps, false, {}, [&](Value* iv, const Carried&) {
+      pos = b_.CreateAdd(lo, b_.CreateMul(iv, b_.getInt64(u), "", true, true), "", true, true);
+      for (int64_t i = 0; i < u; ++i) prefetch(b_.CreateAdd(pos, b_.getInt64(i), "", true, true));
+      fold_points(u);
+      return Carried{};
+    });
+    Value* tail = b_.CreateAdd(lo, b_.CreateMul(steps, b_.getInt64(u), "", true, true), "", true, true);
+    counted_loop(b_.CreateSub(n, b_.CreateMul(steps, b_.getInt64(u))), false, {}, [&](Value* iv, const Carried&) {
+      pos = b_.CreateAdd(tail, iv, "", true, true);
+      prefetch(pos);
+      fold_points(1);
+      return Carried{};
+    });
+    if (ph.accs.empty()) return;
+    if_else(
+        b_.CreateICmpEQ(n, b_.getInt64(0)),
+        [&] {
+          lanes([&](Value* j) {
+            for (int a : ph.accs) {
+              AccState st = init_state(a);
+              if (!is_arg(k_.accs[a].kind)) st.v[0] = empty_value(a);
+              store_state(a, j, st);  // (an Arg state's index is already 0, its empty value)
+            }
+          });
+        },
+        [] {});
+  }
+
   std::vector<Value*> outer_extents(ExprEmitter& ex) {
     std::vector<Value*> e;
     for (const auto& o : k_.outer) e.push_back(ex.convert(ex.emit(o), o->dtype, DType::I64));
@@ -723,6 +807,7 @@ class Lowerer {
     std::vector<Value*> a;
     begin_function(kMainName, {b_.getInt64Ty(), b_.getInt64Ty()}, ex, a);
     std::vector<Value*> ext = outer_extents(ex);
+    outer_ext_ = ext;
     ex.reset();
     if (ext.empty()) {
       // one outer point: run it when the chunk is non-empty
@@ -748,16 +833,17 @@ class Lowerer {
         // Tiles or points is chosen from the shape of the launch, never from the chunk (a chunk
         // boundary only shortens a tile), so every column's result is chunk-independent.
         alloc_tile_slots();
-        if_else(
-            b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)),
-            [&] {
-              flat_segments(a[0], a[1], ext, false, {},
-                            [&](const std::vector<Value*>& first, Value* len, const Carried&) {
-                              column_segment(ex, first, len);
-                              return Carried{};
-                            });
-            },
-            point_by_point);
+        auto tiles = [&] {
+          flat_segments(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& first, Value* len, const Carried&) {
+            column_segment(ex, first, len);
+            return Carried{};
+          });
+        };
+        // Segment kernels take tiles even for one column: the point path of a bag is as large
+        // as its tile path (both in one kernel doubled its compile time), and it would win only
+        // on tables of one column.
+        if (k_.kind == ir::KernelKind::Segment) tiles();
+        else if_else(b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)), tiles, point_by_point);
       }
     }
     b_.CreateRetVoid();
@@ -833,6 +919,7 @@ class Lowerer {
   const MathLib& math_;
   std::vector<std::vector<Value*>> slots_;   // column tiles: per accumulator, its state arrays
   std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
+  std::vector<Value*> outer_ext_;            // kf_main: the outer extents
 };
 
 }  // namespace

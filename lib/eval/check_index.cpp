@@ -37,6 +37,9 @@ void check_indices(const std::vector<Num>& values, const Shape& shape, int64_t s
   const std::string what = offsets ? "offset " : "index ";
   for (size_t i = 0; i < values.size(); ++i) {
     const int64_t v = values[i].i;
+    const bool first_bad = offsets && i == 0 && v != 0, decreasing = offsets && i > 0 && v < values[i - 1].i;
+    // (the message only for a bad value: built for every id it cost more than the bag itself)
+    if (v >= 0 && v < size && !first_bad && !decreasing) continue;
     const std::string at = what + std::to_string(v) + " at position " + position(static_cast<int64_t>(i), shape);
     if (v < 0 || v >= size) {
       if (offsets)
@@ -45,11 +48,9 @@ void check_indices(const std::vector<Num>& values, const Shape& shape, int64_t s
       throw UserError(op + ": " + at + " is out of range: indices must be in [0, " + std::to_string(size) +
                       ") (negative indices are not supported)");
     }
-    if (offsets && i == 0 && v != 0)
-      throw UserError(op + ": " + at + ": the first offset must be 0 (bag 0 starts at the first id)");
-    if (offsets && i > 0 && v < values[i - 1].i)
-      throw UserError(op + ": " + at + " is smaller than the previous offset " + std::to_string(values[i - 1].i) +
-                      ": offsets must not decrease");
+    if (first_bad) throw UserError(op + ": " + at + ": the first offset must be 0 (bag 0 starts at the first id)");
+    throw UserError(op + ": " + at + " is smaller than the previous offset " + std::to_string(values[i - 1].i) +
+                    ": offsets must not decrease");
   }
 }
 

@@ -2,7 +2,7 @@
 // of jit/llvm/column_tiles.cpp against the reference backend and the fp64 reference evaluator.
 //
 // Hand-built kernels run with the default tile width and with forced narrow tiles (4, 16 lanes,
-// kfuse_llvm_set_test_tile) so that small odd shapes still cover several tiles, the column-count
+// Options::llvm_column_tile) so that small odd shapes still cover several tiles, the column-count
 // tail, tiles cut by chunk boundaries (chunks of 1, 7, 64 columns) and the point-by-point
 // dispatch for one column: every kind of accumulator (Sum/Prod/Max/Min incl. NaN and +-inf,
 // ArgMax/ArgMin with ties and NaN, integer and bool), multi-phase kernels (x - mean(x, 0)),
@@ -22,12 +22,6 @@
 #include "runtime/plan.hpp"
 #include "test_llvm_util.hpp"
 #include "test_util.hpp"
-
-namespace kfuse::detail::llvmjit {
-// The LLVM backend's choice for a kernel (jit/llvm/column_tiles.cpp): the tile width, 0 for the
-// point-by-point path. Declared here because its header, llvm_jit.hpp, needs LLVM's headers.
-int64_t plan_column_tile(const ir::Kernel& k);
-}  // namespace kfuse::detail::llvmjit
 
 namespace kfuse::test::llvmt {
 namespace {
@@ -222,18 +216,8 @@ TEST(LlvmColumns, TiledKernelsAreVectorised) {
 
 // ---- the public API on the llvm backend vs the fp64 reference evaluator ----
 
-class LlvmColumnGraphs : public ::testing::Test {
+class LlvmColumnGraphs : public LlvmOnly {
  protected:
-  void SetUp() override {
-    if (!llvm_backend()) GTEST_SKIP() << "llvm backend not built in";
-    saved_ = options();
-    Options o = saved_;
-    o.backends = {"llvm"};
-    set_options(o);
-  }
-  void TearDown() override {
-    if (llvm_backend()) set_options(saved_);
-  }
   // Evaluates `ys` (no kernel may fall back) and compares with the reference evaluator.
   void check(const std::vector<Tensor>& ys, double rtol, double atol, const std::string& what) {
     reset_counters();
@@ -243,7 +227,6 @@ class LlvmColumnGraphs : public ::testing::Test {
     for (size_t i = 0; i < ys.size(); ++i)
       EXPECT_TRUE(all_close(values(ys[i]), ref[i], rtol, atol)) << what << " output " << i;
   }
-  Options saved_;
 };
 
 TEST_F(LlvmColumnGraphs, ReductionsOverAxisZero) {

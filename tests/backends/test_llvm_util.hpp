@@ -17,6 +17,14 @@
 #include "ir/kernel.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/half.hpp"
+#include "kfuse/options.hpp"
+
+namespace kfuse::detail::llvmjit {
+// The LLVM backend's choice for a kernel (jit/llvm/column_tiles.cpp): the tile width, 0 for the
+// point-by-point path (Options::llvm_column_tile replaces a non-zero width at compile). Declared
+// here because its header, llvm_jit.hpp, needs LLVM's headers.
+int64_t plan_column_tile(const ir::Kernel& k);
+}  // namespace kfuse::detail::llvmjit
 
 namespace kfuse::test::llvmt {
 
@@ -238,5 +246,21 @@ inline Kernel pointwise(const std::string& name, const std::vector<DType>& in_ty
   k.phases.push_back(ph);
   return k;
 }
+
+/// Public-API tests on the llvm backend alone (no fallback backend), options restored after.
+class LlvmOnly : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!llvm_backend()) GTEST_SKIP() << "llvm backend not built in";
+    saved_ = options();
+    Options o = saved_;
+    o.backends = {"llvm"};
+    set_options(o);
+  }
+  void TearDown() override {
+    if (llvm_backend()) set_options(saved_);
+  }
+  Options saved_;
+};
 
 }  // namespace kfuse::test::llvmt
