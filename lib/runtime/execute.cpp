@@ -58,12 +58,6 @@ void execute(const NodeRef* all_roots, size_t count) {
     if (!counted) bump(global_counters().evaluations);
     counted = true;
     graph_signature(roots, pending, sig);
-    if (opts.logging("fusion")) {
-      std::vector<NodeRef> rs(roots, roots + pending);
-      std::vector<const Node*> raw;
-      for (const auto& r : rs) raw.push_back(r.get());
-      log("fusion", explain_plan(*make_plan(rs, false, opts), raw).text());
-    }
     std::shared_ptr<const Program> prog = get_program(roots, pending, sig, opts);
     if (!prog) continue;  // another thread computed part of the graph while it was planned
     std::shared_ptr<Storage> one;

@@ -34,8 +34,4 @@ std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool co
   return plan;
 }
 
-std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots, const Options& opts) {
-  return make_plan(roots, true, opts);
-}
-
 }  // namespace kfuse::detail

@@ -36,8 +36,6 @@ struct Plan {
 /// Plans the evaluation of `roots` under `opts` (passed down from the API entry that started it);
 /// compiles the kernels when `compile` (explain() does not).
 std::shared_ptr<const Plan> make_plan(const std::vector<NodeRef>& roots, bool compile, const Options& opts);
-/// make_plan(roots, true, opts).
-std::shared_ptr<const Plan> get_plan(const std::vector<NodeRef>& roots, const Options& opts);
 
 /// The report of a plan (original_roots: the roots as recorded, for the unfused count).
 Explanation explain_plan(const Plan& plan, const std::vector<const Node*>& original_roots);

@@ -115,7 +115,7 @@ namespace {
 // encoding and a hit compares it, so a hash collision costs a miss, never a wrong program.
 // A spin lock rather than a shared_mutex: the critical section is a probe and a compare, and
 // every tiny evaluation goes through it.
-class PlanCache {
+class ProgramCache {
  public:
   std::shared_ptr<const Program> find(const GraphSignature& sig) {
     std::lock_guard<SpinLock> lk(mu_);
@@ -161,27 +161,35 @@ class PlanCache {
   Map map_;
 };
 
-PlanCache& plan_cache() {
-  static auto* c = new PlanCache();
+ProgramCache& program_cache() {
+  static auto* c = new ProgramCache();
   return *c;
 }
 
 }  // namespace
 
 std::shared_ptr<const Program> find_program(const GraphSignature& sig) {
-  return sig.cacheable ? plan_cache().find(sig) : nullptr;
+  return sig.cacheable ? program_cache().find(sig) : nullptr;
 }
 
 std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const GraphSignature& sig,
                                            const Options& opts) {
   bool use_cache = sig.cacheable && opts.cache_mode != "off";
   if (use_cache)
-    if (auto p = plan_cache().find(sig)) {
+    if (auto p = program_cache().find(sig)) {
       // A program hit is a memory-cache hit for each of its kernels.
       bump(global_counters().cache_hits, p->fused_steps);
       return p;
     }
-  std::shared_ptr<const Plan> plan = get_plan(std::vector<NodeRef>(roots, roots + n), opts);
+  std::vector<NodeRef> rs(roots, roots + n);
+  std::shared_ptr<const Plan> plan = make_plan(rs, /*compile=*/true, opts);
+  // KFUSE_LOG=fusion: the report of the plan just made (a graph found in the cache was logged
+  // when it was planned).
+  if (opts.logging("fusion")) {
+    std::vector<const Node*> raw;
+    for (const auto& r : rs) raw.push_back(r.get());
+    log("fusion", explain_plan(*plan, raw).text());
+  }
   // Which nodes are realized is the one part of the structure that can change while it is
   // planned: another thread may finish evaluating a node of this graph. The planner then saw
   // leaves the signature does not list, and the program could not find their values. Realizing
@@ -191,7 +199,7 @@ std::shared_ptr<const Program> get_program(const NodeRef* roots, size_t n, const
   if (now.words != sig.words) return nullptr;
   auto prog = make_program(*plan, sig);
   if (use_cache && prog->extra_leaves.empty()) {
-    plan_cache().insert(sig, prog);
+    program_cache().insert(sig, prog);
   } else {
     // Host steps point into the plan's graph: keep it alive with the program.
     std::const_pointer_cast<Program>(prog)->plan = plan;

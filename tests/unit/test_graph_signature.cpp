@@ -95,7 +95,7 @@ TEST(GraphSignature, RandomAndMatmulGraphsAreCached) {
 
 // Graphs that share a signature-shaped prefix but not the structure must each get their own
 // program: evaluate them interleaved and check every value.
-TEST(GraphSignature, PlanCacheNeverConfusesStructures) {
+TEST(GraphSignature, ProgramCacheNeverConfusesStructures) {
   auto xv = random_values(6, 12), yv = random_values(6, 13);
   for (int round = 0; round < 3; ++round) {
     Tensor x = make_tensor(xv, {6}), y = make_tensor(yv, {6});
@@ -155,6 +155,29 @@ TEST(InternTable, LongChainsRelease) {
     EXPECT_GE(interned_node_count(), base + 2000);
   }
   EXPECT_EQ(interned_node_count(), base);
+}
+
+// KFUSE_LOG=fusion prints the plan's report when a graph is planned, from that plan: a graph
+// whose program is cached is neither planned again nor logged (the log used to plan every
+// evaluated graph a second time, just to print it).
+TEST(GraphSignature, FusionLogComesFromTheOnePlan) {
+  const Options saved = options();
+  Options o = saved;
+  o.log = {"fusion"};
+  set_options(o);
+  auto run = [] {
+    Tensor x = make_tensor(random_values(12, 1), {3, 4});
+    softmax(x * 2.0, -1).eval();
+  };
+  testing::internal::CaptureStderr();
+  run();
+  const std::string first = testing::internal::GetCapturedStderr();
+  testing::internal::CaptureStderr();
+  run();
+  const std::string second = testing::internal::GetCapturedStderr();
+  set_options(saved);
+  EXPECT_NE(first.find("[kfuse:fusion]"), std::string::npos) << first;
+  EXPECT_EQ(second.find("[kfuse:fusion]"), std::string::npos) << "a cached program was logged again:\n" << second;
 }
 
 }  // namespace
