@@ -412,10 +412,20 @@ class GemmKernel final : public CompiledKernel {
   // thread the pool did not start. Every C element is still one task's FMA chain over k
   // ascending, so the result is bitwise the one-thread result.
   bool shared_b_pays(const Launch& L, int64_t threads) const {
-    if (L.path == 2 || (plain_ && L.b.col == 1 && L.path != 1 && L.M <= 2)) return false;  // direct, GEMV
-    if (plain_ && L.b.col == 1 && L.path == 0 && (L.M * p_.K + p_.K * L.N + L.M * L.N) * 4 <= l2_ / 2) return false;
+    if (path_for(L, L.M, L.N) != Path::Packed) return false;
     // Enough rows for balanced shares, and a panel of at least NR columns within its budget.
     return L.M >= threads * 4 * u_.mr && p_.K > 0 && p_.K * u_.nr <= shared_b_budget();
+  }
+
+  // The path of an m x n block: GEMV (one or two rows) and direct (small problems in L2, or
+  // forced) read f32 operands in place with B contiguous along N; everything else is packed.
+  enum class Path { Gemv, Direct, Packed };
+  Path path_for(const Launch& L, int64_t m, int64_t n) const {
+    if (plain_ && L.b.col == 1 && L.path != 1) {
+      if (m <= 2) return Path::Gemv;
+      if (L.path == 2 || (m * p_.K + p_.K * n + m * n) * 4 <= l2_ / 2) return Path::Direct;
+    }
+    return Path::Packed;
   }
 
   int64_t shared_b_budget() const { return std::min<int64_t>(l3_ / 2, int64_t{32} << 20) / 4; }  // floats
@@ -675,7 +685,9 @@ class GemmKernel final : public CompiledKernel {
     // GEMV (one or two rows): stream B along its rows once per row (gemv_rows), no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
     const float* bf = static_cast<const float*>(t.b);
-    if (plain_ && m <= 2 && sb.col == 1 && L.path != 1 && !L.shared_b) {
+    // (a task over the shared panel is packed)
+    const Path path = L.shared_b ? Path::Packed : path_for(L, m, n);
+    if (path == Path::Gemv) {
       float* sums = scratch(2, n);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
@@ -692,8 +704,7 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
-    if (plain_ && sb.col == 1 && L.path != 1 && !L.shared_b &&
-        (L.path == 2 || (m * K + K * n + m * n) * 4 <= l2_ / 2)) {
+    if (path == Path::Direct) {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
