@@ -27,10 +27,12 @@ enum class Op : uint8_t {
   ArgMax,  ///< index of the first maximum within the reduced sub-space (row-major), i64
   ArgMin,
   /// Segment (bag) reductions, the reduction of embedding_bag: inputs (values [N, D], starts [B],
-  /// ends [B], both i64); result [B, 1, D] with out[b, 0, d] = the fold of values[r, d] over r in
-  /// [starts[b], ends[b]) (an empty segment gives the fold's identity). They iterate the virtual
-  /// full shape [B, N, D] with axis 1 reduced (attrs.ints = {1}), whose per-row extent is data
-  /// (a dynamic reduce domain in the kernel IR).
+  /// i64); result [B, 1, D] with out[b, 0, d] = the fold of values[r, d] over r in
+  /// [starts[b], starts[b + 1]), the last bag ending at N (PyTorch's offsets; both bounds are
+  /// clamped into [0, N], and an empty segment gives the fold's identity). The last bag's end is
+  /// the values' extent, not a recorded constant, so one graph and one kernel serve every id count.
+  /// They iterate the virtual full shape [B, N, D] with axis 1 reduced (attrs.ints = {1}), whose
+  /// per-row extent is data (a dynamic reduce domain in the kernel IR).
   SegmentSum,
   SegmentMax,
   // views and data movement

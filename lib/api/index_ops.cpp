@@ -184,15 +184,13 @@ Tensor embedding_bag(const Tensor& table, const Tensor& ids, const Tensor& offse
   }
   Tensor starts = checked(offsets, N + 1, IndexUse::BagOffsets).cast(DType::I64);
   if (B == 0) return make_const(0, dt, {0, D}, table.device());
-  Tensor ends =
-      concat({starts.slice({Range{1}}), make_const(static_cast<double>(N), DType::I64, {1}, table.device())}, 0);
   auto segment = [&](Op o, const Tensor& values) {
-    return record(o, values.dtype(), {B, 1, D}, {values, starts, ends}, Attrs{{1}, {}}).reshape({B, D});
+    return record(o, values.dtype(), {B, 1, D}, {values, starts}, Attrs{{1}, {}}).reshape({B, D});
   };
   Tensor r = segment(sum_like ? Op::SegmentSum : Op::SegmentMax, v);
   if (mode == BagMode::Sum) return r;
-  // The id count of each bag, as a fold over the same bags: ends - starts would need the bag
-  // bounds outside the bag kernel (a second kernel).
+  // The id count of each bag, as a fold over the same bags: subtracting its bounds would need them
+  // outside the bag kernel (a second kernel).
   Tensor count = segment(Op::SegmentSum, pad ? keep.cast(cdt) : make_const(1, cdt, {N, D}, table.device()));
   if (mode == BagMode::Mean) return r / maximum(count, 1.0);
   return where(count > 0.0, r, make_const(0, dt, {}, table.device()));

@@ -1,6 +1,7 @@
 // The double-precision graph evaluator (see include/kfuse/reference.hpp).
 #include "reference_eval.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -89,15 +90,17 @@ Values reduce_ref(const Node& n, const Values& in) {
   return out;
 }
 
-// out[b, 0, d] folds values[r, d] over r in [starts[b], ends[b]) (op.hpp: SegmentSum).
+// out[b, 0, d] folds values[r, d] over r in [starts[b], starts[b + 1]), the last bag ending at N,
+// both bounds clamped into [0, N] (op.hpp: SegmentSum).
 Values segment_ref(const Node& n, const std::vector<const Values*>& ins) {
   const Node& v = *n.inputs[0];
-  const int64_t B = n.shape[0], D = n.shape[2];
+  const int64_t B = n.shape[0], N = v.shape[0], D = n.shape[2];
+  auto bound = [&](int64_t b) { return b < B ? std::clamp<int64_t>((*ins[1])[b].i, 0, N) : N; };
   Values out(n.numel());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t d = 0; d < D; ++d) {
       Fold f(ir::acc_kind(n.op), v.dtype, n.dtype);
-      for (int64_t r = (*ins[1])[b].i; r < (*ins[2])[b].i; ++r) f.add((*ins[0])[r * D + d], r);
+      for (int64_t r = bound(b); r < bound(b + 1); ++r) f.add((*ins[0])[r * D + d], r);
       out[b * D + d] = f.result();
     }
   return out;

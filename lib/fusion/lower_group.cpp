@@ -136,13 +136,17 @@ class Lowerer {
       bool inner_reduced = !sig_.full.empty() && red.back();
       k.kind = k.outer.empty() ? ir::KernelKind::Global : inner_reduced ? ir::KernelKind::Row : ir::KernelKind::Column;
       if (segment_) {
-        // Bag b folds ids [starts[b], ends[b]), clamped into [0, N): even unchecked offsets
-        // never make the kernel read outside the ids.
-        ExprRef b = kept_idx_[0], bd = kept_dims_[0];
+        // Bag b folds ids [starts[b], starts[b + 1]), the last bag up to N, clamped into [0, N]:
+        // even unchecked offsets never make the kernel read outside the ids. N is the ids
+        // extent, a launch parameter, so batches of any id count share the kernel.
+        ExprRef b = kept_idx_[0], bd = kept_dims_[0], n = full_dims_[1];
         ExprRef lo = emit(segment_->inputs[1].get(), {b}, {bd}, nullptr);
-        ExprRef hi = emit(segment_->inputs[2].get(), {b}, {bd}, nullptr);
+        ExprRef b1 = ir::iadd(b, ir::iconst(1));
+        ExprRef has_next = cmp(Op::Lt, b1, bd);
+        ExprRef next = emit(segment_->inputs[1].get(), {b1}, {bd}, has_next);
+        ExprRef hi = ir::op(Op::Where, DType::I64, {has_next, next, n});
         k.reduce_begin = ir::op(Op::Maximum, DType::I64, {lo, ir::iconst(0)});
-        k.reduce_end = ir::op(Op::Minimum, DType::I64, {hi, full_dims_[1]});
+        k.reduce_end = ir::op(Op::Minimum, DType::I64, {hi, n});
         k.kind = ir::KernelKind::Segment;
       } else {
         out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");

@@ -358,7 +358,7 @@ class Partitioner {
                op_name(n->op) + " over " + shape_str(reduce_full_shape(*n)) + " axes " + shape_str(n->attrs.ints);
       } else if (is_segment_reduction(n->op) != is_segment_reduction(first_red->op) ||
                  (is_segment_reduction(n->op) &&
-                  (n->inputs[1] != first_red->inputs[1] || n->inputs[2] != first_red->inputs[2]))) {
+                  (n->inputs[1] != first_red->inputs[1] || n->inputs[0]->shape[0] != first_red->inputs[0]->shape[0]))) {
         // A segment reduction's extent is data: only segment reductions over the same bags share it.
         return "reduction domains differ: " + std::string(op_name(first_red->op)) + " and " + op_name(n->op) +
                " do not iterate the same bags";

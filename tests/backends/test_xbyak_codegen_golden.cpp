@@ -145,7 +145,13 @@ TEST(CodegenGolden, DigestsMoveOnlyWithTheirVersion) {
     const auto& [v0, d0] = it->second;
     if (vd.second == d0 && vd.first == v0) continue;
     ++moved;
-    if (vd.first == v0)
+    // A backend form of a kernel whose IR moved too is keyed anew by that IR's text (KeyFields::
+    // ir_text): it needs no version bump of its own, only new digests.
+    const size_t slash = name.find('/');
+    auto ir_it = was.by_name.find("ir/" + name.substr(slash + 1));
+    const bool ir_moved = name.compare(0, slash, "ir") != 0 && ir_it != was.by_name.end() &&
+                          now.by_name.at("ir/" + name.substr(slash + 1)).second != ir_it->second.second;
+    if (vd.first == v0 && !ir_moved)
       ADD_FAILURE() << name << ": the generated code changed but its version is still " << v0
                     << ": bump it (ir: kCodegenVersion; else the backend's codegen_version()) so that disk "
                        "caches drop code of the old form, then regenerate the digests";

@@ -2,6 +2,7 @@
 // results against a naive loop here and the fp64 reference evaluator, the index error rule
 // (realized ids at record time, lazy ids at eval), and the one-kernel fusion of embedding_bag
 // with a dequantizing producer and an element-wise consumer.
+#include <kfuse/cache.hpp>
 #include <kfuse/explain.hpp>
 #include <kfuse/index_ops.hpp>
 
@@ -142,6 +143,29 @@ TEST_P(IndexOpsOn, EmbeddingBagWithOffsets) {
                              BagMode::Sum, make_tensor(psw, {11}, vt), -5);  // padding_idx -5 = row 4
     expect_matches(y, naive_bag(tv, D, ids, bags, BagMode::Sum, stored_values(psw_s, vt), 4), 1e-2);
   }
+}
+
+// Batches differ in their id count: the bag's end is the ids extent, a launch parameter, so the
+// second and third batches reuse the first batch's kernel (each used to compile its own: the
+// last bag's end was a recorded constant).
+TEST_P(IndexOpsOn, EmbeddingBagBatchesOfAnyIdCountShareOneKernel) {
+  const int64_t R = 9, D = 5;
+  auto tv = table_values(R * D, 6);
+  Tensor table = make_tensor(tv, {R, D}, DType::F32);
+  auto run = [&](const std::vector<double>& ids, const std::vector<double>& offsets) {
+    std::vector<std::pair<int64_t, int64_t>> bags;
+    for (size_t b = 0; b < offsets.size(); ++b)
+      bags.push_back({static_cast<int64_t>(offsets[b]), b + 1 < offsets.size() ? static_cast<int64_t>(offsets[b + 1])
+                                                                               : static_cast<int64_t>(ids.size())});
+    Tensor y = embedding_bag(table, make_tensor(ids, {static_cast<int64_t>(ids.size())}, DType::I64),
+                             make_tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64));
+    expect_matches(y, naive_bag(tv, D, ids, bags, BagMode::Sum, {}, {}));
+  };
+  run({1, 4, 4, 0, 8, 2, 4, 7, 5, 1, 3}, {0, 3, 3, 7});
+  const uint64_t compiles = cache_stats().compiles;
+  run({2, 2, 6, 0, 8, 1, 3}, {0, 1, 1, 5});                     // fewer ids, an empty bag
+  run({8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 1, 2, 3}, {0, 4, 9, 13});  // more ids, an empty last bag
+  EXPECT_EQ(cache_stats().compiles, compiles);
 }
 
 TEST_P(IndexOpsOn, EmbeddingBagFixedSizeBags) {
