@@ -4,6 +4,8 @@
 // per-bag extent is data), or a plain reduction for 2-D ids (fixed-size bags).
 #include "kfuse/index_ops.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "eval/check_index.hpp"
@@ -25,10 +27,21 @@ void require_index_dtype(const char* op, const char* what, const Tensor& t, cons
 // 246k ids to exact values first cost about half of a bag kernel's time (kfuse_bag).
 template <typename T>
 bool all_valid(const T* v, int64_t n, int64_t size, IndexUse use) {
-  const bool offsets = use == IndexUse::BagOffsets;
-  if (offsets && n > 0 && v[0] != 0) return false;
-  for (int64_t i = 0; i < n; ++i)
-    if (v[i] < 0 || v[i] >= size || (offsets && i > 0 && v[i] < v[i - 1])) return false;
+  if (use == IndexUse::BagOffsets) {
+    if (n > 0 && v[0] != 0) return false;
+    for (int64_t i = 1; i < n; ++i)
+      if (v[i] < v[i - 1]) return false;
+  }
+  // Branch-free within blocks (the compiler vectorises the OR of unsigned compares: a negative
+  // id wraps above any size), with an early exit between blocks: ~0.2 ns per id instead of ~2.
+  constexpr int64_t kBlock = 4096;
+  const auto limit = static_cast<uint64_t>(size);
+  for (int64_t b = 0; b < n; b += kBlock) {
+    bool bad = false;
+    for (int64_t i = b, e = std::min(n, b + kBlock); i < e; ++i)
+      bad |= static_cast<uint64_t>(static_cast<int64_t>(v[i])) >= limit;
+    if (bad) return false;
+  }
   return true;
 }
 bool all_valid(const Storage& st, int64_t size, IndexUse use) {

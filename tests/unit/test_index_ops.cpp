@@ -220,6 +220,13 @@ TEST_P(IndexOpsOn, OutOfRangeIndicesAreUserErrors) {
         embedding_bag(table, make_tensor({0, 1}, {2}, DType::I64), make_tensor({1, 2}, {2}, DType::I64));
       },
       {"embedding_bag", "first offset must be 0"});
+  // Known ids are scanned in blocks of 4096: a bad id deep in a later block, of either sign.
+  for (double v : {-3.0, 4.0}) {
+    std::vector<double> many(9000, 2);
+    many[8999] = v;
+    expect_error([&] { embedding(table, make_tensor(many, {9000}, DType::I32)); },
+                 {"embedding", "index " + std::to_string(static_cast<int>(v)), "position [8999]"});
+  }
   // Lazy ids: the same checks when the graph runs.
   Tensor lazy_bad = (bad + 1) - 1, lazy_neg = (neg + 1) - 1;
   expect_error([&] { embedding(table, lazy_bad).eval(); }, {"embedding", "index 4", "position [1]", "[0, 4)"});
