@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "../bag_problem.hpp"
+#include "torch_threads.hpp"
 
 namespace kbench {
 
@@ -22,7 +23,7 @@ Impl torch_bag_impl(const BagProblem& p, int threads) {
   Impl im;
   im.name = "torch f32";
   im.note = "at::embedding_bag, mode sum";
-  im.setup = [threads] { at::set_num_threads(threads); };
+  im.setup = [threads] { set_torch_threads(threads); };
   im.run = [st] { st->y = std::get<0>(at::embedding_bag(st->table, st->ids, st->offsets, false, 0)); };
   im.result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
   return im;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "peers.hpp"
+#include "torch_threads.hpp"
 
 namespace kbench {
 
@@ -31,7 +32,7 @@ std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
   st->in = {wrap(w.inputs[0], {M, K}), wrap(w.inputs[1], {K, N})};
   if (w.kind == Kind::Mlp) st->in.push_back(wrap(w.inputs[2], {N}));
   auto opts = at::TensorOptions().dtype(at::kFloat);
-  auto setup = [threads] { at::set_num_threads(threads); };
+  auto setup = [threads] { set_torch_threads(threads); };
   auto* s = st.get();
   auto result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
   Impl nat{"torch natural", "", setup, nullptr, result};
@@ -79,7 +80,7 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::SumAxis0) out_shape = {C};
   if (w.kind == Kind::SumAxis1) out_shape = {R};
   if (w.kind == Kind::SumAll) out_shape = {};
-  auto setup = [threads] { at::set_num_threads(threads); };
+  auto setup = [threads] { set_torch_threads(threads); };
   auto result = [st] { return st->y.data_ptr<float>(); };
   auto& in = st->in;
   auto* s = st.get();
