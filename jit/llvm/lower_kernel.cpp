@@ -28,6 +28,7 @@
 #include <tuple>
 
 #include "ir/decompose.hpp"
+#include "ir/expr_util.hpp"
 #include "kfuse/error.hpp"
 #include "llvm_jit.hpp"
 
@@ -122,9 +123,11 @@ class Lowerer {
   // ---- loops ----
   using Carried = std::vector<Value*>;
 
-  // for (iv = 0; iv < n; ++iv) with loop-carried values; `n_positive` skips the guard.
+  // for (iv = 0; iv < n; ++iv) with loop-carried values; `n_positive` skips the guard; `loop_md`
+  // (optional) becomes the loop's llvm.loop metadata.
   Carried counted_loop(Value* n, bool n_positive, const Carried& init,
-                       const std::function<Carried(Value* iv, const Carried& cur)>& body) {
+                       const std::function<Carried(Value* iv, const Carried& cur)>& body,
+                       llvm::MDNode* loop_md = nullptr) {
     llvm::Function* f = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* hdr = llvm::BasicBlock::Create(c_, "loop", f);
@@ -143,7 +146,8 @@ class Lowerer {
     Carried next = body(iv, phis);
     Value* iv1 = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
     llvm::BasicBlock* latch = b_.GetInsertBlock();
-    b_.CreateCondBr(b_.CreateICmpSLT(iv1, n), hdr, after);
+    llvm::BranchInst* br = b_.CreateCondBr(b_.CreateICmpSLT(iv1, n), hdr, after);
+    if (loop_md) br->setMetadata(llvm::LLVMContext::MD_loop, loop_md);
     iv->addIncoming(iv1, latch);
     return close_loop(phis, init, next, pre, latch, after, n_positive);
   }
@@ -637,17 +641,20 @@ class Lowerer {
     // body(j) for the lanes j of `blk` with the lane's outer indices and finished accumulators
     // bound in `ex`
     auto lanes_of = [&](const LaneBlock& blk, const std::function<void(Value*)>& body) {
-      counted_loop(blk.n, true, {}, [&](Value* j, const Carried&) {
-        ex.reset();
-        Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
-        std::vector<Value*> at = first;
-        at.back() = b_.CreateAdd(first.back(), lane, "", true, true);
-        ex.outer = at;
-        for (size_t a = 0; a < k_.accs.size(); ++a)
-          ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
-        body(j);
-        return Carried{};
-      });
+      counted_loop(
+          blk.n, true, {},
+          [&](Value* j, const Carried&) {
+            ex.reset();
+            Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
+            std::vector<Value*> at = first;
+            at.back() = b_.CreateAdd(first.back(), lane, "", true, true);
+            ex.outer = at;
+            for (size_t a = 0; a < k_.accs.size(); ++a)
+              ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
+            body(j);
+            return Carried{};
+          },
+          blk.arrays ? register_lane_loop() : nullptr);
     };
     const LaneBlock all{w, nullptr, nullptr};
     auto lanes = [&](const std::function<void(Value*)>& body) { lanes_of(all, body); };
@@ -781,8 +788,9 @@ class Lowerer {
       next_hi = b_.CreateSelect(has_next, next_hi, next_lo);
     }
     const std::vector<const ir::Expr*> rows = gathered_row_loads(ph, k_);
-    // The bag's points for the lanes of `blk`, each with the prefetch of point + kSegmentPrefetch.
-    auto walk = [&](const LaneBlock& blk) {
+    // The bag's points for the lanes of `blk`, `u` per visit of a lane, each with the prefetch of
+    // point + kSegmentPrefetch.
+    auto walk = [&](const LaneBlock& blk, int64_t u) {
       std::vector<Value*> at0 = first;
       if (blk.base) at0.back() = b_.CreateAdd(first.back(), blk.base, "", true, true);
       RowPrefetch pf(b_, ex, rows, at0, blk.n);
@@ -801,7 +809,6 @@ class Lowerer {
             },
             [] {});
       };
-      const int64_t u = kTileRowUnroll;
       Value* steps = b_.CreateUDiv(n, b_.getInt64(u));
       counted_loop(steps, false, {}, [&](Value* iv, const Carried&) {
         pos = b_.CreateAdd(lo, b_.CreateMul(iv, b_.getInt64(u), "", true, true), "", true, true);
@@ -809,6 +816,7 @@ class Lowerer {
         fold_points(u, blk);
         return Carried{};
       });
+      if (u == 1) return;
       Value* tail = b_.CreateAdd(lo, b_.CreateMul(steps, b_.getInt64(u), "", true, true), "", true, true);
       counted_loop(b_.CreateSub(n, b_.CreateMul(steps, b_.getInt64(u))), false, {}, [&](Value* iv, const Carried&) {
         pos = b_.CreateAdd(tail, iv, "", true, true);
@@ -830,7 +838,7 @@ class Lowerer {
               lanes_of(blk, [&](Value* j) {
                 for (int a : ph.accs) store_state(a, j, init_state(a), &regs_);
               });
-              walk(blk);
+              walk(blk, kRegRowUnroll);
               lanes_of(blk, [&](Value* j) {
                 for (int a : ph.accs)
                   store_state(a, b_.CreateAdd(blk.base, j, "", true, true), load_state(a, j, &regs_));
@@ -838,9 +846,9 @@ class Lowerer {
               return Carried{};
             });
           },
-          [&] { walk(all); });
+          [&] { walk(all, kTileRowUnroll); });
     } else {
-      walk(all);
+      walk(all, kTileRowUnroll);
     }
     if (ph.accs.empty()) return;
     if_else(
@@ -862,15 +870,50 @@ class Lowerer {
   // kernel, an ArgMax/ArgMin state). Kernel alone, f32 sum, 1 thread, AVX2 (EPYC), ns per id,
   // generic tile -> register blocks: D = 64 in cache 7.0 -> 4.5, out of cache (512 MiB table)
   // 45 -> 29; D = 128 (two blocks) 12.6 -> 9.3 in cache, 118 -> 63 out of cache.
+  // Blocks per tile at most: D = 256 f32 as four blocks vs the generic tile, in cache 27 -> 24
+  // ns per id, out of cache 140 -> 105-130 (noisy); D = 512 as eight ties in cache (55 ns).
   static constexpr int64_t kRegBytes = 256;
-  static constexpr int64_t kRegMaxBlocks = 2;
+  static constexpr int64_t kRegMaxBlocks = 4;
+  // Points per visit of a register block's lanes: its state costs no memory traffic, so the
+  // unroll that amortises it in the generic tile only lengthens the code. D = 64 f32 in cache,
+  // ns per id (min of 3): 1: 4.0, 2: 4.5, 4: 4.6, 8: 4.8; out of cache 1 and 4 tie (27).
+  static constexpr int64_t kRegRowUnroll = 1;
+  // The register blocks' lane loops vectorise at the full vector width of the accumulator type:
+  // left to the cost model, an f16 row (fpext half -> float) took <4 x float>, 16 accumulators
+  // for D = 64, all 16 AVX2 registers.
+  llvm::MDNode* register_lane_loop() {
+    int64_t bytes = 1;
+    for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
+    auto* i32 = b_.getInt32Ty();
+    llvm::Metadata* width[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.width"),
+                               llvm::ConstantAsMetadata::get(
+                                   llvm::ConstantInt::get(i32, std::max<int64_t>(1, math_.vector_bits() / 8 / bytes)))};
+    llvm::Metadata* enable[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.enable"),
+                                llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c_))};
+    llvm::MDNode* id =
+        llvm::MDNode::getDistinct(c_, {nullptr, llvm::MDNode::get(c_, width), llvm::MDNode::get(c_, enable)});
+    id->replaceOperandWith(0, id);
+    return id;
+  }
+  // Only when every load of the accumulators' values moves by a constant step per lane: a row
+  // read as vectors (f32, f16, 8-bit rows, a lane-invariant scale or weight). 4-bit nibbles
+  // (lane / 2, imod) do not vectorise into register blocks: D = 64 as one block ran at 24-38 ms
+  // where the generic tile takes 14-23 (kfuse_bag, uniform ids).
   int64_t register_lanes() const {
     if (!k_.dynamic_reduce() || k_.accs.empty()) return 0;
+    const int lane = static_cast<int>(k_.outer.size()) - 1;
     int64_t bytes = 0;
+    bool affine = true;
+    std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+      if (e->kind == ir::ExprKind::Load && !ir::affine_step(e->args[0].get(), ir::Space::Outer, lane)) affine = false;
+      for (const auto& a : e->args) visit(a.get());
+    };
     for (const auto& A : k_.accs) {
       if (is_arg(A.kind)) return 0;
       bytes += std::max<int64_t>(1, dtype_size(A.dtype));
+      visit(A.value.get());
     }
+    if (!affine || lane < 0) return 0;
     int64_t lanes = 1;
     while (lanes * 2 * bytes <= kRegBytes) lanes *= 2;
     return std::min(lanes, plan_.column_tile);
