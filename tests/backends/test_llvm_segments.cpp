@@ -9,7 +9,7 @@
 // Max, per-sample weights, padding_idx; f32, f16, 8-bit and 4-bit tables; forced 4-lane tiles
 // (several tiles per bag, a 1-lane tail); bitwise equal results whatever the split of the
 // outer points over threads (chunks that cut bags in the middle of their columns); and register
-// blocks (D = 64, 128) bitwise equal to the generic tile (D + 1).
+// blocks (D = 16, 64, 128) bitwise equal to the generic tile (D + 1).
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
 #include <kfuse/quantize.hpp>
@@ -167,11 +167,10 @@ TEST_F(LlvmSegments, ThreadSplitsAreBitwiseEqual) {
 }
 
 // Register blocks (tile_segment): a bag whose width is a multiple of the block (D = 64: one
-// block, D = 128: two) keeps its accumulators in registers, any other width takes the generic
-// tile. A table of width D + 1 whose first D columns are the D-wide table's (its last column
-// repeats column 0, so an 8-bit row quantises alike) runs the generic path over the same
-// columns: both must give the same bits, with per-sample weights, empty bags (also the last),
-// a one-id bag and repeated ids.
+// block, D = 128: two) or a narrower block (D = 16) keeps its accumulators in registers, any
+// other width takes the generic tile. A table of width D + 1 whose first D columns are the D-wide table's (its last
+// column repeats column 0, so an 8-bit row quantises alike) runs the generic path over the same columns: both must give
+// the same bits, with per-sample weights, empty bags (also the last), a one-id bag and repeated ids.
 TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
   const std::vector<double> ids = bag_ids();
   const auto psw = random_values(kIds, 34, 0.5, 1.5);
@@ -179,7 +178,7 @@ TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
     std::string format;
     int64_t D;
   };
-  for (const Case& c : {Case{"f32", 64}, Case{"f32", 128}, Case{"8-bit", 64}}) {
+  for (const Case& c : {Case{"f32", 64}, Case{"f32", 128}, Case{"f32", 16}, Case{"f16", 64}, Case{"8-bit", 64}}) {
     SCOPED_TRACE(c.format + " D " + std::to_string(c.D));
     const auto narrow = random_values(static_cast<size_t>(kRows * c.D), 50 + c.D, -1, 1);
     std::vector<double> wide;
@@ -189,6 +188,7 @@ TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
     }
     auto bag = [&](const std::vector<double>& values, int64_t width) {
       Tensor t = make_tensor(values, {kRows, width});
+      if (c.format == "f16") t = t.cast(DType::F16).eval().cast(DType::F32);
       if (c.format == "8-bit") {
         QuantizedTable q = quantize_rowwise(t, 8);
         eval({q.values, q.scale_bias});
