@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "ir/decompose.hpp"
@@ -874,8 +875,9 @@ class Lowerer {
   // Lanes of a register block (tile_segment) for this kernel's accumulator states: as many as
   // fill kRegBytes (8 AVX2 vector registers), 0 when the kernel takes none (not a segment
   // kernel, an ArgMax/ArgMin state). Kernel alone, f32 sum, 1 thread, AVX2 (EPYC), ns per id,
-  // generic tile -> register blocks: D = 64 in cache 7.0 -> 4.5, out of cache (512 MiB table)
-  // 45 -> 29; D = 128 (two blocks) 12.6 -> 9.3 in cache, 118 -> 63 out of cache.
+  // generic tile -> register blocks: D = 64 in cache 7.3 -> 3.9 (a hand-written AVX2 kernel:
+  // 3.3), out of cache (512 MiB table) 39 -> 28-30 (hand: 27); D = 128 (two blocks) in cache
+  // 12.6 -> 8.1, out of cache 118 -> 63 (docs/performance.md).
   // Blocks per tile at most: D = 256 f32 as four blocks vs the generic tile, in cache 27 -> 24
   // ns per id, out of cache 140 -> 105-130 (noisy); D = 512 as eight ties in cache (55 ns).
   static constexpr int64_t kRegBytes = 256;
@@ -911,11 +913,13 @@ class Lowerer {
   // (lane / 2, imod) do not vectorise into register blocks: D = 64 as one block ran at 24-38 ms
   // where the generic tile takes 14-23 (kfuse_bag, uniform ids).
   int64_t register_lanes() const {
-    if (!k_.dynamic_reduce() || k_.accs.empty()) return 0;
+    if (!k_.dynamic_reduce() || k_.accs.empty() || k_.outer.empty()) return 0;
     const int lane = static_cast<int>(k_.outer.size()) - 1;
     int64_t bytes = 0;
     bool affine = true;
+    std::set<const ir::Expr*> seen;
     std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+      if (!seen.insert(e).second) return;
       if (e->kind == ir::ExprKind::Load && !ir::affine_step(e->args[0].get(), ir::Space::Outer, lane)) affine = false;
       for (const auto& a : e->args) visit(a.get());
     };
@@ -924,7 +928,7 @@ class Lowerer {
       bytes += std::max<int64_t>(1, dtype_size(A.dtype));
       visit(A.value.get());
     }
-    if (!affine || lane < 0) return 0;
+    if (!affine) return 0;
     int64_t lanes = 1;
     while (lanes * 2 * bytes <= kRegBytes) lanes *= 2;
     return std::min(lanes, plan_.column_tile);

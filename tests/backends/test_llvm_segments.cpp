@@ -168,9 +168,11 @@ TEST_F(LlvmSegments, ThreadSplitsAreBitwiseEqual) {
 
 // Register blocks (tile_segment): a bag whose width is a multiple of the block (D = 64: one
 // block, D = 128: two) or a narrower block (D = 16) keeps its accumulators in registers, any
-// other width takes the generic tile. A table of width D + 1 whose first D columns are the D-wide table's (its last
-// column repeats column 0, so an 8-bit row quantises alike) runs the generic path over the same columns: both must give
-// the same bits, with per-sample weights, empty bags (also the last), a one-id bag and repeated ids.
+// other width takes the generic tile. A table of width D + 1 whose first D columns are the
+// D-wide table's (its last column repeats column 0, so an 8-bit row quantises alike) runs the
+// generic path over the same columns: both must give the same bits, with per-sample weights,
+// empty bags (also the last), a one-id bag and repeated ids; so must launches whose chunks
+// split a bag's columns.
 TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
   const std::vector<double> ids = bag_ids();
   const auto psw = random_values(kIds, 34, 0.5, 1.5);
@@ -206,6 +208,19 @@ TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
     ASSERT_EQ(generic.size(), B * static_cast<size_t>(c.D + 1));
     for (size_t b = 0; b < B; ++b)
       EXPECT_EQ(std::memcmp(&fast[b * c.D], &generic[b * (c.D + 1)], c.D * sizeof(float)), 0) << "bag " << b;
+    if (c.D != 64) continue;
+    // Thread chunks that cut a bag's columns: chunks of 16 points are 16-lane blocks; chunks of
+    // 24 cut the bags into tiles of 8, 16 and 24 lanes (16-lane blocks among generic tiles).
+    for (int64_t chunk : {16, 24}) {
+      Options o = options();  // (LlvmOnly restores the options)
+      o.llvm_launch_chunk = chunk;
+      set_options(o);
+      const std::vector<float> split = bag(narrow, c.D);
+      o.llvm_launch_chunk = 0;
+      set_options(o);
+      ASSERT_EQ(split.size(), fast.size());
+      EXPECT_EQ(std::memcmp(split.data(), fast.data(), fast.size() * sizeof(float)), 0) << "chunk " << chunk;
+    }
   }
 }
 
