@@ -873,7 +873,8 @@ class Lowerer {
   }
 
   // Lanes of a register block (tile_segment) for this kernel's accumulator states: as many as
-  // fill kRegBytes (8 AVX2 vector registers), 0 when the kernel takes none (not a segment
+  // fill kRegVectors vector registers, at most kRegBytes (8 AVX2 registers, 4 AVX-512 ones; 8
+  // SSE2 registers are 128 bytes: 32 f32 lanes), 0 when the kernel takes none (not a segment
   // kernel, an ArgMax/ArgMin state). Kernel alone, f32 sum, 1 thread, AVX2 (EPYC), ns per id,
   // generic tile -> register blocks: D = 64 in cache 7.3 -> 3.9 (a hand-written AVX2 kernel:
   // 3.3), out of cache (512 MiB table) 39 -> 28-30 (hand: 27); D = 128 (two blocks) in cache
@@ -881,6 +882,7 @@ class Lowerer {
   // Blocks per tile at most: D = 256 f32 as four blocks vs the generic tile, in cache 27 -> 24
   // ns per id, out of cache 140 -> 105-130 (noisy); D = 512 as eight ties in cache (55 ns).
   static constexpr int64_t kRegBytes = 256;
+  static constexpr int64_t kRegVectors = 8;
   static constexpr int64_t kRegMaxBlocks = 4;
   // Narrower single blocks (w == R) down to kRegMinLanes: each is one more copy of the bag's
   // walk, ~25 ms of compile time (f32 bag kernel: 97 ms with 64-lane blocks only, 124 with 32,
@@ -930,7 +932,8 @@ class Lowerer {
     }
     if (!affine) return 0;
     int64_t lanes = 1;
-    while (lanes * 2 * bytes <= kRegBytes) lanes *= 2;
+    const int64_t budget = std::min<int64_t>(kRegBytes, kRegVectors * math_.vector_bits() / 8);
+    while (lanes * 2 * bytes <= budget) lanes *= 2;
     return std::min(lanes, plan_.column_tile);
   }
 
