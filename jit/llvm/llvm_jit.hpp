@@ -30,7 +30,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 1;
+inline constexpr int kLlvmCodegenVersion = 2;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -146,10 +146,32 @@ class ExprEmitter {
 /// The loads of `ph`'s accumulator values that gather a row per reduce position (index reads
 /// memory and moves with reduce var 0): what a segment tile prefetches.
 std::vector<const ir::Expr*> gathered_row_loads(const ir::Phase& ph, const ir::Kernel& k);
-/// Prefetches the cache lines `loads` read at reduce position `pos` for the lanes from
-/// outer.back() to `last_lane` (outer = the point of the first lane). Leaves `ex` reset.
-void prefetch_rows(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& loads,
-                   const std::vector<llvm::Value*>& outer, llvm::Value* last_lane, llvm::Value* pos);
+/// Software prefetch of the rows `loads` read for the `width` lanes from outer.back() (outer =
+/// the point of a tile's first lane). Built once per tile: what does not depend on the id (a
+/// row's span) is computed there, so emit() per id is the row address and the prefetches.
+class RowPrefetch {
+ public:
+  RowPrefetch(Builder& b, ExprEmitter& ex, std::vector<const ir::Expr*> loads, const std::vector<llvm::Value*>& outer,
+              llvm::Value* width);
+  /// Prefetches the lines the loads read at reduce position `pos` for the point `outer` (the
+  /// tile's first lane, possibly of another bag). Leaves `ex` reset.
+  void emit(const std::vector<llvm::Value*>& outer, llvm::Value* pos);
+  bool empty() const { return rows_.empty(); }
+
+ private:
+  struct Row {
+    const ir::Expr* load;
+    llvm::Value* span = nullptr;       ///< bytes from the first lane's element to the last lane's end, less 1
+    bool step0 = false;                ///< lane-invariant element (a scale or bias)
+    llvm::Value* last_lane = nullptr;  ///< no constant lane step: the last lane, addresses compared per id
+  };
+  llvm::Value* address(const ir::Expr* l, llvm::Value* lane, const std::vector<llvm::Value*>& outer, llvm::Value* pos);
+  void line(llvm::Value* addr);
+  void line_loop(llvm::Value* first, llvm::Value* lines);
+  Builder& b_;
+  ExprEmitter& ex_;
+  std::vector<Row> rows_;
+};
 
 // ---- optimize.cpp ----
 /// Runs the O3 pipeline (loop and SLP vectorisation on, vector-math mappings registered).

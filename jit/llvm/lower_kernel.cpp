@@ -25,9 +25,11 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "ir/decompose.hpp"
+#include "ir/expr_util.hpp"
 #include "kfuse/error.hpp"
 #include "llvm_jit.hpp"
 
@@ -122,9 +124,11 @@ class Lowerer {
   // ---- loops ----
   using Carried = std::vector<Value*>;
 
-  // for (iv = 0; iv < n; ++iv) with loop-carried values; `n_positive` skips the guard.
+  // for (iv = 0; iv < n; ++iv) with loop-carried values; `n_positive` skips the guard; `loop_md`
+  // (optional) becomes the loop's llvm.loop metadata.
   Carried counted_loop(Value* n, bool n_positive, const Carried& init,
-                       const std::function<Carried(Value* iv, const Carried& cur)>& body) {
+                       const std::function<Carried(Value* iv, const Carried& cur)>& body,
+                       llvm::MDNode* loop_md = nullptr) {
     llvm::Function* f = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* hdr = llvm::BasicBlock::Create(c_, "loop", f);
@@ -143,7 +147,8 @@ class Lowerer {
     Carried next = body(iv, phis);
     Value* iv1 = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
     llvm::BasicBlock* latch = b_.GetInsertBlock();
-    b_.CreateCondBr(b_.CreateICmpSLT(iv1, n), hdr, after);
+    llvm::BranchInst* br = b_.CreateCondBr(b_.CreateICmpSLT(iv1, n), hdr, after);
+    if (loop_md) br->setMetadata(llvm::LLVMContext::MD_loop, loop_md);
     iv->addIncoming(iv1, latch);
     return close_loop(phis, init, next, pre, latch, after, n_positive);
   }
@@ -521,15 +526,21 @@ class Lowerer {
   void alloc_tile_slots() {
     slots_.assign(k_.accs.size(), {});
     levels_.assign(k_.accs.size(), {});
-    auto array = [&](llvm::Type* t) {
-      llvm::AllocaInst* p = b_.CreateAlloca(slot_type(t), b_.getInt64(plan_.column_tile));
+    auto array = [&](llvm::Type* t, int64_t n) {
+      llvm::AllocaInst* p = b_.CreateAlloca(slot_type(t), b_.getInt64(n));
       p->setAlignment(llvm::Align(64));
       return p;
     };
+    reg_lanes_ = register_lanes();
+    regs_.assign(k_.accs.size(), {});
     for (size_t a = 0; a < k_.accs.size(); ++a) {
-      for (llvm::Type* t : state_types(static_cast<int>(a))) slots_[a].push_back(array(t));
+      for (llvm::Type* t : state_types(static_cast<int>(a))) {
+        slots_[a].push_back(array(t, plan_.column_tile));
+        if (reg_lanes_ > 0) regs_[a].push_back(array(t, reg_lanes_));
+      }
       if (k_.accs[a].kind == ir::AccKind::Sum && is_float(k_.accs[a].dtype))
-        for (int l = 0; l < tile_levels(); ++l) levels_[a].push_back(array(acc_type(static_cast<int>(a))));
+        for (int l = 0; l < tile_levels(); ++l)
+          levels_[a].push_back(array(acc_type(static_cast<int>(a)), plan_.column_tile));
     }
   }
 
@@ -574,24 +585,35 @@ class Lowerer {
         [] {});
   }
 
-  AccState load_state(int a, Value* lane) {
+  using StateArrays = std::vector<std::vector<Value*>>;  // per accumulator, its state arrays
+  AccState load_state(int a, Value* lane, const StateArrays* arrays = nullptr) {
+    const StateArrays& arr = arrays ? *arrays : slots_;
     AccState st;
     std::vector<llvm::Type*> ts = state_types(a);
     for (size_t i = 0; i < ts.size(); ++i) {
       llvm::Type* mt = slot_type(ts[i]);
-      Value* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, slots_[a][i], lane));
+      Value* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, arr[a][i], lane));
       st.v.push_back(mt == ts[i] ? v : b_.CreateTrunc(v, ts[i]));
     }
     return st;
   }
 
-  void store_state(int a, Value* lane, const AccState& st) {
+  void store_state(int a, Value* lane, const AccState& st, const StateArrays* arrays = nullptr) {
+    const StateArrays& arr = arrays ? *arrays : slots_;
     for (size_t i = 0; i < st.v.size(); ++i) {
       llvm::Type* mt = slot_type(st.v[i]->getType());
       Value* v = mt == st.v[i]->getType() ? st.v[i] : b_.CreateZExt(st.v[i], mt);
-      b_.CreateStore(v, b_.CreateInBoundsGEP(mt, slots_[a][i], lane));
+      b_.CreateStore(v, b_.CreateInBoundsGEP(mt, arr[a][i], lane));
     }
   }
+
+  // Lanes [base, base + n) of a tile (base null: 0); their states live in `arrays` at index
+  // lane - base (arrays null: the tile's slots_ at index lane).
+  struct LaneBlock {
+    Value* n;
+    Value* base;
+    const StateArrays* arrays;
+  };
 
   // The points [first, first + len) along the innermost outer dim (one segment of a chunk) as
   // tiles of plan_.column_tile lanes; the last tile takes the rest, so tiles never straddle
@@ -617,19 +639,26 @@ class Lowerer {
   // depend on the tile width, where its tile starts, or vector body vs remainder.
   void column_tile(ExprEmitter& ex, const std::vector<Value*>& first, Value* w) {
     std::vector<bool> done(k_.accs.size(), false);
-    // body(lane) with the lane's outer indices and finished accumulators bound in `ex`
-    auto lanes = [&](const std::function<void(Value*)>& body) {
-      counted_loop(w, true, {}, [&](Value* j, const Carried&) {
-        ex.reset();
-        std::vector<Value*> at = first;
-        at.back() = b_.CreateAdd(first.back(), j, "", true, true);
-        ex.outer = at;
-        for (size_t a = 0; a < k_.accs.size(); ++a)
-          ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), j)) : nullptr;
-        body(j);
-        return Carried{};
-      });
+    // body(j) for the lanes j of `blk` with the lane's outer indices and finished accumulators
+    // bound in `ex`
+    auto lanes_of = [&](const LaneBlock& blk, const std::function<void(Value*)>& body) {
+      counted_loop(
+          blk.n, true, {},
+          [&](Value* j, const Carried&) {
+            ex.reset();
+            Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
+            std::vector<Value*> at = first;
+            at.back() = b_.CreateAdd(first.back(), lane, "", true, true);
+            ex.outer = at;
+            for (size_t a = 0; a < k_.accs.size(); ++a)
+              ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
+            body(j);
+            return Carried{};
+          },
+          blk.arrays ? register_lane_loop() : nullptr);
     };
+    const LaneBlock all{w, nullptr, nullptr};
+    auto lanes = [&](const std::function<void(Value*)>& body) { lanes_of(all, body); };
     for (const ir::Phase& ph : k_.phases) {
       ex.reduce.clear();
       if (!ph.over_reduce) {
@@ -654,12 +683,12 @@ class Lowerer {
         tile_close(cs, w, flat, count);
       };
       // `count` consecutive points of the innermost reduce dim from ridx[nr - 1] on, in order,
-      // with one load and one store of the lane's state
-      auto fold_points = [&](int64_t count) {
-        lanes([&](Value* j) {
+      // with one load and one store of the lane's state (in blk's arrays)
+      auto fold_points = [&](int64_t count, const LaneBlock& blk) {
+        lanes_of(blk, [&](Value* j) {
           Carried cur;
           for (int a : ph.accs) {
-            AccState st = load_state(a, j);
+            AccState st = load_state(a, j, blk.arrays);
             cur.insert(cur.end(), st.v.begin(), st.v.end());
           }
           std::vector<Value*> at = ridx;
@@ -670,7 +699,7 @@ class Lowerer {
           size_t pos = 0;
           for (int a : ph.accs) {
             size_t n = state_types(a).size();
-            store_state(a, j, {Carried(cur.begin() + pos, cur.begin() + pos + n)});
+            store_state(a, j, {Carried(cur.begin() + pos, cur.begin() + pos + n)}, blk.arrays);
             pos += n;
           }
         });
@@ -682,13 +711,13 @@ class Lowerer {
           if (ext / u > 0)
             counted_loop(b_.getInt64(ext / u), true, {}, [&](Value* iv, const Carried&) {
               ridx[d] = b_.CreateMul(iv, b_.getInt64(u), "", true, true);
-              fold_points(u);
+              fold_points(u, all);
               close_after(u);
               return Carried{};
             });
           if (ext % u) {
             ridx[d] = b_.getInt64(ext - ext % u);
-            fold_points(ext % u);
+            fold_points(ext % u, all);
             close_after(ext % u);
           }
           return;
@@ -699,7 +728,7 @@ class Lowerer {
           return Carried{};
         });
       };
-      if (k_.dynamic_reduce()) tile_segment(ph, ex, first, w, ridx[0], fold_points, lanes);
+      if (k_.dynamic_reduce()) tile_segment(ph, ex, first, w, ridx[0], fold_points, lanes_of);
       else nest(0);
       if (!cs.empty())  // each lane's partial takes its levels, lowest first
         lanes([&](Value* j) {
@@ -720,12 +749,23 @@ class Lowerer {
   // order, kTileRowUnroll per visit of a lane (as a compile-time domain), so each id and its
   // lane-invariant values (weight, row address, dequantisation scale) are loaded once per tile
   // and the lane loop reads the row as vectors. Every point also prefetches the rows of the point
-  // kSegmentPrefetch ahead (prefetch_rows.cpp), in the next bag near the end of this one. An
-  // empty range gives every lane the empty value, as dynamic_phase does.
+  // kSegmentPrefetch ahead (RowPrefetch, prefetch_rows.cpp), in the next bag near the end of this
+  // one. An empty range gives every lane the empty value, as dynamic_phase does.
+  //
+  // Register blocks: a tile whose width is a multiple of reg_lanes_ (at most kRegMaxBlocks of
+  // them: a bag row of D = 64 f32 is one block), or exactly a narrower power of two down to
+  // kRegMinLanes (D = 16, 32), walks the bag once per block of R lanes
+  // with the block's states in regs_, arrays of a compile-time length that are only ever
+  // indexed by constant-trip lane loops: once the vectoriser has widened those loops and the
+  // unroller flattened them, SROA turns the arrays into vector registers carried across the ids
+  // (a <8 x float> phi per 8 lanes on AVX2), so a point costs its row loads and the folds, not a
+  // load and a store of every lane's state. The block copies its states into slots_ at the end,
+  // and everything after (empty bags, later phases) is the tile's usual code. Each lane still
+  // folds its column's ids in order with plain operations: the bits are the generic path's.
   static constexpr int64_t kSegmentPrefetch = 16;
   void tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& first, Value* w, Value*& pos,
-                    const std::function<void(int64_t)>& fold_points,
-                    const std::function<void(const std::function<void(Value*)>&)>& lanes) {
+                    const std::function<void(int64_t, const LaneBlock&)>& fold_points,
+                    const std::function<void(const LaneBlock&, const std::function<void(Value*)>&)>& lanes_of) {
     auto range = [&](const std::vector<Value*>& at) {
       ex.reset();
       ex.reduce.clear();
@@ -750,42 +790,78 @@ class Lowerer {
       next_hi = b_.CreateSelect(has_next, next_hi, next_lo);
     }
     const std::vector<const ir::Expr*> rows = gathered_row_loads(ph, k_);
-    Value* last_lane = b_.CreateSub(b_.CreateAdd(first.back(), w), b_.getInt64(1));
-    auto prefetch = [&](Value* p) {  // the rows of point p + kSegmentPrefetch, if it exists
-      if (rows.empty()) return;
-      Value* q = b_.CreateAdd(p, b_.getInt64(kSegmentPrefetch));
-      Value* here = b_.CreateICmpSLT(q, hi);
-      Value* q_next = b_.CreateAdd(next_lo, b_.CreateSub(q, hi));
-      Value* any = b_.CreateOr(here, b_.CreateICmpSLT(q_next, next_hi));
-      if_else(
-          any,
-          [&] {
-            std::vector<Value*> at = first;
-            if (nd >= 2) at[nd - 2] = b_.CreateSelect(here, first[nd - 2], next[nd - 2]);
-            prefetch_rows(b_, ex, rows, at, last_lane, b_.CreateSelect(here, q, q_next));
-          },
-          [] {});
+    // The bag's points for the lanes of `blk`, `u` per visit of a lane, each with the prefetch of
+    // point + kSegmentPrefetch.
+    auto walk = [&](const LaneBlock& blk, int64_t u) {
+      std::vector<Value*> at0 = first;
+      if (blk.base) at0.back() = b_.CreateAdd(first.back(), blk.base, "", true, true);
+      RowPrefetch pf(b_, ex, rows, at0, blk.n);
+      auto prefetch = [&](Value* p) {  // the rows of point p + kSegmentPrefetch, if it exists
+        if (pf.empty()) return;
+        Value* q = b_.CreateAdd(p, b_.getInt64(kSegmentPrefetch));
+        Value* here = b_.CreateICmpSLT(q, hi);
+        Value* q_next = b_.CreateAdd(next_lo, b_.CreateSub(q, hi));
+        Value* any = b_.CreateOr(here, b_.CreateICmpSLT(q_next, next_hi));
+        if_else(
+            any,
+            [&] {
+              std::vector<Value*> at = at0;
+              if (nd >= 2) at[nd - 2] = b_.CreateSelect(here, first[nd - 2], next[nd - 2]);
+              pf.emit(at, b_.CreateSelect(here, q, q_next));
+            },
+            [] {});
+      };
+      Value* steps = b_.CreateUDiv(n, b_.getInt64(u));
+      counted_loop(steps, false, {}, [&](Value* iv, const Carried&) {
+        pos = b_.CreateAdd(lo, b_.CreateMul(iv, b_.getInt64(u), "", true, true), "", true, true);
+        for (int64_t i = 0; i < u; ++i) prefetch(b_.CreateAdd(pos, b_.getInt64(i), "", true, true));
+        fold_points(u, blk);
+        return Carried{};
+      });
+      if (u == 1) return;
+      Value* tail = b_.CreateAdd(lo, b_.CreateMul(steps, b_.getInt64(u), "", true, true), "", true, true);
+      counted_loop(b_.CreateSub(n, b_.CreateMul(steps, b_.getInt64(u))), false, {}, [&](Value* iv, const Carried&) {
+        pos = b_.CreateAdd(tail, iv, "", true, true);
+        prefetch(pos);
+        fold_points(1, blk);
+        return Carried{};
+      });
     };
-    const int64_t u = kTileRowUnroll;
-    Value* steps = b_.CreateUDiv(n, b_.getInt64(u));
-    counted_loop(steps, false, {}, [&](Value* iv, const Carried&) {
-      pos = b_.CreateAdd(lo, b_.CreateMul(iv, b_.getInt64(u), "", true, true), "", true, true);
-      for (int64_t i = 0; i < u; ++i) prefetch(b_.CreateAdd(pos, b_.getInt64(i), "", true, true));
-      fold_points(u);
-      return Carried{};
-    });
-    Value* tail = b_.CreateAdd(lo, b_.CreateMul(steps, b_.getInt64(u), "", true, true), "", true, true);
-    counted_loop(b_.CreateSub(n, b_.CreateMul(steps, b_.getInt64(u))), false, {}, [&](Value* iv, const Carried&) {
-      pos = b_.CreateAdd(tail, iv, "", true, true);
-      prefetch(pos);
-      fold_points(1);
-      return Carried{};
-    });
+    const LaneBlock all{w, nullptr, nullptr};
+    // Blocks of R lanes: R = reg_lanes_ for widths of 1 to kRegMaxBlocks such blocks, then
+    // narrower single blocks (w == R) down to kRegMinLanes, else the generic tile.
+    std::function<void(int64_t)> blocks = [&](int64_t R) {
+      Value* fits = R == reg_lanes_ ? b_.CreateAnd(b_.CreateICmpEQ(b_.CreateURem(w, b_.getInt64(R)), b_.getInt64(0)),
+                                                   b_.CreateICmpULE(w, b_.getInt64(R * kRegMaxBlocks)))
+                                    : b_.CreateICmpEQ(w, b_.getInt64(R));
+      if_else(
+          fits,
+          [&] {
+            counted_loop(b_.CreateUDiv(w, b_.getInt64(R)), true, {}, [&](Value* i, const Carried&) {
+              const LaneBlock blk{b_.getInt64(R), b_.CreateMul(i, b_.getInt64(R), "", true, true), &regs_};
+              lanes_of(blk, [&](Value* j) {
+                for (int a : ph.accs) store_state(a, j, init_state(a), &regs_);
+              });
+              walk(blk, kRegRowUnroll);
+              lanes_of(blk, [&](Value* j) {
+                for (int a : ph.accs)
+                  store_state(a, b_.CreateAdd(blk.base, j, "", true, true), load_state(a, j, &regs_));
+              });
+              return Carried{};
+            });
+          },
+          [&] {
+            if (R / 2 >= kRegMinLanes) blocks(R / 2);
+            else walk(all, kTileRowUnroll);
+          });
+    };
+    if (reg_lanes_ > 0 && !ph.accs.empty()) blocks(reg_lanes_);
+    else walk(all, kTileRowUnroll);
     if (ph.accs.empty()) return;
     if_else(
         b_.CreateICmpEQ(n, b_.getInt64(0)),
         [&] {
-          lanes([&](Value* j) {
+          lanes_of(all, [&](Value* j) {
             for (int a : ph.accs) {
               AccState st = init_state(a);
               if (!is_arg(k_.accs[a].kind)) st.v[0] = empty_value(a);
@@ -794,6 +870,71 @@ class Lowerer {
           });
         },
         [] {});
+  }
+
+  // Lanes of a register block (tile_segment) for this kernel's accumulator states: as many as
+  // fill kRegVectors vector registers, at most kRegBytes (8 AVX2 registers, 4 AVX-512 ones; 8
+  // SSE2 registers are 128 bytes: 32 f32 lanes), 0 when the kernel takes none (not a segment
+  // kernel, an ArgMax/ArgMin state). Kernel alone, f32 sum, 1 thread, AVX2 (EPYC), ns per id,
+  // generic tile -> register blocks: D = 64 in cache 7.3 -> 3.9 (a hand-written AVX2 kernel:
+  // 3.3), out of cache (512 MiB table) 39 -> 28-30 (hand: 27); D = 128 (two blocks) in cache
+  // 12.6 -> 8.1, out of cache 118 -> 63 (docs/performance.md).
+  // Blocks per tile at most: D = 256 f32 as four blocks vs the generic tile, in cache 27 -> 24
+  // ns per id, out of cache 140 -> 105-130 (noisy); D = 512 as eight ties in cache (55 ns).
+  static constexpr int64_t kRegBytes = 256;
+  static constexpr int64_t kRegVectors = 8;
+  static constexpr int64_t kRegMaxBlocks = 4;
+  // Narrower single blocks (w == R) down to kRegMinLanes: each is one more copy of the bag's
+  // walk, ~25 ms of compile time (f32 bag kernel: 97 ms with 64-lane blocks only, 124 with 32,
+  // 153 with 16, 176 with 8). Kernel alone in cache, ns per id, generic tile -> block: D = 32
+  // 3.3 -> 2.5, D = 16 2.9 -> 2.1, D = 8 4.2 -> 2.0 (not taken: D = 8 bags are rare).
+  static constexpr int64_t kRegMinLanes = 16;
+  // Points per visit of a register block's lanes: its state costs no memory traffic, so the
+  // unroll that amortises it in the generic tile only lengthens the code. D = 64 f32 in cache,
+  // ns per id (min of 3): 1: 4.0, 2: 4.5, 4: 4.6, 8: 4.8; out of cache 1 and 4 tie (27).
+  static constexpr int64_t kRegRowUnroll = 1;
+  // The register blocks' lane loops vectorise at the full vector width of the accumulator type:
+  // left to the cost model, an f16 row (fpext half -> float) took <4 x float>, 16 accumulators
+  // for D = 64, all 16 AVX2 registers.
+  llvm::MDNode* register_lane_loop() {
+    int64_t bytes = 1;
+    for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
+    auto* i32 = b_.getInt32Ty();
+    llvm::Metadata* width[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.width"),
+                               llvm::ConstantAsMetadata::get(
+                                   llvm::ConstantInt::get(i32, std::max<int64_t>(1, math_.vector_bits() / 8 / bytes)))};
+    llvm::Metadata* enable[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.enable"),
+                                llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c_))};
+    llvm::MDNode* id =
+        llvm::MDNode::getDistinct(c_, {nullptr, llvm::MDNode::get(c_, width), llvm::MDNode::get(c_, enable)});
+    id->replaceOperandWith(0, id);
+    return id;
+  }
+  // Only when every load of the accumulators' values moves by a constant step per lane: a row
+  // read as vectors (f32, f16, 8-bit rows, a lane-invariant scale or weight). 4-bit nibbles
+  // (lane / 2, imod) do not vectorise into register blocks: D = 64 as one block ran at 24-38 ms
+  // where the generic tile takes 14-23 (kfuse_bag, uniform ids).
+  int64_t register_lanes() const {
+    if (!k_.dynamic_reduce() || k_.accs.empty() || k_.outer.empty()) return 0;
+    const int lane = static_cast<int>(k_.outer.size()) - 1;
+    int64_t bytes = 0;
+    bool affine = true;
+    std::set<const ir::Expr*> seen;
+    std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+      if (!seen.insert(e).second) return;
+      if (e->kind == ir::ExprKind::Load && !ir::affine_step(e->args[0].get(), ir::Space::Outer, lane)) affine = false;
+      for (const auto& a : e->args) visit(a.get());
+    };
+    for (const auto& A : k_.accs) {
+      if (is_arg(A.kind)) return 0;
+      bytes += std::max<int64_t>(1, dtype_size(A.dtype));
+      visit(A.value.get());
+    }
+    if (!affine) return 0;
+    int64_t lanes = 1;
+    const int64_t budget = std::min<int64_t>(kRegBytes, kRegVectors * math_.vector_bits() / 8);
+    while (lanes * 2 * bytes <= budget) lanes *= 2;
+    return std::min(lanes, plan_.column_tile);
   }
 
   std::vector<Value*> outer_extents(ExprEmitter& ex) {
@@ -919,6 +1060,8 @@ class Lowerer {
   const MathLib& math_;
   std::vector<std::vector<Value*>> slots_;   // column tiles: per accumulator, its state arrays
   std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
+  std::vector<std::vector<Value*>> regs_;    // ... and its register block states (tile_segment)
+  int64_t reg_lanes_ = 0;                    // lanes of a register block, 0: none
   std::vector<Value*> outer_ext_;            // kf_main: the outer extents
 };
 

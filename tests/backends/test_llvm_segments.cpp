@@ -7,8 +7,9 @@
 // Covered: widths D = 1 (1-lane tiles), 7, 33, 64, 100 on f32 (two of them on the narrow formats:
 // each configuration is a compile); empty bags (also the last), a one-id bag, repeated ids; Sum, Mean and
 // Max, per-sample weights, padding_idx; f32, f16, 8-bit and 4-bit tables; forced 4-lane tiles
-// (several tiles per bag, a 1-lane tail); and bitwise equal results whatever the split of the
-// outer points over threads (chunks that cut bags in the middle of their columns).
+// (several tiles per bag, a 1-lane tail); bitwise equal results whatever the split of the
+// outer points over threads (chunks that cut bags in the middle of their columns); and register
+// blocks (D = 16, 64, 128) bitwise equal to the generic tile (D + 1).
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
 #include <kfuse/quantize.hpp>
@@ -161,6 +162,64 @@ TEST_F(LlvmSegments, ThreadSplitsAreBitwiseEqual) {
       const std::vector<float> split = bag().eval().to_vector<float>();
       ASSERT_EQ(split.size(), whole.size());
       EXPECT_EQ(std::memcmp(split.data(), whole.data(), whole.size() * sizeof(float)), 0) << "chunk " << chunk;
+    }
+  }
+}
+
+// Register blocks (tile_segment): a bag whose width is a multiple of the block (D = 64: one
+// block, D = 128: two) or a narrower block (D = 16) keeps its accumulators in registers, any
+// other width takes the generic tile. A table of width D + 1 whose first D columns are the
+// D-wide table's (its last column repeats column 0, so an 8-bit row quantises alike) runs the
+// generic path over the same columns: both must give the same bits, with per-sample weights,
+// empty bags (also the last), a one-id bag and repeated ids; so must launches whose chunks
+// split a bag's columns.
+TEST_F(LlvmSegments, RegisterBlocksGiveTheBitsOfTheGenericTile) {
+  const std::vector<double> ids = bag_ids();
+  const auto psw = random_values(kIds, 34, 0.5, 1.5);
+  struct Case {
+    std::string format;
+    int64_t D;
+  };
+  for (const Case& c : {Case{"f32", 64}, Case{"f32", 128}, Case{"f32", 16}, Case{"f16", 64}, Case{"8-bit", 64}}) {
+    SCOPED_TRACE(c.format + " D " + std::to_string(c.D));
+    const auto narrow = random_values(static_cast<size_t>(kRows * c.D), 50 + c.D, -1, 1);
+    std::vector<double> wide;
+    for (int64_t r = 0; r < kRows; ++r) {
+      wide.insert(wide.end(), narrow.begin() + r * c.D, narrow.begin() + (r + 1) * c.D);
+      wide.push_back(narrow[r * c.D]);
+    }
+    auto bag = [&](const std::vector<double>& values, int64_t width) {
+      Tensor t = make_tensor(values, {kRows, width});
+      if (c.format == "f16") t = t.cast(DType::F16).eval().cast(DType::F32);
+      if (c.format == "8-bit") {
+        QuantizedTable q = quantize_rowwise(t, 8);
+        eval({q.values, q.scale_bias});
+        t = dequantize_rowwise(q);
+      }
+      const std::vector<double> offsets = bag_offsets(/*last_empty=*/true);
+      return embedding_bag(t, make_tensor(ids, {kIds}, DType::I64),
+                           make_tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64), BagMode::Sum,
+                           make_tensor(psw, {kIds}))
+          .eval()
+          .to_vector<float>();
+    };
+    const std::vector<float> fast = bag(narrow, c.D), generic = bag(wide, c.D + 1);
+    const size_t B = fast.size() / static_cast<size_t>(c.D);
+    ASSERT_EQ(generic.size(), B * static_cast<size_t>(c.D + 1));
+    for (size_t b = 0; b < B; ++b)
+      EXPECT_EQ(std::memcmp(&fast[b * c.D], &generic[b * (c.D + 1)], c.D * sizeof(float)), 0) << "bag " << b;
+    if (c.D != 64) continue;
+    // Thread chunks that cut a bag's columns: chunks of 16 points are 16-lane blocks; chunks of
+    // 24 cut the bags into tiles of 8, 16 and 24 lanes (16-lane blocks among generic tiles).
+    for (int64_t chunk : {16, 24}) {
+      Options o = options();  // (LlvmOnly restores the options)
+      o.llvm_launch_chunk = chunk;
+      set_options(o);
+      const std::vector<float> split = bag(narrow, c.D);
+      o.llvm_launch_chunk = 0;
+      set_options(o);
+      ASSERT_EQ(split.size(), fast.size());
+      EXPECT_EQ(std::memcmp(split.data(), fast.data(), fast.size() * sizeof(float)), 0) << "chunk " << chunk;
     }
   }
 }
