@@ -16,7 +16,9 @@
 // interchanged instead: each segment runs as tiles of adjacent outer points, every phase loops
 // over the reduce domain outside and over the tile's lanes inside, with per-lane accumulator
 // slots in stack arrays, so the vectoriser widens the lane loop (contiguous row runs). Segment
-// kernels (bags) take the same tiles over their per-bag range, with row prefetches (tile_segment).
+// kernels (bags) take the same tiles over their per-bag range, with row prefetches (tile_segment)
+// and, at tile widths of 16, 32 or 64k f32 lanes, register blocks (the bag's sums in vector
+// registers across its ids).
 // Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
 // blocks of the reduce domain folded independently, then combined in block order.
 #include <llvm/IR/Intrinsics.h>
