@@ -1,5 +1,8 @@
 // xbyak backend: running a contraction (gemm.hpp): the GotoBLAS/BLIS loop nest over packed
 // panels, the small and GEMV paths that read the operands in place, threads, the epilogue.
+// Over 800 lines: one GemmKernel whose paths (packed, direct, GEMV, shared-B threads) share its
+// launch geometry, scratch and epilogue; planning (gemm_plan.cpp) and code (gemm_kernel.cpp) are
+// already separate files, and the packing routines are the next piece to move out.
 //
 // Loop nest per task (a block of rows x columns of one batch's C):
 //   for jc (NC columns) / for pc (KC of K, in order) / pack B (KC x NC, NR-wide slivers) /
