@@ -82,10 +82,17 @@ class Pool {
   // closing the region (region_ = null) turns late workers away.
   static constexpr int kSpin = 1 << 15;
 
+  // The caller spins too before it sleeps: a worker still in its last chunk usually finishes
+  // within microseconds, and a wake-up through done_cv_ would cost as much as a small kernel
+  // (every GEMM on several threads closes two regions per block of columns).
   void close_and_wait() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      region_ = nullptr;
+    }
+    for (int i = 0; i < kSpin && active_.load(std::memory_order_acquire) != 0; ++i) __builtin_ia32_pause();
     std::unique_lock<std::mutex> lk(mu_);
-    region_ = nullptr;
-    done_cv_.wait(lk, [this] { return active_ == 0; });
+    done_cv_.wait(lk, [this] { return active_.load(std::memory_order_acquire) == 0; });
   }
 
   void loop() {
@@ -111,16 +118,16 @@ class Pool {
       }
       r->drain();  // (catches what a chunk throws, for the caller)
       std::lock_guard<std::mutex> lk(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
+      if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mu_, region_mu_;
   std::condition_variable cv_, done_cv_;
-  Region* region_ = nullptr;  // the open region (mu_), null once its caller has closed it
-  int seats_ = 0;             // workers that may still join it (num_threads - 1 at most)
-  int active_ = 0;            // workers inside it
+  Region* region_ = nullptr;    // the open region (mu_), null once its caller has closed it
+  int seats_ = 0;               // workers that may still join it (num_threads - 1 at most)
+  std::atomic<int> active_{0};  // workers inside it (changed under mu_, read by the spin too)
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };
