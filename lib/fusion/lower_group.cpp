@@ -500,6 +500,7 @@ class Lowerer {
       for (const auto& d : dims) total = ir::imul(total, d);
       return emit(x, {lin}, {total}, guard);
     }
+    if (reshape_groups(n, x, idx, dims, xi, xd)) return emit(x, xi, xd, guard);
     auto st = contiguous_strides(x->shape);
     for (size_t a = 0; a < x->shape.size(); ++a) {
       ExprRef q = ir::idiv(lin, ir::iconst(st[a]));
@@ -507,6 +508,56 @@ class Lowerer {
       xd[a] = ir::iconst(x->shape[a]);
     }
     return emit(x, xi, xd, guard);
+  }
+
+  // A reshape splits and merges runs of adjacent dims whose products match: [B*S, H*D] ->
+  // [B, S, H, D] is the runs [B*S] <- [B, S] and [H*D] <- [H, D]. Each input dim is indexed
+  // from its own run alone: a run of one input dim takes the run's linear index (a split needs
+  // no division: the head split of attention stays affine, so xbyak takes it and LLVM
+  // vectorises it), a run of several input dims unravels the run's index (a merge: [64] <-
+  // [32, 2] is o / 2 and o % 2). Linearising the whole index and unravelling it over the whole
+  // input put an idiv/imod by the row length into every load of a split. False (the caller
+  // takes the whole-index form) when an extent is 0 or no run is shorter than the whole shape.
+  bool reshape_groups(const Node* n, const Node* x, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
+                      std::vector<ExprRef>& xi, std::vector<ExprRef>& xd) const {
+    const auto &ns = n->shape, &xs = x->shape;
+    for (int64_t e : ns)
+      if (e == 0) return false;
+    size_t i = 0, j = 0;
+    std::vector<std::pair<size_t, size_t>> runs;  // (end of the run in n, end in x)
+    while (i < ns.size() && j < xs.size()) {
+      int64_t pn = ns[i++], px = xs[j++];
+      while (pn != px) {
+        if (pn < px && i < ns.size()) pn *= ns[i++];
+        else if (j < xs.size()) px *= xs[j++];
+        else return false;
+      }
+      runs.push_back({i, j});
+    }
+    // Trailing size-1 dims (the products already match) join the last run.
+    if (runs.empty()) return false;
+    runs.back() = {ns.size(), xs.size()};
+    if (runs.size() == 1) return false;
+    size_t i0 = 0, j0 = 0;
+    for (auto [i1, j1] : runs) {
+      std::vector<ExprRef> ri(idx.begin() + i0, idx.begin() + i1), rd(dims.begin() + i0, dims.begin() + i1);
+      ExprRef lin = linearize(ri, rd);
+      if (j1 - j0 == 1) {
+        xi[j0] = lin;
+        xd[j0] = i1 - i0 == 1 ? dims[i0] : ir::iconst(xs[j0]);
+      } else {
+        int64_t st = 1;
+        for (size_t a = j1; a-- > j0;) {
+          ExprRef q = ir::idiv(lin, ir::iconst(st));
+          xi[a] = a == j0 ? q : ir::imod(q, ir::iconst(xs[a]));
+          xd[a] = ir::iconst(xs[a]);
+          st *= xs[a];
+        }
+      }
+      i0 = i1;
+      j0 = j1;
+    }
+    return true;
   }
 
   const FusionGroup& g_;

@@ -2,6 +2,9 @@
 // (start/stop/step, negative and clamped bounds), squeeze/unsqueeze/flatten, concat and pad,
 // checked element by element against index arithmetic written here. Views move values without
 // arithmetic, so every comparison is exact.
+#include <kfuse/explain.hpp>
+
+#include "backend/backend.hpp"
 #include "test_util.hpp"
 
 using namespace kfuse;
@@ -31,6 +34,56 @@ TEST(Views, ReshapeKeepsRowMajorOrder) {
   expect_tensor(x.reshape({6, 4}).reshape({3, 8}), {3, 8}, DType::F32, v);
   auto iv = random_ints(6, 81, -9, 9);
   expect_tensor(make_tensor(iv, {6}, DType::I64).reshape({3, 2}), {3, 2}, DType::I64, iv);
+}
+
+// A reshape inside a fused kernel indexes each run of dims whose products match on its own
+// (lower_group.cpp reshape_groups): splits, merges, kept dims and size-1 dims, with arithmetic
+// after the view so it is read by a kernel, not copied. Exact against index arithmetic.
+TEST(Views, ReshapeRunsSplitMergeAndKeepDims) {
+  auto v = iota_values(4 * 6 * 5);
+  struct Case {
+    Shape from, to;
+  };
+  for (const Case& c : std::vector<Case>{{{4, 6, 5}, {2, 2, 3, 2, 5}},  // splits, last dim kept
+                                         {{2, 2, 3, 2, 5}, {4, 6, 5}},  // merges
+                                         {{24, 5}, {4, 6, 5}},          // split, kept
+                                         {{4, 30}, {4, 6, 5}},          // kept, split
+                                         {{4, 6, 5}, {4, 30}},          // kept, merge
+                                         {{4, 6, 5}, {2, 2, 30}},       // split, merge
+                                         {{4, 1, 30}, {4, 6, 5, 1}},    // size-1 dims on both sides
+                                         {{120}, {4, 6, 5}},            // one input dim
+                                         {{4, 6, 5}, {8, 15}}}) {       // no shorter run
+    SCOPED_TRACE(::testing::PrintToString(c.from) + " -> " + ::testing::PrintToString(c.to));
+    Tensor y = reshape(make_tensor(v, c.from) * 2.0 + 1.0, c.to) * 0.5;
+    std::vector<double> want(v.size());
+    for (size_t i = 0; i < v.size(); ++i) want[i] = (v[i] * 2.0 + 1.0) * 0.5;
+    expect_tensor(y, c.to, DType::F32, want);
+    // and of a stored tensor read in place, then permuted (attention's head split)
+    if (c.to.size() == 5) {
+      Tensor z = permute(reshape(make_tensor(v, c.from), c.to), {0, 2, 1, 3, 4}) + 0.0;
+      std::vector<double> wz = generate({2, 3, 2, 2, 5}, [&](const std::vector<int64_t>& i) {
+        return v[static_cast<size_t>(ravel({i[0], i[2], i[1], i[3], i[4]}, c.to))];
+      });
+      expect_tensor(z, {2, 3, 2, 2, 5}, DType::F32, wz);
+    }
+  }
+}
+
+// The head split of attention, [B*S, H*D] -> [B, S, H, D] then permuted, is affine in every
+// index (no idiv/imod by a row length), so the xbyak backend takes its kernel.
+TEST(Views, HeadSplitReshapeStaysAffineForXbyak) {
+  if (!detail::find_backend("xbyak")) GTEST_SKIP() << "xbyak is not built in or unavailable";
+  auto v = iota_values(6 * 5 * 4 * 8);
+  Tensor x = make_tensor(v, {6 * 5, 4 * 8});
+  auto y = [&] { return relu(permute(reshape(x, {6, 5, 4, 8}), {0, 2, 1, 3}) * 2.0); };
+  const std::vector<double> got = values(y());  // (held results stay realized: explain the next one)
+  Explanation ex = explain(y());
+  ASSERT_EQ(ex.kernel_count(), 1u) << ex.text();
+  EXPECT_EQ(ex.kernels[0].backend, "xbyak") << ex.text();
+  expect_tensor(make_tensor(got, {6, 4, 5, 8}), {6, 4, 5, 8}, DType::F32,
+                generate({6, 4, 5, 8}, [&](const std::vector<int64_t>& i) {
+                  return std::max(0.0, 2.0 * v[static_cast<size_t>(ravel({i[0], i[2], i[1], i[3]}, {6, 5, 4, 8}))]);
+                }));
 }
 
 TEST(Views, PermuteAndTranspose) {
