@@ -175,6 +175,10 @@ class Gen : public Xbyak::CodeGenerator {
   const std::vector<Reg64>& ieval_pool();
   int ptr_slot(int addr) const { return addr * 8; }
   int pf_slot(size_t i) const { return (nptrs_ + static_cast<int>(i)) * 8; }
+  // Bytes a base moves per step of the innermost row index (pointwise row walk), after pf slots.
+  int step_slot(size_t base) const { return (nptrs_ + static_cast<int>(row_pf_.size() + base)) * 8; }
+  std::vector<ExprRef> row_steps() const;
+  void prefetch_slots();
   void prologue();
   void epilogue();
   void row_loop(const std::function<void()>& body);

@@ -120,4 +120,23 @@ std::optional<int64_t> affine_step(const Expr* e, Space s, int dim) {
   return std::nullopt;
 }
 
+std::optional<ExprRef> symbolic_step(const ExprRef& e, Space s, int dim) {
+  if (!depends_on(e.get(), s, dim)) return iconst(0);
+  if (e->kind == ExprKind::Var) return iconst(1);
+  if (e->kind != ExprKind::Op || e->dtype != DType::I64) return std::nullopt;
+  if (e->op == Op::Add || e->op == Op::Sub) {
+    auto a = symbolic_step(e->args[0], s, dim), b = symbolic_step(e->args[1], s, dim);
+    if (!a || !b) return std::nullopt;
+    return e->op == Op::Add ? iadd(*a, *b) : isub(*a, *b);
+  }
+  if (e->op == Op::Mul)
+    for (int side = 0; side < 2; ++side)
+      if (!depends_on(e->args[side].get(), s, dim)) {
+        auto o = symbolic_step(e->args[1 - side], s, dim);
+        if (!o) return std::nullopt;
+        return imul(*o, e->args[side]);
+      }
+  return std::nullopt;
+}
+
 }  // namespace kfuse::ir

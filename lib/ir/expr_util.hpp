@@ -39,5 +39,10 @@ struct AffineSplit {
 std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim);
 /// The step of affine_split without building the base.
 std::optional<int64_t> affine_step(const Expr* e, Space s, int dim);
+/// The step of e along Var(s, dim) as an expression that does not mention the variable (iconst(0)
+/// when e does not depend on it), for indices whose step is a run-time value: o2 * $3 + o3 has
+/// the step $3 along o2. Found through + - and multiplication by a factor that does not mention
+/// the variable; nullopt otherwise (the variable under idiv/imod or inside a Load, ...).
+std::optional<ExprRef> symbolic_step(const ExprRef& e, Space s, int dim);
 
 }  // namespace kfuse::ir

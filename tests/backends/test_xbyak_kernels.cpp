@@ -2,6 +2,7 @@
 // row kernels (softmax family, norms) on short and long rows, global reductions; AVX-512 and
 // forced AVX2; declines counted; serialisation round trip; thread-count independence; emit time.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -218,6 +219,40 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
       compare(k, {{0.5f}}, {1}, isa, {4e-7, 0}, "scalar");
     }
   }
+}
+
+// A pointwise kernel over 4-D rows whose stream pointers step by run-time amounts (params)
+// along the innermost row index, with carries into every outer dim: out[a, c, b, d] = x[a, b,
+// c, d] * 2 + w[d], the permute of an attention head split. The row walk advances the pointers
+// by those steps and recomputes them on a carry (emitter.cpp row_loop); rows are split between
+// threads mid-dimension, so each chunk starts from a full computation.
+TEST(XbyakKernels, PermutedRowsStepByRunTimeStrides) {
+  for (Isa isa : isas())
+    for (auto [A, B, C, D] :
+         std::vector<std::array<int64_t, 4>>{{2, 3, 5, 7}, {3, 1, 4, 9}, {1, 5, 1, 17}, {2, 4, 6, 1}, {3, 7, 33, 16}}) {
+      Kernel k = skeleton("k_perm", ir::KernelKind::Pointwise, 2);
+      k.params = {{"outer0", A}, {"outer1", C}, {"outer2", B}, {"outer3", D}};
+      k.outer = {param(0), param(1), param(2), param(3)};
+      ExprRef o0 = var(Space::Outer, 0), o1 = var(Space::Outer, 1), o2 = var(Space::Outer, 2),
+              o3 = var(Space::Outer, 3);
+      // x [A, B, C, D] read at (o0, o2, o1, o3); the output is contiguous in (o0, o1, o2, o3)
+      ExprRef xi = iadd(iadd(o3, imul(o1, param(3))), imul(iadd(o2, imul(o0, param(2))), imul(param(1), param(3))));
+      ExprRef oi = iadd(iadd(o3, imul(o2, param(3))), imul(iadd(o1, imul(o0, param(1))), imul(param(2), param(3))));
+      Phase ph;
+      ph.stores.push_back(
+          {2, oi, bin(Op::Add, bin(Op::Mul, load(0, DType::F32, xi), f32c(2.0)), load(1, DType::F32, o3))});
+      k.phases.push_back(ph);
+      const auto n = static_cast<size_t>(A * B * C * D);
+      auto x = inputs(n, 41), w = inputs(static_cast<size_t>(D), 42);
+      for (int threads : {1, 2}) {
+        Options o = detail::default_options();
+        o.num_threads = threads;
+        compare(k, {x, w}, {n}, isa, {0, 0},
+                "perm " + std::to_string(A) + "x" + std::to_string(B) + "x" + std::to_string(C) + "x" +
+                    std::to_string(D) + " threads " + std::to_string(threads),
+                o);
+      }
+    }
 }
 
 const std::vector<int64_t> kCols = {1, 3, 8, 10, 13, 16, 17, 100, 1000, 4099};
