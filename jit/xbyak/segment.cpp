@@ -568,8 +568,8 @@ void Gen<Vmm>::segment_loop() {
   });
 }
 
-#define KFUSE_XB_SEGMENT_MEMBERS(V)                                  \
-  template void Gen<V>::segment_loop();                              \
+#define KFUSE_XB_SEGMENT_MEMBERS(V)                                       \
+  template void Gen<V>::segment_loop();                                   \
   template bool Gen<V>::seg_leaf(const ir::Expr*, const V&, const Eval&); \
   template bool Gen<V>::seg_row_leaf(const ir::Expr*) const;
 KFUSE_XB_SEGMENT_MEMBERS(Xbyak::Zmm)

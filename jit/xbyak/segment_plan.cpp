@@ -124,8 +124,9 @@ class Analysis {
   void value(const ExprRef& e, int ph) {
     if (!seen_.insert({e.get(), ph}).second) return;
     const bool bag = ph == 0;
-    if (e->kind != ExprKind::Const && (e->dtype == DType::Bool || (e->kind == ExprKind::Op && e->op == Op::Cast &&
-                                                                   e->dtype == DType::F32 && int_dtype(e->args[0]->dtype)))) {
+    if (e->kind != ExprKind::Const &&
+        (e->dtype == DType::Bool ||
+         (e->kind == ExprKind::Op && e->op == Op::Cast && e->dtype == DType::F32 && int_dtype(e->args[0]->dtype)))) {
       const ExprRef& x = e->dtype == DType::Bool ? e : e->args[0];
       if (uniform(x, bag, !bag)) {  // computed in a general register, broadcast
         sp_.scalar[static_cast<size_t>(ph)].push_back(e.get());

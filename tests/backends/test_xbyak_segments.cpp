@@ -4,7 +4,7 @@
 // in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked tails); an
 // empty bag (also the last), a one-id bag, repeated ids; 1 and 2 threads bitwise equal; the
 // bits of the LLVM bag kernel (same fold order, no FMA) when LLVM is built; a clean decline of
-// 4-bit tables.
+// 4-bit tables; the AVX-512 code emitted (run only on an AVX-512 machine).
 #include <kfuse/explain.hpp>
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
@@ -14,7 +14,9 @@
 #include <cstring>
 #include <optional>
 
+#include "../../jit/xbyak/xbyak_backend.hpp"
 #include "backend/backend.hpp"
+#include "runtime/plan.hpp"
 #include "test_util.hpp"
 
 namespace kfuse::test {
@@ -150,6 +152,28 @@ TEST_F(XbyakSegments, FourBitTablesAreDeclinedCleanly) {
   const std::vector<double> got = values(y);
   EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
   expect_backend(bag_of(table_of("4-bit", 64), {BagMode::Sum, false, {}, false}, false), "llvm");
+}
+
+// The AVX-512 code of every format (16-vector blocks, k-masked narrow tails) is emitted even
+// where the CPU cannot run it (xbyak rejects bad operand forms while emitting); it runs in the
+// tests above on an AVX-512 machine.
+TEST_F(XbyakSegments, Avx512CodeIsEmittedForEveryFormat) {
+  for (const std::string format : {"f32", "f16", "bf16", "8-bit"}) {
+    SCOPED_TRACE(format);
+    Tensor y = bag_of(table_of(format, 65), {BagMode::Mean, false, 3, true}, true);
+    auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
+    size_t bags = 0;
+    for (const auto& pk : plan->kernels) {
+      const ir::Kernel& k = pk.lowered.kernel;
+      if (k.kind != ir::KernelKind::Segment) continue;
+      ++bags;
+      detail::xb::Plan p;
+      ASSERT_EQ(detail::xb::analyze(k, p), "");
+      for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2})
+        EXPECT_GT(detail::xb::emit(k, p, isa).code_bytes, 0u) << detail::xb::isa_name(isa);
+    }
+    EXPECT_EQ(bags, 1u);
+  }
 }
 
 }  // namespace
