@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ir/expr_util.hpp"
+#include "segment.hpp"
 #include "xbyak_backend.hpp"
 
 namespace kfuse::detail::xb {
@@ -196,8 +197,8 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     // Contractions (matmul) need GEMM code (register tiles over M and N), not this row walk.
     if (k.kind == ir::KernelKind::Contraction)
       decline("contraction: runs on the GEMM path (gemm_plan.cpp), not as rows");
-    // Its rows walk affine indices and compile-time reduce extents; the LLVM backend runs the rest.
-    if (k.dynamic_reduce()) decline("dynamic reduce domain (segment reduction): runs on LLVM");
+    // Bags walk their dynamic id ranges (segment.hpp); the LLVM backend runs what they decline.
+    if (k.dynamic_reduce()) return analyze_segment(k, plan);
     if (k.has_gather()) decline("gather (a load index that reads memory): runs on LLVM");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");

@@ -10,6 +10,8 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/segment_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/segment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_run.cpp

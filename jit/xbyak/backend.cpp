@@ -60,6 +60,8 @@ float* scratch_row(int64_t bytes) {
 }
 
 constexpr int64_t kPointwiseGrain = 1 << 14;
+// Segment kernels: columns of bags per task at least (a bag's ids are unknown before it runs).
+constexpr int64_t kSegmentGrain = 4096;
 // Outputs at least this big are written with streaming (non-temporal) stores: they cannot stay in
 // the caches of these cores for a consumer anyway (L2 is 1-2 MiB per core), and skipping the
 // read-for-ownership of every destination line saves a fifth to a quarter of the traffic of an
@@ -182,6 +184,16 @@ class XbyakKernel final : public CompiledKernel {
           }
           f.accs = accs;
           if (plan_.scratch_bytes > 0) f.scratch = scratch_row(plan_.scratch_bytes);
+          fn(&f);
+        });
+        return;
+      }
+      case Mode::Segment: {  // bags (all outer dims but the columns) split over threads
+        if (outer_n == 0) return;
+        const int64_t cols = ext[dims - 1], bags = outer_n / cols;
+        parallel_for(bags, std::max<int64_t>(1, kSegmentGrain / cols), [&](int64_t b, int64_t e) {
+          Frame f;
+          frame_for_rows(f, b, e);
           fn(&f);
         });
         return;

@@ -62,6 +62,7 @@ size_t Gen<Vmm>::generate() {
       }
       row_loop([&] { row_phases(k_.phases.size()); });
       break;
+    case Mode::Segment: segment_loop(); break;
     case Mode::Global: {
       compute_addrs();
       Label end;

@@ -26,7 +26,8 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
     n.e = e;
     if (inv)
       if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
-    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load;
+    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load ||
+             seg_row_leaf(e);  // (a segment kernel's cast.f32 of a narrow row is one load)
     std::vector<int> a;
     if (recip)
       if (auto it = recip->find(e); it != recip->end()) n.recip = it->second;
@@ -218,6 +219,7 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
     return;
   }
   const ir::Expr* e = n.e;
+  if (seg_leaf(e, d, ev)) return;
   switch (e->kind) {
     case ExprKind::Const: vmovups(d, const_operand(e)); return;
     case ExprKind::Acc:

@@ -238,6 +238,30 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<int> online_regs_;  // pinned during the online loop
   bool prev_row_ = false;         // emitting the previous row's stores: its stream pointers and accs
 
+  // ---- segment.cpp: segment kernels (Plan::segment) ----
+  void segment_loop();                                             // Mode::Segment: the whole bag loop
+  bool seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev);  // emit_leaf of a row leaf (false: not one)
+  bool seg_row_leaf(const ir::Expr* e) const;
+  // internals
+  const std::vector<Reg64>& seg_pool();
+  void seval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f);
+  void seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f);
+  void seg_broadcast(const ir::Expr* e, const Vmm& d);
+  void seg_prefetch(int nv);
+  void seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
+                 const std::vector<std::pair<const ir::Expr*, int>>& once_scalars);
+  int dag_width(const Dag& g) const;
+  // state
+  Reg64 seg_r0_{Xbyak::Operand::RCX};                 // register read by Var(reduce 0)
+  bool seg_next_ = false;                             // Var(outer, last bag dim) reads the next bag
+  bool seg_use_cse_ = false;                          // shared values read from their slots
+  std::unordered_map<const ir::Expr*, int> seg_cse_;  // shared value -> its qword slot
+  std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values
+  std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
+  int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
+  int seg_nptr_ = 0;  // pointers in seg_pool() (the next one is free)
+  int seg_v_ = 0;     // vector of the block being emitted
+
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp
   void lane_loop();                                // Mode::Row with Plan::lanes: the whole row loop

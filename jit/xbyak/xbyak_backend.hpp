@@ -25,7 +25,9 @@ bool cpu_supports(Isa isa);
 std::shared_ptr<Backend> make_backend(Isa isa);
 
 // ---- analysis (ISA independent) ----
-enum class Mode { Pointwise, Row, Global };
+/// Segment: a dynamic reduce domain per bag (embedding bags; segment.hpp, Plan::segment).
+enum class Mode { Pointwise, Row, Global, Segment };
+struct SegmentPlan;
 
 /// One memory stream: element pointer = buffer + base * elem_size, then + inner * coeff.
 struct Addr {
@@ -76,6 +78,10 @@ struct Plan {
   };
   std::shared_ptr<const Reuse> reuse;
   int64_t scratch_bytes = 0;
+  /// Mode::Segment: the bag walk (segment.hpp); row_dims is then the bag dims (all outer dims
+  /// but the last, the columns), and `loads`/`stores` hold only the f32 loads and stores of the
+  /// phases after the bag's (per-bag pointers, as for rows).
+  std::shared_ptr<const SegmentPlan> segment;
 };
 // Scratch vector registers the injector of an op needs (injectors.hpp), beyond its result.
 inline int scratch_count(const ir::Expr* e) {

@@ -280,10 +280,10 @@ TEST(IndexOpsFusion, DequantizedEmbeddingBagWithEpilogueIsOneKernel) {
       EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
       EXPECT_NE(ex.text().find("[segment]"), std::string::npos) << ex.text();
       EXPECT_TRUE(all_close(values(bag()), reference_values(bag()), 1e-5, 1e-5)) << ex.text();
-      // xbyak declines segment kernels: the next backend ran it.
+      // xbyak (first in the default order where it is built) takes the bag kernel.
       Explanation ran = explain(bag());
       ASSERT_EQ(ran.kernel_count(), 1u);
-      EXPECT_NE(ran.kernels[0].backend, "xbyak");
+      if (detail::find_backend("xbyak")) { EXPECT_EQ(ran.kernels[0].backend, "xbyak"); }
       EXPECT_NE(ran.kernels[0].backend, "");
     }
   // fixed-size bags and plain embeddings fuse the same way

@@ -1,0 +1,579 @@
+// xbyak backend: segment kernels (embedding bags), the Gen members (gen.hpp) that walk a bag.
+//
+// Per bag (the row loop over the bag dims), per block of columns (nv vectors: as many as the
+// registers hold, then one block of 1..nv vectors for the rest, its last vector masked): the
+// bag's ids are walked once, in order, with the block's accumulators pinned in vector registers;
+// per id the uniform integer values (the clamped id, the row pointers, weights, padding tests)
+// are computed in general registers, the broadcasts into pinned vector registers, then each
+// vector of the block evaluates the fold's DAG (eval.cpp: the same instruction selection as
+// every other kernel; a row leaf reads its vector of columns, converting narrow tables). The rows
+// of the id kSegmentPrefetch ahead (in the next bag near the end of this one) are prefetched, as
+// the LLVM bag kernel does (jit/llvm/prefetch_rows.cpp). After the walk, the epilogue phases
+// run per vector with the accumulators as their Acc leaves.
+//
+// Exactness: each column folds its ids in order with the fold's own operations (no FMA
+// contraction, eval.cpp has none), starting from the identity, so a column's bits are the LLVM
+// kernel's; an empty bag gives each accumulator its empty value (0; 1 for Prod), as the
+// reference evaluator and LLVM do.
+//
+// General registers: rdi frame, rbp, r12/r13 bag range, r14 block's first column, r15 columns,
+// rcx the id position, {rbx rsi r8 r9 r10 r11} the per-id pointers (then free for index
+// arithmetic), rax/rdx scratch. Stack: qword slots in the first vector slots of the body.
+#include <algorithm>
+
+#include "gen.hpp"
+#include "segment.hpp"
+
+namespace kfuse::detail::xb {
+
+namespace {
+constexpr int64_t kSegmentPrefetch = 16;  // ids ahead whose rows are prefetched (LLVM's distance)
+}
+
+template <class Vmm>
+const std::vector<Reg64>& Gen<Vmm>::seg_pool() {
+  static const std::vector<Reg64> p = {rbx, rsi, r8, r9, r10, r11};
+  return p;
+}
+
+template <class Vmm>
+bool Gen<Vmm>::seg_row_leaf(const ir::Expr* e) const {
+  if (!p_.segment) return false;
+  auto it = p_.segment->leaves.find(e);
+  return it != p_.segment->leaves.end() && it->second.row;
+}
+
+// Integer expression e (uniform) into d; `f` are the registers it may use besides d.
+template <class Vmm>
+void Gen<Vmm>::seval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
+  if (seg_use_cse_)
+    if (auto it = seg_cse_.find(e); it != seg_cse_.end()) {
+      mov(d, qword[rsp + it->second]);
+      return;
+    }
+  auto take = [&]() {
+    if (f.empty()) throw DeclineError("xbyak: segment kernel: index arithmetic needs more registers than are free");
+    Reg64 r = f.front();
+    f.erase(f.begin());
+    return r;
+  };
+  auto small = [](const ir::Expr* x) {
+    return x->kind == ExprKind::Const && x->value >= -2147483648.0 && x->value <= 2147483647.0;
+  };
+  switch (e->kind) {
+    case ExprKind::Const: mov(d, static_cast<int64_t>(e->value)); return;
+    case ExprKind::Param:
+      mov(d, qword[rdi + frame_off::params]);
+      mov(d, qword[d + 8 * e->index]);
+      return;
+    case ExprKind::Var:
+      if (e->space == ir::Space::Reduce) {
+        mov(d, seg_r0_);
+        return;
+      }
+      mov(d, qword[rdi + frame_off::idx + 8 * e->index]);
+      if (seg_next_ && e->index == p_.row_dims - 1) inc(d);
+      return;
+    case ExprKind::Acc: mov(d, qword[rsp + seg_acc_q_.at(e->index)]); return;
+    case ExprKind::Load: {
+      const bool i64 = k_.buffers[static_cast<size_t>(e->index)].dtype == DType::I64;
+      seval(e->args[0].get(), d, f);
+      const Reg64 t = take();
+      Label zero, done;
+      if (e->args.size() > 1) {  // masked: no access when the mask is false
+        seval(e->args[1].get(), t, f);
+        test(t, t);
+        jz(zero, T_NEAR);
+      }
+      mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
+      if (i64) mov(d, qword[t + d * 8]);
+      else movsxd(d, dword[t + d * 4]);
+      if (e->args.size() > 1) {
+        jmp(done, T_NEAR);
+        L(zero);
+        xor_(d.cvt32(), d.cvt32());
+        L(done);
+      }
+      return;
+    }
+    case ExprKind::Op: break;
+    default: throw DeclineError("xbyak: segment kernel: internal: index expression");
+  }
+  const ir::Expr* a0 = e->args[0].get();
+  seval(a0, d, f);
+  switch (e->op) {
+    case Op::Not: xor_(d, 1); return;
+    case Op::Cast:
+      if (e->dtype == DType::Bool) {
+        test(d, d);
+        setne(d.cvt8());
+        movzx(d.cvt32(), d.cvt8());
+      } else if (e->dtype == DType::I32 && a0->dtype == DType::I64) {
+        movsxd(d, d.cvt32());
+      }
+      return;
+    case Op::Where: {
+      const Reg64 t1 = take(), t2 = take();  // (f no longer holds them: both stay live)
+      seval(e->args[1].get(), t1, f);
+      seval(e->args[2].get(), t2, f);
+      test(d, d);
+      cmovnz(t2, t1);
+      mov(d, t2);
+      return;
+    }
+    default: break;
+  }
+  const ir::Expr* a1 = e->args[1].get();
+  const bool imm = small(a1) && (e->op == Op::Add || e->op == Op::Sub || e->op == Op::Mul);
+  if (imm) {
+    const auto v = static_cast<int32_t>(a1->value);
+    if (e->op == Op::Add) add(d, v);
+    else if (e->op == Op::Sub) sub(d, v);
+    else imul(d, d, v);
+    return;
+  }
+  const Reg64 t = take();
+  seval(a1, t, f);
+  auto setcc = [&](void (Xbyak::CodeGenerator::*set)(const Xbyak::Operand&)) {
+    cmp(d, t);
+    (this->*set)(d.cvt8());
+    movzx(d.cvt32(), d.cvt8());
+  };
+  switch (e->op) {
+    case Op::Add: add(d, t); return;
+    case Op::Sub: sub(d, t); return;
+    case Op::Mul: imul(d, t); return;
+    case Op::And: and_(d, t); return;
+    case Op::Or: or_(d, t); return;
+    case Op::Minimum:
+      cmp(d, t);
+      cmovg(d, t);
+      return;
+    case Op::Maximum:
+      cmp(d, t);
+      cmovl(d, t);
+      return;
+    case Op::Eq: setcc(&Xbyak::CodeGenerator::sete); return;
+    case Op::Ne: setcc(&Xbyak::CodeGenerator::setne); return;
+    case Op::Lt: setcc(&Xbyak::CodeGenerator::setl); return;
+    case Op::Le: setcc(&Xbyak::CodeGenerator::setle); return;
+    case Op::Gt: setcc(&Xbyak::CodeGenerator::setg); return;
+    case Op::Ge: setcc(&Xbyak::CodeGenerator::setge); return;
+    default: throw DeclineError(std::string("xbyak: segment kernel: index op ") + op_name(e->op));
+  }
+}
+
+// d = the broadcast of a scalar leaf (a uniform bool as all-ones/zero lanes, or cast.f32 of a
+// uniform integer), computed with the registers `f`.
+template <class Vmm>
+void Gen<Vmm>::seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f) {
+  const Xbyak::Xmm x(d.getIdx());
+  if (e->dtype == DType::Bool) {
+    seval(e, rax, f);
+    neg(eax);
+    vmovd(x, eax);
+    vpbroadcastd(d, x);
+  } else {
+    seval(e->args[0].get(), rax, f);
+    vcvtsi2ss(x, x, rax);
+    vbroadcastss(d, x);
+  }
+}
+
+// d = the broadcast of a uniform table load (its pointer in its register).
+template <class Vmm>
+void Gen<Vmm>::seg_broadcast(const ir::Expr* e, const Vmm& d) {
+  const SegmentPlan::Leaf& l = p_.segment->leaves.at(e);
+  const SegmentPlan::Ptr& p = p_.segment->ptrs[static_cast<size_t>(l.ptr)];
+  const Reg64 b = seg_pool()[static_cast<size_t>(l.ptr)];
+  const Xbyak::Xmm x(d.getIdx());
+  switch (p.dtype) {
+    case DType::F32: vbroadcastss(d, dword[b]); return;
+    case DType::U8:
+    case DType::I8:
+      if (p.dtype == DType::U8) movzx(eax, byte[b]);
+      else movsx(eax, byte[b]);
+      vmovd(x, eax);
+      vpbroadcastd(d, x);
+      vcvtdq2ps(d, d);
+      return;
+    case DType::F16:
+      movzx(eax, word[b]);
+      vmovd(x, eax);
+      vcvtph2ps(x, x);
+      vbroadcastss(d, x);
+      return;
+    case DType::BF16:
+      movzx(eax, word[b]);
+      shl(eax, 16);
+      vmovd(x, eax);
+      vbroadcastss(d, x);
+      return;
+    default: throw DeclineError("xbyak: segment kernel: internal: broadcast dtype");
+  }
+}
+
+// Emit_leaf of a row leaf: vector seg_v_ of the block at column r14 (masked: the tail mask).
+template <class Vmm>
+bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
+  if (!seg_row_leaf(e)) return false;
+  const SegmentPlan::Leaf& l = p_.segment->leaves.at(e);
+  const SegmentPlan::Ptr& p = p_.segment->ptrs[static_cast<size_t>(l.ptr)];
+  const Reg64 b = seg_pool()[static_cast<size_t>(l.ptr)];
+  const int esz = static_cast<int>(dtype_size(p.dtype));
+  const Address row = ptr[b + r14 * esz + seg_v_ * W * esz], tail = ptr[rsp + seg_tail_off_];
+  bool from_stack = false;
+  using Xbyak::Xmm;
+  using Xbyak::Ymm;
+  const Xmm x(d.getIdx());
+  if (p.dtype == DType::F32) {
+    if (!ev.masked) vmovups(d, row);
+    else if constexpr (Z) vmovups(d | k1 | T_z, row);
+    else vmaskmovps(d, Vmm(kMaskReg), row);
+    return true;
+  }
+  // Narrow rows, masked: AVX-512 loads the lanes under k1 (bytes/words: the same lane bits);
+  // AVX2 copies the tail's elements into a zeroed stack vector (no byte-masked loads).
+  bool from_reg = false;
+  if (ev.masked) {
+    if constexpr (Z) {
+      if (esz == 1) vmovdqu8(x | k1 | T_z, row);
+      else vmovdqu16(Ymm(d.getIdx()) | k1 | T_z, row);
+      from_reg = true;
+    } else {
+      if (static_cast<size_t>(seg_nptr_) >= seg_pool().size())
+        throw DeclineError("xbyak: segment kernel: no register left for a narrow row's tail");
+      const Reg64 s = seg_pool()[static_cast<size_t>(seg_nptr_)];
+      lea(rax, row);
+      vpxor(x, x, x);
+      vmovdqu(ptr[rsp + seg_tail_off_], x);
+      mov(rdx, qword[rsp + seg_tl_q_]);
+      if (esz == 2) add(rdx, rdx);
+      Label copy;
+      L(copy);
+      movzx(s.cvt32(), byte[rax + rdx - 1]);
+      mov(byte[rsp + rdx + seg_tail_off_ - 1], s.cvt8());
+      dec(rdx);
+      jnz(copy, T_NEAR);
+      from_stack = true;
+    }
+  }
+  auto src = [&](const Xbyak::Operand& reg_form) -> const Xbyak::Operand& {
+    if (from_reg) return reg_form;
+    return from_stack ? tail : row;
+  };
+  const Ymm y(d.getIdx());
+  switch (p.dtype) {
+    case DType::U8:
+      vpmovzxbd(d, src(x));
+      vcvtdq2ps(d, d);
+      break;
+    case DType::I8:
+      vpmovsxbd(d, src(x));
+      vcvtdq2ps(d, d);
+      break;
+    case DType::F16:
+      if constexpr (Z) vcvtph2ps(d, src(y));
+      else vcvtph2ps(d, src(x));
+      break;
+    case DType::BF16:
+      if constexpr (Z) vpmovzxwd(d, src(y));
+      else vpmovzxwd(d, src(x));
+      vpslld(d, d, 16);
+      break;
+    default: throw DeclineError("xbyak: segment kernel: internal: row dtype");
+  }
+  return true;
+}
+
+// Prefetch of the rows of the id kSegmentPrefetch ahead of rcx (in the next bag when past this
+// one's end), `bytes` of each row from the block's first column.
+template <class Vmm>
+void Gen<Vmm>::seg_prefetch(int nv) {
+  const SegmentPlan& sp = *p_.segment;
+  bool any = false;
+  for (const auto& p : sp.ptrs) any |= p.row;
+  if (!any) return;
+  Label here, skip;
+  lea(rax, ptr[rcx + kSegmentPrefetch]);
+  cmp(rax, qword[rsp + seg_hi_q_]);
+  jl(here, T_NEAR);
+  if (sp.next_bag_prefetch) {
+    sub(rax, qword[rsp + seg_hi_q_]);
+    add(rax, qword[rsp + seg_nlo_q_]);
+    cmp(rax, qword[rsp + seg_nhi_q_]);
+    jge(skip, T_NEAR);
+  } else {
+    jmp(skip, T_NEAR);
+  }
+  L(here);
+  seg_r0_ = rax;
+  for (const auto& p : sp.ptrs) {
+    if (!p.row) continue;
+    const int esz = static_cast<int>(dtype_size(p.dtype)), bytes = nv * W * esz;
+    seval(p.base.get(), rdx, seg_pool());
+    mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
+    lea(rdx, ptr[rbx + rdx * esz]);
+    lea(rdx, ptr[rdx + r14 * esz]);
+    for (int off = 0; off < bytes; off += 64) prefetcht0(ptr[rdx + off]);
+    if (bytes > 1) prefetcht0(ptr[rdx + bytes - 1]);  // a row not aligned to lines spans one more
+  }
+  seg_r0_ = rcx;
+  L(skip);
+}
+
+// One walk of the bag for a block of nv vectors at column r14 (the last masked when `masked`).
+template <class Vmm>
+void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
+                         const std::vector<std::pair<const ir::Expr*, int>>& once_scalars) {
+  const SegmentPlan& sp = *p_.segment;
+  if (masked) {  // tail lanes = columns - r14 - (nv - 1) * W
+    mov(rax, r15);
+    sub(rax, r14);
+    sub(rax, (nv - 1) * W);
+    mov(qword[rsp + seg_tl_q_], rax);
+    set_mask_rax();
+  }
+  pin_accs(sp.vec_accs, nv);
+  int next = kAccTmp - 1 - nv * acc_regs(sp.vec_accs);
+  std::vector<int> ureg;
+  for (size_t i = 0; i < sp.uniform.size(); ++i) ureg.push_back(next--);
+  for (int a : sp.int_accs) mov(qword[rsp + seg_acc_q_.at(a)], 0);
+  Label top, end;
+  mov(rcx, qword[rsp + seg_lo_q_]);
+  L(top);
+  cmp(rcx, qword[rsp + seg_hi_q_]);
+  jge(end, T_NEAR);
+  seg_prefetch(nv);
+  // uniform values of this id
+  seg_cse_.clear();
+  seg_use_cse_ = true;
+  std::vector<Reg64> all = seg_pool();
+  all.push_back(rdx);
+  for (size_t i = 0; i < sp.shared.size(); ++i) {
+    seval(sp.shared[i], rax, all);
+    mov(qword[rsp + seg_shared_q_[i]], rax);
+    seg_cse_[sp.shared[i]] = seg_shared_q_[i];
+  }
+  for (int a : sp.int_accs) {
+    seval(k_.accs[static_cast<size_t>(a)].value.get(), rax, all);
+    add(qword[rsp + seg_acc_q_.at(a)], rax);
+  }
+  for (size_t j = 0; j < sp.ptrs.size(); ++j) {
+    std::vector<Reg64> f = {rax, rdx};
+    f.insert(f.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(j) + 1, seg_pool().end());
+    const Reg64 r = seg_pool()[j];
+    seval(sp.ptrs[j].base.get(), r, f);
+    mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
+    lea(r, ptr[rax + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
+  }
+  std::vector<Reg64> rest = {rdx};
+  rest.insert(rest.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(sp.ptrs.size()), seg_pool().end());
+  ireg_.clear();
+  for (size_t i = 0; i < sp.uniform.size(); ++i) {
+    const ir::Expr* u = sp.uniform[i];
+    if (sp.leaves.count(u)) seg_broadcast(u, Vmm(ureg[i]));
+    else seg_scalar(u, Vmm(ureg[i]), rest);
+    ireg_.push_back({inv_key(InvKind::Slot, static_cast<uint32_t>(i)), ureg[i]});
+  }
+  seg_use_cse_ = false;
+  for (int v = 0; v < nv; ++v) {
+    seg_v_ = v;
+    use_acc_set(v);
+    const int slots = nvslots_;
+    Eval ev;
+    ev.in_loop = true;
+    ev.masked = masked && v == nv - 1;
+    eval(fold, ev);
+    nvslots_ = slots;
+  }
+  ireg_.clear();
+  inc(rcx);
+  jmp(top, T_NEAR);
+  L(end);
+  // NaN markers into Max/Min accumulators; an empty bag's empty values
+  bool fix_empty = false;
+  for (int v = 0; v < nv; ++v)
+    for (int a : sp.vec_accs) {
+      const ir::AccKind kind = k_.accs[static_cast<size_t>(a)].kind;
+      if (kind == ir::AccKind::Max || kind == ir::AccKind::Min) {
+        const Vmm r(acc_sets_[static_cast<size_t>(v)].first.at(a)), n(acc_sets_[static_cast<size_t>(v)].second.at(a));
+        if (kind == ir::AccKind::Max) vmaxps(r, r, n);
+        else vminps(r, r, n);
+      }
+      fix_empty |= kind != ir::AccKind::Sum;
+    }
+  if (fix_empty) {
+    Label nonempty;
+    mov(rax, qword[rsp + seg_lo_q_]);
+    cmp(rax, qword[rsp + seg_hi_q_]);
+    jl(nonempty, T_NEAR);
+    for (int v = 0; v < nv; ++v)
+      for (int a : sp.vec_accs) {
+        const Vmm r(acc_sets_[static_cast<size_t>(v)].first.at(a));
+        vmovups(r, cst(k_.accs[static_cast<size_t>(a)].kind == ir::AccKind::Prod ? 1.0f : 0.0f));
+      }
+    L(nonempty);
+  }
+  // the epilogue phases, per vector
+  std::vector<Reg64> f = seg_pool();
+  f.push_back(rdx);
+  f.push_back(rcx);
+  for (const auto& [e, slot] : once_scalars) {
+    seg_scalar(e, Vmm(0), f);
+    vmovups(ptr[rsp + vslot_off(slot)], Vmm(0));
+  }
+  load_ptr_regs();
+  for (int v = 0; v < nv; ++v) {
+    ireg_.clear();
+    for (int a : sp.vec_accs)
+      ireg_.push_back({inv_key(InvKind::Acc, static_cast<uint32_t>(a)), acc_sets_[static_cast<size_t>(v)].first.at(a)});
+    disp_ = v * VB;
+    const int slots = nvslots_;
+    Eval ev;
+    ev.in_loop = true;
+    ev.masked = masked && v == nv - 1;
+    eval(once, ev);
+    nvslots_ = slots;
+  }
+  disp_ = 0;
+  ireg_.clear();
+  release_accs();
+}
+
+// Registers one evaluation of `g` needs at its widest node (operands, result, scratch).
+template <class Vmm>
+int Gen<Vmm>::dag_width(const Dag& g) const {
+  int w = 2;
+  for (const auto& n : g.nodes) w = std::max(w, n.nargs + 1 + (n.leaf ? 1 : scratch_count(n.e)));
+  return w;
+}
+
+template <class Vmm>
+void Gen<Vmm>::segment_loop() {
+  const SegmentPlan& sp = *p_.segment;
+  seg_r0_ = rcx;
+  seg_nptr_ = static_cast<int>(sp.ptrs.size());
+  if (sp.ptrs.size() > seg_pool().size()) throw DeclineError("xbyak: segment kernel: more than 6 table pointers");
+  // DAGs: the fold (uniform leaves from pinned registers: pseudo slots 0..), the epilogue
+  std::unordered_map<const ir::Expr*, int> uinv;
+  for (size_t i = 0; i < sp.uniform.size(); ++i) uinv[sp.uniform[i]] = static_cast<int>(i);
+  std::vector<const ir::Expr*> roots;
+  for (int a : sp.vec_accs) roots.push_back(k_.accs[static_cast<size_t>(a)].value.get());
+  const Dag fold = make_dag(roots, &uinv, {}, sp.vec_accs);
+  std::vector<PhaseItem> items;
+  for (size_t ph = 1; ph < k_.phases.size(); ++ph)
+    for (size_t s = 0; s < k_.phases[ph].stores.size(); ++s)
+      items.push_back({&k_.phases[ph].stores[s], p_.stores[ph][s]});
+  // block width: the accumulators of nv vectors, the broadcasts and the widest DAG node in registers
+  const int per = acc_regs(sp.vec_accs);
+  const int nuni = static_cast<int>(sp.uniform.size());
+  int nv = Z ? 16 : 8;
+  nv = std::min(nv, (NREG - 7) / per);  // (pin_accs keeps 4 registers below them)
+  nv = std::min(nv, (NREG - 2 - nuni - dag_width(fold)) / per);
+  if (nv < 1) throw DeclineError("xbyak: segment kernel: accumulators and broadcasts need more vector registers");
+
+  row_loop([&] {
+    // qword slots (in vector slots: allocated in the same order for every bag)
+    int nq = 0, base = 0;
+    auto q = [&]() {
+      if (nq % 8 == 0) base = vslot_off(new_vslot());
+      return base + 8 * (nq++ % 8);
+    };
+    seg_buf_q_.clear();
+    for (size_t b = 0; b < k_.buffers.size(); ++b) seg_buf_q_.push_back(q());
+    seg_lo_q_ = q();
+    seg_hi_q_ = q();
+    seg_nlo_q_ = q();
+    seg_nhi_q_ = q();
+    seg_tl_q_ = q();
+    seg_acc_q_.clear();
+    for (int a : sp.int_accs) seg_acc_q_[a] = q();
+    seg_shared_q_.clear();
+    for (size_t i = 0; i < sp.shared.size(); ++i) seg_shared_q_.push_back(q());
+    seg_tail_off_ = vslot_off(new_vslot());
+    std::vector<std::pair<const ir::Expr*, int>> once_scalars;  // epilogue scalar leaves, their slots
+    std::unordered_map<const ir::Expr*, int> oinv;
+    for (size_t ph = 1; ph < sp.scalar.size(); ++ph)
+      for (const ir::Expr* e : sp.scalar[ph]) {
+        once_scalars.push_back({e, new_vslot()});
+        oinv[e] = once_scalars.back().second;
+      }
+    std::vector<const ir::Expr*> oroots;
+    for (const auto& it : items) oroots.push_back(it.store->value.get());
+    const Dag once = make_dag(oroots, &oinv, items, {});
+    if ((NREG - 2 - dag_width(once)) / per < 1)
+      throw DeclineError("xbyak: segment kernel: the epilogue needs more vector registers");
+    const int nv_once = std::min(nv, (NREG - 2 - dag_width(once)) / per);
+
+    for (size_t b = 0; b < k_.buffers.size(); ++b) {
+      mov(rax, qword[rdi + frame_off::bufs]);
+      mov(rax, qword[rax + 8 * b]);
+      mov(qword[rsp + seg_buf_q_[b]], rax);
+    }
+    std::vector<Reg64> f = seg_pool();
+    f.push_back(rdx);
+    f.push_back(rcx);
+    seval(k_.reduce_begin.get(), rax, f);
+    mov(qword[rsp + seg_lo_q_], rax);
+    seval(k_.reduce_end.get(), rax, f);
+    mov(qword[rsp + seg_hi_q_], rax);
+    if (sp.next_bag_prefetch) {  // the next bag's range (empty after the last bag)
+      Label none, done;
+      const int d = p_.row_dims - 1;
+      mov(rax, qword[rdi + frame_off::idx + 8 * d]);
+      inc(rax);
+      cmp(rax, qword[rdi + frame_off::ext + 8 * d]);
+      jge(none, T_NEAR);
+      seg_next_ = true;
+      seval(k_.reduce_begin.get(), rax, f);
+      mov(qword[rsp + seg_nlo_q_], rax);
+      seval(k_.reduce_end.get(), rax, f);
+      mov(qword[rsp + seg_nhi_q_], rax);
+      seg_next_ = false;
+      jmp(done, T_NEAR);
+      L(none);
+      mov(qword[rsp + seg_nlo_q_], 0);
+      mov(qword[rsp + seg_nhi_q_], 0);
+      L(done);
+    }
+    mov(r15, qword[rdi + frame_off::ext + 8 * p_.row_dims]);
+    xor_(r14d, r14d);
+    const int n = std::min(nv, nv_once);
+    Label full, rem, done;
+    L(full);
+    lea(rax, ptr[r14 + n * W]);
+    cmp(rax, r15);
+    jg(rem, T_NEAR);
+    seg_block(n, false, fold, once, once_scalars);
+    add(r14, n * W);
+    jmp(full, T_NEAR);
+    L(rem);
+    mov(rax, r15);
+    sub(rax, r14);
+    jle(done, T_NEAR);
+    // the rest: m = ceil(rest / W) vectors (1..n), the last masked
+    std::vector<Label> blocks(static_cast<size_t>(n));
+    for (int m = 1; m < n; ++m) {
+      cmp(rax, m * W);
+      jle(blocks[static_cast<size_t>(m - 1)], T_NEAR);
+    }
+    jmp(blocks[static_cast<size_t>(n - 1)], T_NEAR);
+    for (int m = 1; m <= n; ++m) {
+      L(blocks[static_cast<size_t>(m - 1)]);
+      seg_block(m, true, fold, once, once_scalars);
+      jmp(done, T_NEAR);
+    }
+    L(done);
+  });
+}
+
+#define KFUSE_XB_SEGMENT_MEMBERS(V)                                       \
+  template void Gen<V>::segment_loop();                                   \
+  template bool Gen<V>::seg_leaf(const ir::Expr*, const V&, const Eval&); \
+  template bool Gen<V>::seg_row_leaf(const ir::Expr*) const;
+KFUSE_XB_SEGMENT_MEMBERS(Xbyak::Zmm)
+KFUSE_XB_SEGMENT_MEMBERS(Xbyak::Ymm)
+#undef KFUSE_XB_SEGMENT_MEMBERS
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,52 @@
+// xbyak backend: the plan of a segment kernel (embedding bags: a dynamic reduce domain per bag),
+// filled by segment_plan.cpp and emitted by segment.cpp (Gen::segment_loop).
+//
+// Shape taken: outer dims [bags..., columns]; the bag's id range [reduce_begin, reduce_end) and
+// every row index are *uniform* integer expressions (the same in every vector lane: of the bag
+// indices, r0, params, constants and loads from i32/i64 index buffers) evaluated in general
+// registers; phase 0 folds f32 Sum/Max/Min/Prod accumulators (and i64 Sums of uniform values,
+// the id counts of Mean/Max bags) over the bag's ids; the phases after it store an element-wise
+// epilogue of the accumulators per column. Vector leaves of phase 0 are rows (a load at
+// uniform + column, read as a vector, f32 or cast from u8/i8/f16/bf16) and broadcasts (a load
+// at a uniform index, or a uniform bool/int value computed in a general register).
+#pragma once
+#include <unordered_map>
+#include <vector>
+
+#include "xbyak_backend.hpp"
+
+namespace kfuse::detail::xb {
+
+struct SegmentPlan {
+  /// A pointer computed per id: buffer + base * element size (base: uniform, element index).
+  struct Ptr {
+    int buffer = 0;
+    ir::ExprRef base;
+    DType dtype = DType::F32;
+    bool row = false;  ///< some load reads a vector of columns through it (prefetched ahead)
+  };
+  /// A vector leaf of phase 0 read through a Ptr: a load, or cast.f32 of a narrow load.
+  struct Leaf {
+    int ptr = 0;
+    bool row = false;  ///< a vector of columns (else one element, broadcast)
+  };
+  std::vector<Ptr> ptrs;
+  std::unordered_map<const ir::Expr*, Leaf> leaves;
+  /// Phase-0 broadcast leaves (uniform loads and scalar values), in a fixed order: each gets a
+  /// pinned vector register per id.
+  std::vector<const ir::Expr*> uniform;
+  /// Scalar leaves (uniform bool or cast.f32 of an integer value, computed in a general
+  /// register) per phase: phase 0's are also in `uniform`.
+  std::vector<std::vector<const ir::Expr*>> scalar;
+  /// i64 accumulators (Sums of uniform integer values), summed in a stack slot per bag.
+  std::vector<int> int_accs;
+  std::vector<int> vec_accs;  ///< the f32 accumulators (vector registers per column)
+  /// Uniform integer subexpressions used more than once per id: evaluated once per id.
+  std::vector<const ir::Expr*> shared;
+  bool next_bag_prefetch = false;  ///< row bases do not read the bag index: the next bag is prefetched
+};
+
+/// Fills plan (mode Segment, plan.segment) for a dynamic-reduce kernel, or returns why not.
+std::string analyze_segment(const ir::Kernel& k, Plan& plan);
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,258 @@
+// xbyak backend: analysis of segment kernels (embedding bags), the subset segment.hpp describes.
+// Everything else is declined with a reason: the kernel then runs on LLVM.
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "ir/expr_util.hpp"
+#include "segment.hpp"
+
+namespace kfuse::detail::xb {
+
+using ir::ExprKind;
+using ir::ExprRef;
+
+namespace {
+
+struct Decline {
+  std::string why;
+};
+[[noreturn]] void decline(const std::string& why) { throw Decline{"xbyak: segment kernel: " + why}; }
+
+bool int_dtype(DType d) { return d == DType::I64 || d == DType::I32 || d == DType::Bool; }
+
+// Narrow table dtypes a row load may convert from (cast.f32 of the load).
+bool narrow_table(DType d) { return d == DType::U8 || d == DType::I8 || d == DType::F16 || d == DType::BF16; }
+
+bool int_op(Op op) {
+  switch (op) {
+    case Op::Add:
+    case Op::Sub:
+    case Op::Mul:
+    case Op::Minimum:
+    case Op::Maximum:
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge:
+    case Op::Where:
+    case Op::And:
+    case Op::Or:
+    case Op::Not:
+    case Op::Cast: return true;
+    default: return false;
+  }
+}
+
+class Analysis {
+ public:
+  Analysis(const ir::Kernel& k, Plan& plan) : k_(k), plan_(plan), last_(static_cast<int>(k.outer.size()) - 1) {}
+
+  void run() {
+    if (k_.outer.size() < 2) decline("no column dimension (outer dims [bags..., columns] expected)");
+    if (k_.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
+    if (k_.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
+    for (const auto& o : k_.outer)
+      if (ir::contains(o.get(), ExprKind::Load)) decline("data-dependent outer extent");
+    plan_.mode = Mode::Segment;
+    plan_.row_dims = last_;
+    if (!uniform(k_.reduce_begin, false, false) || !uniform(k_.reduce_end, false, false))
+      decline("bag bounds are not uniform integer expressions: " + ir::print_expr(k_.reduce_begin) + " .. " +
+              ir::print_expr(k_.reduce_end));
+    if (k_.phases.empty() || !k_.phases[0].over_reduce || !k_.phases[0].stores.empty())
+      decline("phase 0 must fold the bag (accumulators only, no stores)");
+    for (size_t p = 1; p < k_.phases.size(); ++p)
+      if (k_.phases[p].over_reduce) decline("more than one phase over the bag");
+    sp_.scalar.resize(k_.phases.size());
+    for (int a : k_.phases[0].accs) {
+      const ir::Accumulator& A = k_.accs[a];
+      if (A.dtype == DType::I64 && A.kind == ir::AccKind::Sum && uniform(A.value, true, false)) {
+        sp_.int_accs.push_back(a);
+        continue;
+      }
+      if (A.dtype != DType::F32) decline(std::string(dtype_name(A.dtype)) + " accumulator (f32, or an i64 count)");
+      if (A.kind == ir::AccKind::ArgMax || A.kind == ir::AccKind::ArgMin)
+        decline(std::string(ir::acc_kind_name(A.kind)) + " accumulators are not supported");
+      sp_.vec_accs.push_back(a);
+      value(A.value, 0);
+    }
+    if (sp_.vec_accs.empty()) decline("no f32 accumulator");
+    plan_.stores.resize(k_.phases.size());
+    for (size_t p = 1; p < k_.phases.size(); ++p)
+      for (const auto& s : k_.phases[p].stores) {
+        if (k_.buffers[static_cast<size_t>(s.buffer)].dtype != DType::F32) decline("non-f32 output");
+        value(s.value, static_cast<int>(p));
+        plan_.stores[p].push_back(epilogue_access(s.buffer, s.index, true));
+      }
+    find_shared();
+    sp_.next_bag_prefetch = true;
+    for (const auto& p : sp_.ptrs)
+      for (int d = 0; d < last_; ++d)
+        if (p.row && ir::depends_on(p.base.get(), ir::Space::Outer, d)) sp_.next_bag_prefetch = false;
+    plan_.segment = std::make_shared<const SegmentPlan>(std::move(sp_));
+  }
+
+ private:
+  // An integer (or bool) expression the same in every lane: evaluated in general registers.
+  bool uniform(const ExprRef& e, bool r0, bool accs) {
+    if (!int_dtype(e->dtype)) return false;
+    switch (e->kind) {
+      case ExprKind::Const:
+      case ExprKind::Param: return true;
+      case ExprKind::Var: return e->space == ir::Space::Outer ? e->index < last_ : r0 && e->index == 0;
+      case ExprKind::Acc: return accs && k_.accs[static_cast<size_t>(e->index)].dtype == DType::I64;
+      case ExprKind::Load: {
+        const DType bt = k_.buffers[static_cast<size_t>(e->index)].dtype;
+        if (bt != DType::I64 && bt != DType::I32) return false;
+        for (const auto& a : e->args)
+          if (!uniform(a, r0, accs)) return false;
+        return true;
+      }
+      case ExprKind::Op:
+        if (!int_op(e->op)) return false;
+        for (const auto& a : e->args)
+          if (!uniform(a, r0, accs)) return false;
+        return true;
+      default: return false;
+    }
+  }
+
+  // A vector (f32 or bool) value of phase `ph`.
+  void value(const ExprRef& e, int ph) {
+    if (!seen_.insert({e.get(), ph}).second) return;
+    const bool bag = ph == 0;
+    if (e->kind != ExprKind::Const &&
+        (e->dtype == DType::Bool ||
+         (e->kind == ExprKind::Op && e->op == Op::Cast && e->dtype == DType::F32 && int_dtype(e->args[0]->dtype)))) {
+      const ExprRef& x = e->dtype == DType::Bool ? e : e->args[0];
+      if (uniform(x, bag, !bag)) {  // computed in a general register, broadcast
+        sp_.scalar[static_cast<size_t>(ph)].push_back(e.get());
+        if (bag) sp_.uniform.push_back(e.get());
+        return;
+      }
+    }
+    switch (e->kind) {
+      case ExprKind::Const:
+        if (e->dtype != DType::F32 && e->dtype != DType::Bool) decline(std::string(dtype_name(e->dtype)) + " constant");
+        return;
+      case ExprKind::Acc:
+        if (bag) decline("accumulator read inside the bag's fold");
+        if (k_.accs[static_cast<size_t>(e->index)].dtype != DType::F32) decline("i64 accumulator used as a vector");
+        return;
+      case ExprKind::Load:
+        if (e->dtype != DType::F32) decline(std::string(dtype_name(e->dtype)) + " load used as a value");
+        if (bag) row_leaf(e, e);
+        else plan_.loads[e.get()] = epilogue_access(e->index, e->args[0]);
+        return;
+      case ExprKind::Op: break;
+      default: decline("integer arithmetic used as a value: " + ir::print_expr(e));
+    }
+    if (e->dtype != DType::F32 && e->dtype != DType::Bool)
+      decline(std::string(dtype_name(e->dtype)) + " arithmetic (" + op_name(e->op) + ")");
+    if (e->op == Op::Pow || e->op == Op::Sin || e->op == Op::Cos) decline(std::string("op ") + op_name(e->op));
+    if (e->op == Op::Cast && e->args[0]->dtype != DType::F32 && e->args[0]->dtype != DType::Bool) {
+      const ExprRef& x = e->args[0];
+      if (e->dtype != DType::F32 || x->kind != ExprKind::Load || !narrow_table(x->dtype) || !bag)
+        decline("cast.f32 of " + std::string(dtype_name(x->dtype)) + " other than a u8/i8/f16/bf16 table row (" +
+                ir::print_expr(e) + "); 4-bit tables run on LLVM");
+      row_leaf(e, x);
+      return;
+    }
+    for (const auto& a : e->args) {
+      if (a->dtype != DType::F32 && a->dtype != DType::Bool)
+        decline(std::string(dtype_name(a->dtype)) + " operand of " + op_name(e->op));
+      value(a, ph);
+    }
+  }
+
+  // A phase-0 load (leaf = the load, or cast.f32 of it): a row (uniform + column) or a broadcast.
+  void row_leaf(const ExprRef& leaf, const ExprRef& load) {
+    if (load->args.size() > 1) decline("masked table load");
+    auto s = ir::affine_split(load->args[0], ir::Space::Outer, last_);
+    if (!s || (s->step != 0 && s->step != 1))
+      decline("table index not (uniform + column), e.g. a 4-bit table's nibbles: " + ir::print_expr(load->args[0]));
+    ExprRef base = s->base ? s->base : ir::iconst(0);
+    if (!uniform(base, true, false)) decline("table row index is not uniform: " + ir::print_expr(base));
+    const auto key = std::make_pair(load->index, ir::print_expr(base));
+    auto [it, fresh] = ptr_ids_.emplace(key, static_cast<int>(sp_.ptrs.size()));
+    if (fresh) sp_.ptrs.push_back({load->index, base, load->dtype, false});
+    SegmentPlan::Ptr& p = sp_.ptrs[static_cast<size_t>(it->second)];
+    p.row |= s->step == 1;
+    sp_.leaves[leaf.get()] = {it->second, s->step == 1};
+    if (s->step == 0) sp_.uniform.push_back(leaf.get());
+  }
+
+  // An f32 load or store of the epilogue phases: per-bag pointers (Plan::addrs, computed per bag).
+  Access epilogue_access(int buffer, const ExprRef& index, bool store = false) {
+    if (k_.buffers[static_cast<size_t>(buffer)].dtype != DType::F32)
+      decline(std::string(dtype_name(k_.buffers[static_cast<size_t>(buffer)].dtype)) + " epilogue buffer");
+    auto s = ir::affine_split(index, ir::Space::Outer, last_);
+    if (!s || (s->step != 0 && s->step != 1)) decline("epilogue index not (bag + column): " + ir::print_expr(index));
+    ExprRef base = s->base ? s->base : ir::iconst(0);
+    if (ir::contains(base.get(), ExprKind::Load) || ir::contains(base.get(), ExprKind::Acc) ||
+        ir::contains(base.get(), ExprKind::Rand) || ir::depends_on(base.get(), ir::Space::Reduce, 0))
+      decline("epilogue index reads memory or the id position: " + ir::print_expr(index));
+    // A store index without the column is a bag of one column (lowering folds o1 away when its
+    // extent is 1): coeff 0 stores lane 0 (eval.cpp root_actions).
+    if (s->step == 0 && !store) decline("broadcast load in the epilogue: " + ir::print_expr(index));
+    auto [bit, bnew] = base_ids_.emplace(ir::print_expr(base), static_cast<int>(plan_.bases.size()));
+    if (bnew) plan_.bases.push_back(base);
+    auto [ait, anew] = addr_ids_.emplace(std::make_pair(buffer, bit->second), static_cast<int>(plan_.addrs.size()));
+    if (anew) plan_.addrs.push_back({buffer, bit->second});
+    return {ait->second, static_cast<int>(s->step)};
+  }
+
+  // Uniform subexpressions (loads and ops) that more than one per-id root reads: the clamped id
+  // of a bag's row, scale and bias pointers, evaluated once per id into a stack slot.
+  void find_shared() {
+    std::map<const ir::Expr*, int> parents;
+    std::unordered_set<const ir::Expr*> visited;
+    std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
+      for (const auto& a : e->args) {
+        if (a->kind == ExprKind::Op || a->kind == ExprKind::Load) ++parents[a.get()];
+        if (visited.insert(a.get()).second) walk(a.get());
+      }
+    };
+    std::vector<const ir::Expr*> roots;
+    for (const auto& p : sp_.ptrs) roots.push_back(p.base.get());
+    for (const ir::Expr* s : sp_.scalar[0]) roots.push_back(s->dtype == DType::Bool ? s : s->args[0].get());
+    for (int a : sp_.int_accs) roots.push_back(k_.accs[static_cast<size_t>(a)].value.get());
+    for (const ir::Expr* r : roots) {
+      if (r->kind == ExprKind::Op || r->kind == ExprKind::Load) ++parents[r];
+      if (visited.insert(r).second) walk(r);
+    }
+    // post-order: a shared node's shared operands first
+    std::unordered_set<const ir::Expr*> done;
+    std::function<void(const ir::Expr*)> order = [&](const ir::Expr* e) {
+      if (!done.insert(e).second) return;
+      for (const auto& a : e->args) order(a.get());
+      auto it = parents.find(e);
+      if (it != parents.end() && it->second > 1) sp_.shared.push_back(e);
+    };
+    for (const ir::Expr* r : roots) order(r);
+  }
+
+  const ir::Kernel& k_;
+  Plan& plan_;
+  const int last_;
+  SegmentPlan sp_;
+  std::set<std::pair<const ir::Expr*, int>> seen_;
+  std::map<std::pair<int, std::string>, int> ptr_ids_;
+  std::map<std::string, int> base_ids_;
+  std::map<std::pair<int, int>, int> addr_ids_;
+};
+
+}  // namespace
+
+std::string analyze_segment(const ir::Kernel& k, Plan& plan) {
+  try {
+    plan = Plan{};
+    Analysis(k, plan).run();
+    return {};
+  } catch (const Decline& d) { return d.why; }
+}
+
+}  // namespace kfuse::detail::xb

@@ -1,0 +1,180 @@
+// xbyak backend, segment kernels (embedding bags: jit/xbyak/segment.hpp): the backend takes the
+// bag kernel (no fallback, explain names xbyak) and matches the fp64 reference for f32, f16,
+// bf16 and 8-bit tables; Sum, Mean, Max; per-sample weights; padding_idx; an epilogue; widths D
+// in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked tails); an
+// empty bag (also the last), a one-id bag, repeated ids; 1 and 2 threads bitwise equal; the
+// bits of the LLVM bag kernel (same fold order, no FMA) when LLVM is built; a clean decline of
+// 4-bit tables; the AVX-512 code emitted (run only on an AVX-512 machine).
+#include <kfuse/explain.hpp>
+#include <kfuse/index_ops.hpp>
+#include <kfuse/options.hpp>
+#include <kfuse/quantize.hpp>
+#include <kfuse/stats.hpp>
+
+#include <cstring>
+#include <optional>
+
+#include "../../jit/xbyak/xbyak_backend.hpp"
+#include "backend/backend.hpp"
+#include "runtime/plan.hpp"
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+class XbyakSegments : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::find_backend("xbyak")) GTEST_SKIP() << "xbyak backend not built in or no AVX2";
+    saved_ = options();
+    use({"xbyak"});
+  }
+  void TearDown() override {
+    if (detail::find_backend("xbyak")) set_options(saved_);
+  }
+  void use(std::vector<std::string> backends, int threads = 0) {
+    Options o = saved_;
+    o.backends = std::move(backends);
+    if (threads > 0) o.num_threads = threads;
+    set_options(o);
+  }
+  Options saved_;
+};
+
+constexpr int64_t kRows = 23, kIds = 40;
+std::vector<double> bag_ids() { return random_ints(kIds, 61, 0, kRows - 1); }
+// an empty bag, a one-id bag; `last_empty`: the last bag is empty too
+std::vector<double> bag_offsets(bool last_empty) {
+  return last_empty ? std::vector<double>{0, 5, 5, 12, 13, 33, 40} : std::vector<double>{0, 5, 5, 12, 13, 33, 39};
+}
+
+Tensor table_of(const std::string& format, int64_t D) {
+  Tensor t = make_tensor(random_values(static_cast<size_t>(kRows * D), 70 + D, -1, 1), {kRows, D});
+  if (format == "f16") return t.cast(DType::F16).eval().cast(DType::F32);
+  if (format == "bf16") return t.cast(DType::BF16).eval().cast(DType::F32);
+  if (format == "8-bit" || format == "4-bit") {
+    QuantizedTable q = quantize_rowwise(t, format == "8-bit" ? 8 : 4);
+    eval({q.values, q.scale_bias});
+    return dequantize_rowwise(q);
+  }
+  return t;
+}
+
+struct Config {
+  BagMode mode;
+  bool weighted;
+  std::optional<int64_t> pad;
+  bool epilogue;
+};
+
+Tensor bag_of(const Tensor& table, const Config& c, bool last_empty) {
+  const std::vector<double> offsets = bag_offsets(last_empty);
+  Tensor y = embedding_bag(table, make_tensor(bag_ids(), {kIds}, DType::I64),
+                           make_tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64), c.mode,
+                           c.weighted ? make_tensor(random_values(kIds, 62, 0.5, 1.5), {kIds}) : Tensor(), c.pad);
+  return c.epilogue ? relu(y * 2.0f + 0.25f) : y;
+}
+
+// y (a fresh copy of an evaluated expression: explain reports the kernel it ran) ran on `backend`.
+void expect_backend(const Tensor& y, const std::string& backend) {
+  Explanation ex = explain(y);
+  ASSERT_EQ(ex.kernel_count(), 1u) << ex.text();
+  EXPECT_EQ(ex.kernels[0].backend, backend) << ex.text();
+}
+
+TEST_F(XbyakSegments, BagsOfEveryFormatModeAndWidthRunOnXbyak) {
+  const auto pad = static_cast<int64_t>(bag_ids()[6]);
+  const std::vector<Config> all = {{BagMode::Sum, false, {}, false}, {BagMode::Mean, false, {}, false},
+                                   {BagMode::Max, false, {}, false}, {BagMode::Sum, true, {}, true},
+                                   {BagMode::Sum, true, pad, false}, {BagMode::Mean, false, pad, true},
+                                   {BagMode::Max, false, pad, true}};
+  const std::vector<Config> some = {{BagMode::Sum, true, pad, true}, {BagMode::Max, false, {}, false}};
+  for (const std::string format : {"f32", "f16", "bf16", "8-bit"})
+    for (const Config& c : format == "f32" ? all : some)
+      for (int64_t D : format == "f32" ? std::vector<int64_t>{1, 7, 8, 17, 64, 65, 200} : std::vector<int64_t>{7, 65})
+        for (bool last_empty : {false, true}) {
+          if (last_empty && D != 65) continue;
+          SCOPED_TRACE(format + " mode " + std::to_string(static_cast<int>(c.mode)) + (c.weighted ? " weighted" : "") +
+                       (c.pad ? " pad" : "") + (c.epilogue ? " epilogue" : "") + " D " + std::to_string(D) +
+                       (last_empty ? " last bag empty" : ""));
+          Tensor y = bag_of(table_of(format, D), c, last_empty);
+          reset_counters();
+          const std::vector<double> got = values(y);
+          EXPECT_EQ(counters().fallbacks, 0u) << "xbyak declined the bag";
+          expect_backend(bag_of(table_of(format, D), c, last_empty), "xbyak");
+          EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
+        }
+}
+
+// Every bag on one thread or split over two: the same bits (a bag runs whole on one thread).
+TEST_F(XbyakSegments, ThreadCountsAreBitwiseEqual) {
+  const Config c{BagMode::Sum, true, {}, true};
+  for (const std::string format : {"f32", "8-bit"}) {
+    SCOPED_TRACE(format);
+    Tensor table = table_of(format, 65);
+    use({"xbyak"}, 1);
+    const std::vector<float> one = bag_of(table, c, false).eval().to_vector<float>();
+    use({"xbyak"}, 2);
+    const std::vector<float> two = bag_of(table, c, false).eval().to_vector<float>();
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  }
+}
+
+// Each column folds its ids in order with separate multiplies and adds, as the LLVM bag kernel
+// does: weighted f32 and 8-bit bags give LLVM's bits (register blocks and masked tails alike).
+TEST_F(XbyakSegments, BitwiseEqualToTheLlvmBagKernel) {
+  if (!detail::find_backend("llvm")) GTEST_SKIP() << "llvm backend not built in";
+  for (const std::string format : {"f32", "8-bit"})
+    for (int64_t D : {17, 64}) {
+      SCOPED_TRACE(format + " D " + std::to_string(D));
+      Tensor table = table_of(format, D);
+      const Config c{BagMode::Sum, true, {}, false};
+      use({"xbyak"});
+      Tensor yx = bag_of(table, c, true);
+      const std::vector<float> xb = yx.eval().to_vector<float>();
+      expect_backend(bag_of(table, c, true), "xbyak");
+      use({"llvm"});
+      Tensor yl = bag_of(table, c, true);
+      const std::vector<float> ll = yl.eval().to_vector<float>();
+      expect_backend(bag_of(table, c, true), "llvm");
+      ASSERT_EQ(xb.size(), ll.size());
+      EXPECT_EQ(std::memcmp(xb.data(), ll.data(), xb.size() * sizeof(float)), 0);
+    }
+}
+
+// 4-bit tables (nibble arithmetic on the byte load) are declined with a reason: the next backend
+// runs the bag.
+TEST_F(XbyakSegments, FourBitTablesAreDeclinedCleanly) {
+  use({"xbyak", "llvm"});
+  Tensor y = bag_of(table_of("4-bit", 64), {BagMode::Sum, false, {}, false}, false);
+  reset_counters();
+  const std::vector<double> got = values(y);
+  EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
+  expect_backend(bag_of(table_of("4-bit", 64), {BagMode::Sum, false, {}, false}, false), "llvm");
+}
+
+// The AVX-512 code of every format (16-vector blocks, k-masked narrow tails) is emitted even
+// where the CPU cannot run it (xbyak rejects bad operand forms while emitting); it runs in the
+// tests above on an AVX-512 machine.
+TEST_F(XbyakSegments, Avx512CodeIsEmittedForEveryFormat) {
+  for (const std::string format : {"f32", "f16", "bf16", "8-bit"}) {
+    SCOPED_TRACE(format);
+    Tensor y = bag_of(table_of(format, 65), {BagMode::Mean, false, 3, true}, true);
+    auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
+    size_t bags = 0;
+    for (const auto& pk : plan->kernels) {
+      const ir::Kernel& k = pk.lowered.kernel;
+      if (k.kind != ir::KernelKind::Segment) continue;
+      ++bags;
+      detail::xb::Plan p;
+      ASSERT_EQ(detail::xb::analyze(k, p), "");
+      for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2})
+        EXPECT_GT(detail::xb::emit(k, p, isa).code_bytes, 0u) << detail::xb::isa_name(isa);
+    }
+    EXPECT_EQ(bags, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::test
