@@ -17,10 +17,8 @@ using ir::ExprRef;
 
 namespace {
 
-struct Decline {
-  std::string why;
-};
-[[noreturn]] void decline(const std::string& why) { throw Decline{"xbyak: " + why}; }
+// (the emitter's DeclineError: one type for every reason xbyak gives a kernel back)
+[[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: " + why); }
 
 // Index expressions must be host-side integer arithmetic: the loops compute them from the
 // outer indices and params, never from data.
@@ -64,7 +62,7 @@ void lane_plan(const ir::Kernel& k, Plan& plan) {
       Affine a = split(b, ir::Space::Outer, 0);
       if (a.coeff > (1 << 22) || a.coeff < -(1 << 22)) return;  // byte offsets of 2W rows fit in 32 bits
       stride.push_back(a.coeff);
-    } catch (const Decline&) { return; }
+    } catch (const DeclineError&) { return; }
   }
   std::unordered_set<int> loaded;
   for (const auto& [e, a] : plan.loads) loaded.insert(plan.addrs[a.addr].buffer);
@@ -308,14 +306,14 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         int64_t stride = 0;
         try {
           stride = split(b, ir::Space::Outer, plan.row_dims - 1).coeff;
-        } catch (const Decline&) {  // not affine in the row index: no prefetch for this stream
+        } catch (const DeclineError&) {  // not affine in the row index: no prefetch for this stream
         }
         plan.row_stride.push_back(stride);
       }
     lane_plan(k, plan);
     row_plan(k, plan);
     return {};
-  } catch (const Decline& d) { return d.why; }
+  } catch (const DeclineError& d) { return d.what(); }
 }
 
 }  // namespace kfuse::detail::xb

@@ -15,10 +15,8 @@ using ir::ExprRef;
 
 namespace {
 
-struct Decline {
-  std::string why;
-};
-[[noreturn]] void decline(const std::string& why) { throw Decline{"xbyak: segment kernel: " + why}; }
+// (the emitter's DeclineError: one type for every reason xbyak gives a kernel back)
+[[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: segment kernel: " + why); }
 
 bool int_dtype(DType d) { return d == DType::I64 || d == DType::I32 || d == DType::Bool; }
 
@@ -252,7 +250,7 @@ std::string analyze_segment(const ir::Kernel& k, Plan& plan) {
     plan = Plan{};
     Analysis(k, plan).run();
     return {};
-  } catch (const Decline& d) { return d.why; }
+  } catch (const DeclineError& d) { return d.what(); }
 }
 
 }  // namespace kfuse::detail::xb
