@@ -167,7 +167,7 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
   // against LLVM's 0.5).
   const std::vector<ExprRef> steps = ways ? std::vector<ExprRef>{} : row_steps();
   for (size_t b = 0; b < steps.size(); ++b) {
-    if (!steps[b]) continue;
+    if (!steps[b] || ir::is_const(steps[b], 0)) continue;
     ieval(steps[b], 0);
     shl(r8, 2);
     mov(qword[rsp + step_slot(b)], r8);
@@ -196,7 +196,8 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
         jge(done, T_NEAR);
         for (size_t a = 0; a < p_.addrs.size(); ++a) {
           const int b = p_.addrs[a].base;
-          if (b < 0 || !steps[static_cast<size_t>(b)]) continue;  // (scratch rows stay)
+          // (scratch rows and streams that do not move with the row, e.g. a bias, stay)
+          if (b < 0 || !steps[static_cast<size_t>(b)] || ir::is_const(steps[static_cast<size_t>(b)], 0)) continue;
           mov(rax, qword[rsp + step_slot(static_cast<size_t>(b))]);
           add(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
         }
