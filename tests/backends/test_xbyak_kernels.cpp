@@ -228,8 +228,8 @@ TEST(XbyakKernels, LongChainAndBroadcast) {
 // threads mid-dimension, so each chunk starts from a full computation.
 TEST(XbyakKernels, PermutedRowsStepByRunTimeStrides) {
   for (Isa isa : isas())
-    for (auto [A, B, C, D] :
-         std::vector<std::array<int64_t, 4>>{{2, 3, 5, 7}, {3, 1, 4, 9}, {1, 5, 1, 17}, {2, 4, 6, 1}, {3, 7, 33, 16}}) {
+    for (auto [A, B, C, D] : std::vector<std::array<int64_t, 4>>{
+             {2, 3, 5, 7}, {3, 1, 4, 9}, {1, 5, 1, 17}, {2, 4, 6, 1}, {3, 7, 33, 16}, {2, 61, 97, 24}}) {
       Kernel k = skeleton("k_perm", ir::KernelKind::Pointwise, 2);
       k.params = {{"outer0", A}, {"outer1", C}, {"outer2", B}, {"outer3", D}};
       k.outer = {param(0), param(1), param(2), param(3)};
@@ -244,14 +244,16 @@ TEST(XbyakKernels, PermutedRowsStepByRunTimeStrides) {
       k.phases.push_back(ph);
       const auto n = static_cast<size_t>(A * B * C * D);
       auto x = inputs(n, 41), w = inputs(static_cast<size_t>(D), 42);
-      for (int threads : {1, 2}) {
-        Options o = detail::default_options();
+      const Options saved = options();
+      for (int threads : {1, 2}) {  // the pool's count: the largest shape splits mid-dimension
+        Options o = saved;
         o.num_threads = threads;
+        set_options(o);
         compare(k, {x, w}, {n}, isa, {0, 0},
                 "perm " + std::to_string(A) + "x" + std::to_string(B) + "x" + std::to_string(C) + "x" +
-                    std::to_string(D) + " threads " + std::to_string(threads),
-                o);
+                    std::to_string(D) + " threads " + std::to_string(threads));
       }
+      set_options(saved);
     }
 }
 
