@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "gen.hpp"
+#include "reg_group.hpp"
 #include "ir/expr_util.hpp"
 
 namespace kfuse::detail::xb {
@@ -564,7 +565,9 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // per-vector prefetches are then a smaller share (add [256,256]: see README).
   const Dag dag = make_dag(roots, &inv, items, accs, nullptr, &recip);  // evaluated once per vector copy below
   const bool cheap = cheap_body(roots);
-  const int U = !accs.empty() ? unroll_for(accs) : p_.mode == Mode::Pointwise && cheap ? 4 : 1;
+  // Math-heavy bodies without accumulators take two vectors per iteration when interleaving
+  // them needs no spill (below); cheap pointwise bodies four, one after the other.
+  int U = !accs.empty() ? unroll_for(accs) : !cheap ? 2 : p_.mode == Mode::Pointwise ? 4 : 1;
   // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
   // prefetcher keeps up with cheap ones, which would only pay the extra instructions.
   const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise);
@@ -595,20 +598,56 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // Row loops too since session 9: in cache, 1 thread, 5 interleaved rounds, log_softmax
   // [512,512] 0.089 -> 0.066 ms, softmax 0.079 -> 0.062, softmax [4096,64] 0.118 -> 0.109 (AVX2
   // alike); long rows (log_softmax [256,4096], softmax [64,32000]) and out of cache: within noise.
-  if (!cheap) invariants_in_regs([&] { body(false, 0); });
+  // The U vectors of an unrolled iteration: interleaved (interleave()) when the body has math
+  // and that fits the registers, else one after the other.
+  bool wide = false;
+  Dag wdag;
+  auto group = [&] {
+    if (!wide) {
+      for (int j = 0; j < U; ++j) body(false, j);
+      return;
+    }
+    const int slots = nvslots_;
+    if (prefetch)
+      for (int j = 0; j < U; ++j) {
+        disp_ = j * VB;
+        prefetch_streams();
+      }
+    Eval ev;
+    ev.in_loop = true;
+    eval(wdag, ev);
+    nvslots_ = slots;
+    disp_ = 0;
+    if (!acc_sets_.empty()) use_acc_set(0);
+  };
+  if (U > 1 && !prev && (!cheap || !accs.empty())) {
+    // Without accumulators the widest of 4 and 2 copies that needs no spill; with them, the U
+    // sets pinned above. Math vectors one after the other gain nothing: U = 1 then.
+    const std::vector<int> widths = accs.empty() ? std::vector<int>{kMaxGroup, 2} : std::vector<int>{U};
+    for (int u : widths) {
+      U = u;
+      wdag = interleave(dag, U);
+      wide = true;
+      if (spill_free(group)) break;
+      wide = false;
+    }
+    if (!wide && accs.empty()) U = 1;
+    if (accs.empty()) pin_accs(accs, U);  // (U empty sets: body(masked, j) makes set j current)
+  }
+  if (!cheap) invariants_in_regs([&] { wide ? group() : body(false, 0); });
   if (static_range && p_.mode != Mode::Global && may_stream) {
     Label regular, done;  // a store phase of a row kernel: streaming per row, when aligned
     xor_(r14d, r14d);
     streaming_check(items, regular);
     stream_ = true;
-    static_loop(body, 1);
+    static_loop(body, 1, group);
     stream_ = false;
     jmp(done, T_NEAR);
     L(regular);
-    static_loop(body, U);
+    static_loop(body, U, group);
     L(done);
   } else if (static_range && p_.mode != Mode::Global) {
-    prev_row_variants(prev, [&] { static_loop(body, U); });
+    prev_row_variants(prev, [&] { static_loop(body, U, group); });
   } else {
     Label top, single, tail, done;
     mov(r14, qword[rdi + frame_off::lo]);
@@ -634,7 +673,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
       lea(rax, ptr[r14 + U * W]);
       cmp(rax, r15);
       jg(single, T_NEAR);
-      for (int j = 0; j < U; ++j) body(false, j);
+      group();
       add(r14, U * W);
       cascade_fold();
       jmp(top, T_NEAR);
@@ -717,19 +756,24 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
   }
 }
 
-// Static reduce loop (row kernels): n = reduce_n vectors, unrolled U times, masked tail.
+// Static reduce loop (row kernels): n = reduce_n vectors, unrolled U times (group() emits the U
+// vectors of one iteration; with U = 1 body(false, 0) does), masked tail.
 template <class Vmm>
-template <class Body>
-void Gen<Vmm>::static_loop(const Body& body, int U) {
+template <class Body, class Group>
+void Gen<Vmm>::static_loop(const Body& body, int U, const Group& group) {
   const int64_t n = p_.reduce_n, nfull = n / W, rem = n % W;
   const int64_t iters = nfull / U;  // unrolled iterations, then nfull % U single vectors
+  auto unrolled = [&] {
+    if (U == 1) body(false, 0);
+    else group();
+  };
   xor_(r14d, r14d);
   if (iters == 1) {
-    for (int j = 0; j < U; ++j) body(false, j);
+    unrolled();
   } else if (iters > 1) {
     Label top;
     L(top);
-    for (int j = 0; j < U; ++j) body(false, j);
+    unrolled();
     add(r14, U * W);
     cascade_fold();
     cmp(r14, static_cast<int>(iters * U * W));

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "gen.hpp"
+#include "reg_group.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -44,8 +45,32 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
     return p;
   };
   for (const auto* r : roots) visit(r, visit);
+  link(g, args);
+  const int n = static_cast<int>(g.nodes.size());
+  // root actions, grouped per node in the order of `items` / `accs`
+  for (int p = 0; p < n; ++p) {
+    auto& node = g.nodes[p];
+    if (to_slot)
+      if (auto it = to_slot->find(node.e); it != to_slot->end()) node.to_slot = it->second;
+    node.st0 = static_cast<int>(g.stores.size());
+    for (const auto& it : items)
+      if (it.store->value.get() == node.e) g.stores.push_back(&it);
+    node.nst = static_cast<int>(g.stores.size()) - node.st0;
+    node.acc0 = static_cast<int>(g.accs.size());
+    for (int a : accs)
+      if (k_.accs[a].value.get() == node.e) g.accs.push_back(a);
+    node.nacc = static_cast<int>(g.accs.size()) - node.acc0;
+  }
+  return g;
+}
+
+// Fills the operand and use lists of g's nodes (positions) from args (per node, its operands).
+template <class Vmm>
+void Gen<Vmm>::link(Dag& g, const std::vector<std::vector<int>>& args) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<std::vector<int>> uses(n);
+  g.args.clear();
+  g.uses.clear();
   for (int p = 0; p < n; ++p) {
     auto& node = g.nodes[p];
     node.arg0 = static_cast<int>(g.args.size());
@@ -62,21 +87,6 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
     node.last = uses[p].empty() ? p : uses[p].back();
     g.uses.insert(g.uses.end(), uses[p].begin(), uses[p].end());
   }
-  // root actions, grouped per node in the order of `items` / `accs`
-  for (int p = 0; p < n; ++p) {
-    auto& node = g.nodes[p];
-    if (to_slot)
-      if (auto it = to_slot->find(node.e); it != to_slot->end()) node.to_slot = it->second;
-    node.st0 = static_cast<int>(g.stores.size());
-    for (const auto& it : items)
-      if (it.store->value.get() == node.e) g.stores.push_back(&it);
-    node.nst = static_cast<int>(g.stores.size()) - node.st0;
-    node.acc0 = static_cast<int>(g.accs.size());
-    for (int a : accs)
-      if (k_.accs[a].value.get() == node.e) g.accs.push_back(a);
-    node.nacc = static_cast<int>(g.accs.size()) - node.acc0;
-  }
-  return g;
 }
 
 // Register allocation of one DAG evaluation: operands are loaded into registers (reloaded from
@@ -133,6 +143,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
     const int vp = owner[victim];
     if (slot[vp] < 0) {
       slot[vp] = new_vslot();
+      ++spills_;
       vmovups(ptr[rsp + vslot_off(slot[vp])], Vmm(victim));
     }
     reg[vp] = -1;
@@ -140,9 +151,93 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
     return victim;
   };
 
+  // The register of node a as an operand at position i (reloaded if spilled), kept busy.
+  auto operand = [&](int a, int i) {
+    int r = reg[a];
+    if (r < 0) {
+      r = alloc(i);
+      vmovups(Vmm(r), ptr[rsp + vslot_off(slot[a])]);
+      reg[a] = r;
+      owner[r] = a;
+    }
+    busy |= 1u << r;
+    return r;
+  };
+  // An interleaved copy's vector and accumulator set (interleave()).
+  auto enter = [&](const typename Dag::Node& node) {
+    if (node.copy < 0) return;
+    disp_ = node.copy * VB;
+    if (node.nacc) use_acc_set(node.copy);
+  };
+  // The copies i .. i + k - 1 of one math function (interleave() puts them side by side): their
+  // operands, destinations and scratch registers all at once, then emit_math_group.
+  auto math_run = [&](int i, int k) {
+    busy = 0;
+    int opr[kMaxGroup], dst[kMaxGroup];
+    for (int c = 0; c < k; ++c) opr[c] = operand(g.args[g.nodes[i + c].arg0], i);
+    // A copy's own operand, last used here, becomes its destination (the function works in
+    // place); every other destination is a free register, so no copy's first instruction
+    // overwrites another copy's operand.
+    for (int c = 0; c < k; ++c) {
+      const int a = g.args[g.nodes[i + c].arg0];
+      dst[c] = -1;
+      if (g.nodes[a].last <= i + k - 1 && g.nodes[a].copy == c && reg[a] >= 0) {
+        dst[c] = reg[a];
+        owner[reg[a]] = -1;
+        reg[a] = -1;
+      }
+    }
+    for (int c = 0; c < k; ++c)
+      if (dst[c] < 0) {
+        dst[c] = alloc(i);
+        busy |= 1u << dst[c];
+      }
+    const int ns = scratch_count(g.nodes[i].e);
+    Vmm scr[kMaxGroup * 8];
+    for (int s = 0; s < k * ns; ++s) {
+      const int r = alloc(i);
+      scr[s] = Vmm(r);
+      busy |= 1u << r;
+    }
+    Vmm d[kMaxGroup];
+    for (int c = 0; c < k; ++c) {
+      d[c] = Vmm(dst[c]);
+      if (dst[c] != opr[c]) vmovups(d[c], Vmm(opr[c]));
+    }
+    emit_math_group(g.nodes[i].e, d, k, scr);
+    for (int c = 0; c < k; ++c) {  // operands not taken as destinations, last used here
+      const int a = g.args[g.nodes[i + c].arg0];
+      if (g.nodes[a].last <= i + k - 1 && reg[a] >= 0) {
+        owner[reg[a]] = -1;
+        reg[a] = -1;
+      }
+    }
+    for (int c = 0; c < k; ++c) {
+      const auto& node = g.nodes[i + c];
+      reg[i + c] = dst[c];
+      owner[dst[c]] = i + c;
+      enter(node);
+      root_actions(g, node, d[c], ev);
+      if (node.last <= i + c) {
+        owner[dst[c]] = -1;
+        reg[i + c] = -1;
+      }
+    }
+  };
+
   for (int i = 0; i < n; ++i) {
     const auto& node = g.nodes[i];
     const int* args = g.args.data() + node.arg0;
+    if (node.copy == 0 && !node.leaf && node.recip < 0 && math_group_op(node.e)) {
+      int k = 1;
+      while (k < kMaxGroup && i + k < n && g.nodes[i + k].e == node.e && g.nodes[i + k].copy == k) ++k;
+      if (k > 1) {
+        math_run(i, k);
+        i += k - 1;
+        continue;
+      }
+    }
+    enter(node);
     // An invariant the loop keeps in a register (invariants_in_regs) is used from there: pinned,
     // so never a destination, a scratch or a spill victim. (Roots are copied: a store or an
     // accumulation may take its register as the value to change.)
@@ -154,18 +249,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
     }
     busy = 0;
     int opr[3];
-    for (int j = 0; j < node.nargs; ++j) {
-      const int a = args[j];
-      int r = reg[a];
-      if (r < 0) {
-        r = alloc(i);
-        vmovups(Vmm(r), ptr[rsp + vslot_off(slot[a])]);
-        reg[a] = r;
-        owner[r] = a;
-      }
-      opr[j] = r;
-      busy |= 1u << r;
-    }
+    for (int j = 0; j < node.nargs; ++j) opr[j] = operand(args[j], i);
     // operands whose last use is here may be reused as the destination (not as scratch)
     for (int j = 0; j < node.nargs; ++j) {
       const int a = args[j];
@@ -479,6 +563,7 @@ void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm
       const std::vector<PhaseItem>&, const std::vector<int>&, const std::unordered_map<const ir::Expr*, int>*, \
       const std::unordered_map<const ir::Expr*, int>*) const;                                                  \
   template void Gen<V>::eval(const Dag&, const Eval&);                                                         \
+  template void Gen<V>::link(Dag&, const std::vector<std::vector<int>>&);                                      \
   template void Gen<V>::emit_leaf(const typename Dag::Node&, const V&, const Eval&);                           \
   template bool Gen<V>::sum_of_exps_at_max(const ir::Expr*) const;
 KFUSE_XB_EVAL_ENTRY_POINTS(Xbyak::Zmm)

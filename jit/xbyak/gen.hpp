@@ -1,13 +1,15 @@
 // xbyak backend: the code generator class, private to jit/xbyak/ (includes xbyak).
 //
 // Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
-// here because its members are defined in five files:
+// here because its members are defined in several files:
 //   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
 //                arithmetic, stream pointers, stack slots, constants, the pointwise/row/global
 //                phase loops, streaming stores, prefetch;
 //   accumulators.cpp  accumulator registers: identities, folds, unrolled sets, horizontal sums;
 //   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
 //                spilling), instruction selection per op (the math injectors);
+//   interleave.cpp  U copies of a loop body interleaved node by node, and their math functions
+//                emitted instruction by instruction over register groups (AVX2);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
 //                reduce index unrolled; gathers/scatters, stack tiles and their transposes;
 //   online.cpp   online softmax (Plan::online: max and exp-sum in one loop) and pipelined rows
@@ -104,6 +106,7 @@ class Gen : public Xbyak::CodeGenerator {
       int st0 = 0, nst = 0;     // stores of this value: stores[st0 .. st0 + nst)
       int acc0 = 0, nacc = 0;   // accumulators fed by it: accs[acc0 .. acc0 + nacc)
       int recip = -1;           // x / s as x * (1/s): the slot holding 1/s (s is then not an operand)
+      int copy = -1;            // interleave(): the vector copy it belongs to (-1: shared, or not interleaved)
     };
     std::vector<Node> nodes;
     std::vector<int> args, uses, accs;
@@ -162,7 +165,12 @@ class Gen : public Xbyak::CodeGenerator {
                const std::vector<PhaseItem>& items, const std::vector<int>& accs,
                const std::unordered_map<const ir::Expr*, int>* to_slot = nullptr,
                const std::unordered_map<const ir::Expr*, int>* recip = nullptr) const;
+  static void link(Dag& g, const std::vector<std::vector<int>>& args);
+  Dag interleave(const Dag& g, int U) const;
+  bool math_group_op(const ir::Expr* e) const;
+  void emit_math_group(const ir::Expr* e, const Vmm* d, int n, const Vmm* scr);
   void eval(const Dag& g, const Eval& ev);
+  int spills_ = 0;                     // values eval has spilled to a stack slot (spill_free counts them)
   std::vector<int> ev_reg_, ev_slot_;  // eval's per-node register and spill slot (kept: no allocation per call)
   std::unordered_map<const ir::Expr*, int> hoist_invariants(const std::vector<const ir::Expr*>& roots, bool lanes,
                                                             std::unordered_map<const ir::Expr*, int>* recip = nullptr);
@@ -209,6 +217,7 @@ class Gen : public Xbyak::CodeGenerator {
   void cascade_end();
   bool cheap_body(const std::vector<const ir::Expr*>& roots) const;
   void invariants_in_regs(const std::function<void()>& body, int busy_below = 0);
+  bool spill_free(const std::function<void()>& body);
   int unroll_for(const std::vector<int>& accs) const;
   void loop_phase(const std::vector<PhaseItem>& items, const std::vector<int>& accs, bool static_range,
                   const std::vector<PhaseItem>* prev = nullptr);
@@ -218,8 +227,8 @@ class Gen : public Xbyak::CodeGenerator {
   void row_phases(size_t end);
   void prefetch_streams(bool along_row = false);
   std::vector<int> contiguous_load_streams() const;
-  template <class Body>
-  void static_loop(const Body& body, int U);
+  template <class Body, class Group>
+  void static_loop(const Body& body, int U, const Group& group);
   bool streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const;
   void streaming_check(const std::vector<PhaseItem>& items, Label& regular);
   void set_mask_rax();                           // tail mask for rax (1..W-1) remaining lanes

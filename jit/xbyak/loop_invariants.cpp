@@ -126,16 +126,40 @@ void Gen<Vmm>::invariants_in_regs(const std::function<void()>& body, int busy_be
   iuse_.clear();
 }
 
-#define KFUSE_XB_INV_MEMBERS(V)                                         \
-  template int Gen<V>::inv_reg(uint64_t);                               \
-  template typename Gen<V>::Cst Gen<V>::cstu(uint32_t);                 \
-  template typename Gen<V>::Cst Gen<V>::cst(float);                     \
-  template typename Gen<V>::Cst Gen<V>::const_operand(const ir::Expr*); \
-  template int Gen<V>::acc_index(const ir::Expr*) const;                \
-  template int Gen<V>::acc_reg(int);                                    \
-  template void Gen<V>::acc_broadcast(const V&, int);                   \
-  template typename Gen<V>::Cst Gen<V>::slot_operand(int);              \
-  template void Gen<V>::invariants_in_regs(const std::function<void()>&, int);
+// Whether `body` evaluates without spilling a value to a stack slot: a dry run, as above, whose
+// bytes are taken back (loop_phase asks it of an interleaved body before choosing it). Running
+// out of registers (an operation's operands, result and scratch do not fit) is a no too.
+template <class Vmm>
+bool Gen<Vmm>::spill_free(const std::function<void()>& body) {
+  const size_t at = getSize();
+  const int slots = nvslots_, top = max_reg_, spills = spills_;
+  bool ok = true;
+  dry_ = true;
+  try {
+    body();
+  } catch (const DeclineError&) { ok = false; }
+  dry_ = false;
+  ok = ok && spills_ == spills;
+  setSize(at);
+  nvslots_ = slots;
+  max_reg_ = top;
+  disp_ = 0;
+  if (!acc_sets_.empty()) use_acc_set(0);
+  iuse_.clear();
+  return ok;
+}
+
+#define KFUSE_XB_INV_MEMBERS(V)                                                \
+  template int Gen<V>::inv_reg(uint64_t);                                      \
+  template typename Gen<V>::Cst Gen<V>::cstu(uint32_t);                        \
+  template typename Gen<V>::Cst Gen<V>::cst(float);                            \
+  template typename Gen<V>::Cst Gen<V>::const_operand(const ir::Expr*);        \
+  template int Gen<V>::acc_index(const ir::Expr*) const;                       \
+  template int Gen<V>::acc_reg(int);                                           \
+  template void Gen<V>::acc_broadcast(const V&, int);                          \
+  template typename Gen<V>::Cst Gen<V>::slot_operand(int);                     \
+  template void Gen<V>::invariants_in_regs(const std::function<void()>&, int); \
+  template bool Gen<V>::spill_free(const std::function<void()>&);
 KFUSE_XB_INV_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_INV_MEMBERS(Xbyak::Ymm)
 #undef KFUSE_XB_INV_MEMBERS
