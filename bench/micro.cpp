@@ -113,6 +113,26 @@ TEST_CASE("log_softmax [4096,10]", "[!benchmark][log_softmax]") {
   }
 }
 
+// Math functions in cache (256 KiB in, 256 KiB out): compute bound, the interleaved copies of
+// the xbyak injectors (docs/xbyak-backend.md) are what these measure.
+TEST_CASE("math in cache [64,1024]", "[!benchmark][math]") {
+  auto a = ramp(64 * 1024, -3, 3), b = ramp(64 * 1024, -1, 2), c = ramp(64 * 1024, -2, 2);
+  const kfuse::Shape s{64, 1024};
+  auto ta = kfuse::Tensor::borrow(a.data(), s), tb = kfuse::Tensor::borrow(b.data(), s);
+  auto tc = kfuse::Tensor::borrow(c.data(), s);
+  auto chain = [&] { return kfuse::tanh(ta * 0.5 + tb) * kfuse::sigmoid(tc) - kfuse::exp(-ta * ta); };
+  check_close(chain());
+  auto run = [](kfuse::Tensor y) {
+    y.eval();
+    return y.data();
+  };
+  BENCHMARK("exp [64,1024]") { return run(kfuse::exp(ta)); };
+  BENCHMARK("gelu_tanh [64,1024]") { return run(kfuse::gelu(ta, true)); };
+  BENCHMARK("gelu (erf) [64,1024]") { return run(kfuse::gelu(ta, false)); };
+  BENCHMARK("silu [64,1024]") { return run(kfuse::silu(ta)); };
+  BENCHMARK("tanh(a*0.5+b)*sigmoid(c)-exp(-a*a) [64,1024]") { return run(chain()); };
+}
+
 TEST_CASE("element-wise 64K", "[!benchmark][elementwise]") {
   auto a = ramp(1 << 16, -3, 3), b = ramp(1 << 16, -1, 2), c = ramp(1 << 16, 0, 1);
   {

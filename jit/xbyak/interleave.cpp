@@ -23,7 +23,7 @@ typename Gen<Vmm>::Dag Gen<Vmm>::interleave(const Dag& g, int U) const {
   w.stores = g.stores;
   w.accs = g.accs;
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> at(n);         // position of node p's copy 0 (its only one when shared)
+  std::vector<int> at(n);  // position of node p's copy 0 (its only one when shared)
   std::vector<char> shared(n, 0);
   std::vector<std::vector<int>> args;
   for (int p = 0; p < n; ++p) {
@@ -47,7 +47,6 @@ typename Gen<Vmm>::Dag Gen<Vmm>::interleave(const Dag& g, int U) const {
   link(w, args);
   return w;
 }
-
 
 // Whether eval emits the copies of e as one group (emit_math_group): the unary functions the
 // injectors compute in many dependent steps. AVX2 only (see reg_group.hpp).
@@ -107,9 +106,9 @@ void Gen<Vmm>::emit_math_group(const ir::Expr* e, const Vmm* d, int n, const Vmm
   }
 }
 
-#define KFUSE_XB_INTERLEAVE_MEMBERS(V)                                      \
+#define KFUSE_XB_INTERLEAVE_MEMBERS(V)                                     \
   template typename Gen<V>::Dag Gen<V>::interleave(const Dag&, int) const; \
-  template bool Gen<V>::math_group_op(const ir::Expr*) const;               \
+  template bool Gen<V>::math_group_op(const ir::Expr*) const;              \
   template void Gen<V>::emit_math_group(const ir::Expr*, const V*, int, const V*);
 KFUSE_XB_INTERLEAVE_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_INTERLEAVE_MEMBERS(Xbyak::Ymm)

@@ -38,10 +38,10 @@ struct GroupHost {
     for (int j = 0; j < n; ++j) h.select(pick(a, j)...);
   }
 
-#define KFUSE_XB_GROUP_OP(name)                         \
-  template <class... A>                                 \
-  void name(const A&... a) {                            \
-    for (int j = 0; j < n; ++j) h.name(pick(a, j)...);  \
+#define KFUSE_XB_GROUP_OP(name)                        \
+  template <class... A>                                \
+  void name(const A&... a) {                           \
+    for (int j = 0; j < n; ++j) h.name(pick(a, j)...); \
   }
   KFUSE_XB_GROUP_OP(vmovups)
   KFUSE_XB_GROUP_OP(vmovaps)
