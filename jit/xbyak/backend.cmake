@@ -8,6 +8,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/interleave.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/index_eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp

@@ -99,9 +99,11 @@ const std::vector<Reg64>& Gen<Vmm>::ptr_pool() {
   return p;
 }
 
+// The registers a row's index arithmetic may use besides r8, which receives its value (the
+// stream pointers are in their stack slots then).
 template <class Vmm>
 const std::vector<Reg64>& Gen<Vmm>::ieval_pool() {
-  static const std::vector<Reg64> p = {r8, r9, r10, r11, rsi, rbx, rcx};
+  static const std::vector<Reg64> p = {r9, r10, r11, rsi, rbx, rcx};
   return p;
 }
 
@@ -169,7 +171,7 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
   const std::vector<ExprRef> steps = ways ? std::vector<ExprRef>{} : row_steps();
   for (size_t b = 0; b < steps.size(); ++b) {
     if (!steps[b] || ir::is_const(steps[b], 0)) continue;
-    ieval(steps[b], 0);
+    ieval(steps[b].get(), r8, ieval_pool());
     shl(r8, 2);
     mov(qword[rsp + step_slot(b)], r8);
   }
@@ -260,50 +262,13 @@ void Gen<Vmm>::next_cursor() {
   L(one);
 }
 
-// i64 index expression -> ieval_pool()[depth]
-template <class Vmm>
-void Gen<Vmm>::ieval(const ExprRef& e, size_t depth) {
-  if (depth >= ieval_pool().size()) throw DeclineError("xbyak: index expression too deep");
-  const Reg64& r = ieval_pool()[depth];
-  switch (e->kind) {
-    case ExprKind::Const: mov(r, static_cast<int64_t>(e->value)); return;
-    case ExprKind::Param:
-      mov(rax, qword[rdi + frame_off::params]);
-      mov(r, qword[rax + 8 * e->index]);
-      return;
-    case ExprKind::Var:
-      if (e->space != ir::Space::Outer || e->index >= p_.row_dims)
-        throw DeclineError("xbyak: internal: inner var in base");
-      mov(r, qword[rdi + frame_off::idx + 8 * e->index]);
-      return;
-    case ExprKind::IDiv:
-    case ExprKind::IMod:
-      ieval(e->args[0], depth);
-      ieval(e->args[1], depth + 1);
-      mov(rax, r);
-      cqo();
-      idiv(ieval_pool()[depth + 1]);
-      mov(r, e->kind == ExprKind::IDiv ? rax : rdx);
-      return;
-    case ExprKind::Op:
-      ieval(e->args[0], depth);
-      ieval(e->args[1], depth + 1);
-      if (e->op == Op::Add) add(r, ieval_pool()[depth + 1]);
-      else if (e->op == Op::Sub) sub(r, ieval_pool()[depth + 1]);
-      else if (e->op == Op::Mul) imul(r, ieval_pool()[depth + 1]);
-      else throw DeclineError("xbyak: index op not supported");
-      return;
-    default: throw DeclineError("xbyak: index expression not supported");
-  }
-}
-
 template <class Vmm>
 void Gen<Vmm>::compute_addrs() {
   for (size_t b = 0; b < p_.bases.size(); ++b) {
     bool used = false;
     for (const auto& a : p_.addrs) used |= a.base == static_cast<int>(b);
     if (!used) continue;
-    ieval(p_.bases[b], 0);
+    ieval(p_.bases[b].get(), r8, ieval_pool());
     for (size_t a = 0; a < p_.addrs.size(); ++a) {
       if (p_.addrs[a].base != static_cast<int>(b)) continue;
       mov(rax, qword[rdi + frame_off::bufs]);

@@ -8,6 +8,7 @@
 //   accumulators.cpp  accumulator registers: identities, folds, unrolled sets, horizontal sums;
 //   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
 //                spilling), instruction selection per op (the math injectors);
+//   index_eval.cpp  integer index arithmetic in general registers (rows and segments);
 //   interleave.cpp  U copies of a loop body interleaved node by node, and their math functions
 //                emitted instruction by instruction over register groups (AVX2);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
@@ -191,7 +192,7 @@ class Gen : public Xbyak::CodeGenerator {
   void epilogue();
   void row_loop(const std::function<void()>& body);
   void next_cursor();
-  void ieval(const ExprRef& e, size_t depth);
+  void ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f);  // index_eval.cpp
   void phase(size_t ph, bool static_range);
   void emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev);
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
@@ -253,7 +254,6 @@ class Gen : public Xbyak::CodeGenerator {
   bool seg_row_leaf(const ir::Expr* e) const;
   // internals
   const std::vector<Reg64>& seg_pool();
-  void seval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f);
   void seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f);
   void seg_broadcast(const ir::Expr* e, const Vmm& d);
   void seg_prefetch(int nv);

@@ -43,138 +43,18 @@ bool Gen<Vmm>::seg_row_leaf(const ir::Expr* e) const {
   return it != p_.segment->leaves.end() && it->second.row;
 }
 
-// Integer expression e (uniform) into d; `f` are the registers it may use besides d.
-template <class Vmm>
-void Gen<Vmm>::seval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
-  if (seg_use_cse_)
-    if (auto it = seg_cse_.find(e); it != seg_cse_.end()) {
-      mov(d, qword[rsp + it->second]);
-      return;
-    }
-  auto take = [&]() {
-    if (f.empty()) throw DeclineError("xbyak: segment kernel: index arithmetic needs more registers than are free");
-    Reg64 r = f.front();
-    f.erase(f.begin());
-    return r;
-  };
-  auto small = [](const ir::Expr* x) {
-    return x->kind == ExprKind::Const && x->value >= -2147483648.0 && x->value <= 2147483647.0;
-  };
-  switch (e->kind) {
-    case ExprKind::Const: mov(d, static_cast<int64_t>(e->value)); return;
-    case ExprKind::Param:
-      mov(d, qword[rdi + frame_off::params]);
-      mov(d, qword[d + 8 * e->index]);
-      return;
-    case ExprKind::Var:
-      if (e->space == ir::Space::Reduce) {
-        mov(d, seg_r0_);
-        return;
-      }
-      mov(d, qword[rdi + frame_off::idx + 8 * e->index]);
-      if (seg_next_ && e->index == p_.row_dims - 1) inc(d);
-      return;
-    case ExprKind::Acc: mov(d, qword[rsp + seg_acc_q_.at(e->index)]); return;
-    case ExprKind::Load: {
-      const bool i64 = k_.buffers[static_cast<size_t>(e->index)].dtype == DType::I64;
-      seval(e->args[0].get(), d, f);
-      const Reg64 t = take();
-      Label zero, done;
-      if (e->args.size() > 1) {  // masked: no access when the mask is false
-        seval(e->args[1].get(), t, f);
-        test(t, t);
-        jz(zero, T_NEAR);
-      }
-      mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
-      if (i64) mov(d, qword[t + d * 8]);
-      else movsxd(d, dword[t + d * 4]);
-      if (e->args.size() > 1) {
-        jmp(done, T_NEAR);
-        L(zero);
-        xor_(d.cvt32(), d.cvt32());
-        L(done);
-      }
-      return;
-    }
-    case ExprKind::Op: break;
-    default: throw DeclineError("xbyak: segment kernel: internal: index expression");
-  }
-  const ir::Expr* a0 = e->args[0].get();
-  seval(a0, d, f);
-  switch (e->op) {
-    case Op::Not: xor_(d, 1); return;
-    case Op::Cast:
-      if (e->dtype == DType::Bool) {
-        test(d, d);
-        setne(d.cvt8());
-        movzx(d.cvt32(), d.cvt8());
-      } else if (e->dtype == DType::I32 && a0->dtype == DType::I64) {
-        movsxd(d, d.cvt32());
-      }
-      return;
-    case Op::Where: {
-      const Reg64 t1 = take(), t2 = take();  // (f no longer holds them: both stay live)
-      seval(e->args[1].get(), t1, f);
-      seval(e->args[2].get(), t2, f);
-      test(d, d);
-      cmovnz(t2, t1);
-      mov(d, t2);
-      return;
-    }
-    default: break;
-  }
-  const ir::Expr* a1 = e->args[1].get();
-  const bool imm = small(a1) && (e->op == Op::Add || e->op == Op::Sub || e->op == Op::Mul);
-  if (imm) {
-    const auto v = static_cast<int32_t>(a1->value);
-    if (e->op == Op::Add) add(d, v);
-    else if (e->op == Op::Sub) sub(d, v);
-    else imul(d, d, v);
-    return;
-  }
-  const Reg64 t = take();
-  seval(a1, t, f);
-  auto setcc = [&](void (Xbyak::CodeGenerator::*set)(const Xbyak::Operand&)) {
-    cmp(d, t);
-    (this->*set)(d.cvt8());
-    movzx(d.cvt32(), d.cvt8());
-  };
-  switch (e->op) {
-    case Op::Add: add(d, t); return;
-    case Op::Sub: sub(d, t); return;
-    case Op::Mul: imul(d, t); return;
-    case Op::And: and_(d, t); return;
-    case Op::Or: or_(d, t); return;
-    case Op::Minimum:
-      cmp(d, t);
-      cmovg(d, t);
-      return;
-    case Op::Maximum:
-      cmp(d, t);
-      cmovl(d, t);
-      return;
-    case Op::Eq: setcc(&Xbyak::CodeGenerator::sete); return;
-    case Op::Ne: setcc(&Xbyak::CodeGenerator::setne); return;
-    case Op::Lt: setcc(&Xbyak::CodeGenerator::setl); return;
-    case Op::Le: setcc(&Xbyak::CodeGenerator::setle); return;
-    case Op::Gt: setcc(&Xbyak::CodeGenerator::setg); return;
-    case Op::Ge: setcc(&Xbyak::CodeGenerator::setge); return;
-    default: throw DeclineError(std::string("xbyak: segment kernel: index op ") + op_name(e->op));
-  }
-}
-
 // d = the broadcast of a scalar leaf (a uniform bool as all-ones/zero lanes, or cast.f32 of a
 // uniform integer), computed with the registers `f`.
 template <class Vmm>
 void Gen<Vmm>::seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f) {
   const Xbyak::Xmm x(d.getIdx());
   if (e->dtype == DType::Bool) {
-    seval(e, rax, f);
+    ieval(e, rax, f);
     neg(eax);
     vmovd(x, eax);
     vpbroadcastd(d, x);
   } else {
-    seval(e->args[0].get(), rax, f);
+    ieval(e->args[0].get(), rax, f);
     vcvtsi2ss(x, x, rax);
     vbroadcastss(d, x);
   }
@@ -311,7 +191,7 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   for (const auto& p : sp.ptrs) {
     if (!p.row) continue;
     const int esz = static_cast<int>(dtype_size(p.dtype)), bytes = nv * W * esz;
-    seval(p.base.get(), rdx, seg_pool());
+    ieval(p.base.get(), rdx, seg_pool());
     mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
     lea(rdx, ptr[rbx + rdx * esz]);
     lea(rdx, ptr[rdx + r14 * esz]);
@@ -351,19 +231,19 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   std::vector<Reg64> all = seg_pool();
   all.push_back(rdx);
   for (size_t i = 0; i < sp.shared.size(); ++i) {
-    seval(sp.shared[i], rax, all);
+    ieval(sp.shared[i], rax, all);
     mov(qword[rsp + seg_shared_q_[i]], rax);
     seg_cse_[sp.shared[i]] = seg_shared_q_[i];
   }
   for (int a : sp.int_accs) {
-    seval(k_.accs[static_cast<size_t>(a)].value.get(), rax, all);
+    ieval(k_.accs[static_cast<size_t>(a)].value.get(), rax, all);
     add(qword[rsp + seg_acc_q_.at(a)], rax);
   }
   for (size_t j = 0; j < sp.ptrs.size(); ++j) {
     std::vector<Reg64> f = {rax, rdx};
     f.insert(f.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(j) + 1, seg_pool().end());
     const Reg64 r = seg_pool()[j];
-    seval(sp.ptrs[j].base.get(), r, f);
+    ieval(sp.ptrs[j].base.get(), r, f);
     mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
     lea(r, ptr[rax + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
   }
@@ -514,9 +394,9 @@ void Gen<Vmm>::segment_loop() {
     std::vector<Reg64> f = seg_pool();
     f.push_back(rdx);
     f.push_back(rcx);
-    seval(k_.reduce_begin.get(), rax, f);
+    ieval(k_.reduce_begin.get(), rax, f);
     mov(qword[rsp + seg_lo_q_], rax);
-    seval(k_.reduce_end.get(), rax, f);
+    ieval(k_.reduce_end.get(), rax, f);
     mov(qword[rsp + seg_hi_q_], rax);
     if (sp.next_bag_prefetch) {  // the next bag's range (empty after the last bag)
       Label none, done;
@@ -526,9 +406,9 @@ void Gen<Vmm>::segment_loop() {
       cmp(rax, qword[rdi + frame_off::ext + 8 * d]);
       jge(none, T_NEAR);
       seg_next_ = true;
-      seval(k_.reduce_begin.get(), rax, f);
+      ieval(k_.reduce_begin.get(), rax, f);
       mov(qword[rsp + seg_nlo_q_], rax);
-      seval(k_.reduce_end.get(), rax, f);
+      ieval(k_.reduce_end.get(), rax, f);
       mov(qword[rsp + seg_nhi_q_], rax);
       seg_next_ = false;
       jmp(done, T_NEAR);

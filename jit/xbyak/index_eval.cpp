@@ -1,0 +1,167 @@
+// xbyak backend: integer index arithmetic in general registers, the Gen member (gen.hpp) that
+// every strategy uses for the values it computes once per row or per id: a row's stream bases and
+// steps (emitter.cpp), a segment kernel's bag bounds, row ids, row pointers and shared values
+// (segment.cpp: those add the id position, accumulators and index loads as leaves).
+#include "gen.hpp"
+#include "segment.hpp"
+
+namespace kfuse::detail::xb {
+
+// Integer expression e into d; `f` are the registers it may use besides d (not rax or rdx when
+// e divides: idiv takes them).
+template <class Vmm>
+void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
+  if (seg_use_cse_)
+    if (auto it = seg_cse_.find(e); it != seg_cse_.end()) {
+      mov(d, qword[rsp + it->second]);
+      return;
+    }
+  auto take = [&]() {
+    if (f.empty()) throw DeclineError("xbyak: index arithmetic needs more registers than are free");
+    Reg64 r = f.front();
+    f.erase(f.begin());
+    return r;
+  };
+  auto small = [](const ir::Expr* x) {
+    return x->kind == ExprKind::Const && x->value >= -2147483648.0 && x->value <= 2147483647.0;
+  };
+  switch (e->kind) {
+    case ExprKind::Const: mov(d, static_cast<int64_t>(e->value)); return;
+    case ExprKind::Param:
+      mov(d, qword[rdi + frame_off::params]);
+      mov(d, qword[d + 8 * e->index]);
+      return;
+    case ExprKind::Var:
+      if (e->space == ir::Space::Reduce && p_.segment) {  // a segment kernel's id position
+        mov(d, seg_r0_);
+        return;
+      }
+      if (e->space != ir::Space::Outer || e->index >= p_.row_dims)
+        throw DeclineError("xbyak: internal: inner var in a row's index");
+      mov(d, qword[rdi + frame_off::idx + 8 * e->index]);
+      if (seg_next_ && e->index == p_.row_dims - 1) inc(d);
+      return;
+    case ExprKind::IDiv:
+    case ExprKind::IMod: {
+      const Reg64 t = take();
+      if (t.getIdx() == rax.getIdx() || t.getIdx() == rdx.getIdx())
+        throw DeclineError("xbyak: internal: a division's divisor in rax/rdx");
+      ieval(e->args[0].get(), d, f);
+      ieval(e->args[1].get(), t, f);
+      // idiv takes rax and rdx, which may hold an enclosing expression's value (segment
+      // kernels evaluate into rax): kept across it, on the stack (nothing between the push
+      // and the pop addresses rsp).
+      const bool keep_rax = d.getIdx() != rax.getIdx(), keep_rdx = d.getIdx() != rdx.getIdx();
+      if (keep_rax) push(rax);
+      if (keep_rdx) push(rdx);
+      mov(rax, d);
+      cqo();
+      idiv(t);
+      mov(d, e->kind == ExprKind::IDiv ? rax : rdx);
+      if (keep_rdx) pop(rdx);
+      if (keep_rax) pop(rax);
+      return;
+    }
+    case ExprKind::Acc:
+    case ExprKind::Load:
+      if (!p_.segment) throw DeclineError("xbyak: internal: an accumulator or a load in a row's index");
+      break;
+    case ExprKind::Op: break;
+    default: throw DeclineError("xbyak: internal: index expression");
+  }
+  switch (e->kind) {
+    case ExprKind::Acc: mov(d, qword[rsp + seg_acc_q_.at(e->index)]); return;
+    case ExprKind::Load: {
+      const bool i64 = k_.buffers[static_cast<size_t>(e->index)].dtype == DType::I64;
+      ieval(e->args[0].get(), d, f);
+      const Reg64 t = take();
+      Label zero, done;
+      if (e->args.size() > 1) {  // masked: no access when the mask is false
+        ieval(e->args[1].get(), t, f);
+        test(t, t);
+        jz(zero, T_NEAR);
+      }
+      mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
+      if (i64) mov(d, qword[t + d * 8]);
+      else movsxd(d, dword[t + d * 4]);
+      if (e->args.size() > 1) {
+        jmp(done, T_NEAR);
+        L(zero);
+        xor_(d.cvt32(), d.cvt32());
+        L(done);
+      }
+      return;
+    }
+    default: break;
+  }
+  const ir::Expr* a0 = e->args[0].get();
+  ieval(a0, d, f);
+  switch (e->op) {
+    case Op::Not: xor_(d, 1); return;
+    case Op::Cast:
+      if (e->dtype == DType::Bool) {
+        test(d, d);
+        setne(d.cvt8());
+        movzx(d.cvt32(), d.cvt8());
+      } else if (e->dtype == DType::I32 && a0->dtype == DType::I64) {
+        movsxd(d, d.cvt32());
+      }
+      return;
+    case Op::Where: {
+      const Reg64 t1 = take(), t2 = take();  // (f no longer holds them: both stay live)
+      ieval(e->args[1].get(), t1, f);
+      ieval(e->args[2].get(), t2, f);
+      test(d, d);
+      cmovnz(t2, t1);
+      mov(d, t2);
+      return;
+    }
+    default: break;
+  }
+  const ir::Expr* a1 = e->args[1].get();
+  const bool imm = small(a1) && (e->op == Op::Add || e->op == Op::Sub || e->op == Op::Mul);
+  if (imm) {
+    const auto v = static_cast<int32_t>(a1->value);
+    if (e->op == Op::Add) add(d, v);
+    else if (e->op == Op::Sub) sub(d, v);
+    else imul(d, d, v);
+    return;
+  }
+  const Reg64 t = take();
+  ieval(a1, t, f);
+  auto setcc = [&](void (Xbyak::CodeGenerator::*set)(const Xbyak::Operand&)) {
+    cmp(d, t);
+    (this->*set)(d.cvt8());
+    movzx(d.cvt32(), d.cvt8());
+  };
+  switch (e->op) {
+    case Op::Add: add(d, t); return;
+    case Op::Sub: sub(d, t); return;
+    case Op::Mul: imul(d, t); return;
+    case Op::And: and_(d, t); return;
+    case Op::Or: or_(d, t); return;
+    case Op::Minimum:
+      cmp(d, t);
+      cmovg(d, t);
+      return;
+    case Op::Maximum:
+      cmp(d, t);
+      cmovl(d, t);
+      return;
+    case Op::Eq: setcc(&Xbyak::CodeGenerator::sete); return;
+    case Op::Ne: setcc(&Xbyak::CodeGenerator::setne); return;
+    case Op::Lt: setcc(&Xbyak::CodeGenerator::setl); return;
+    case Op::Le: setcc(&Xbyak::CodeGenerator::setle); return;
+    case Op::Gt: setcc(&Xbyak::CodeGenerator::setg); return;
+    case Op::Ge: setcc(&Xbyak::CodeGenerator::setge); return;
+    default: throw DeclineError(std::string("xbyak: index op ") + op_name(e->op) + " not supported");
+  }
+}
+
+
+#define KFUSE_XB_IEVAL(V) template void Gen<V>::ieval(const ir::Expr*, const Reg64&, std::vector<Reg64>);
+KFUSE_XB_IEVAL(Xbyak::Zmm)
+KFUSE_XB_IEVAL(Xbyak::Ymm)
+#undef KFUSE_XB_IEVAL
+
+}  // namespace kfuse::detail::xb
