@@ -203,6 +203,7 @@ class Gen : public Xbyak::CodeGenerator {
   bool sum_of_exps_at_max(const ir::Expr* s) const;
   void emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, const Vmm* t);
   void root_actions(const Dag& g, const typename Dag::Node& n, const Vmm& v, const Eval& ev);
+  bool sum_from_memory(int a, const typename Dag::Node& n, const Eval& ev);
   float identity(ir::AccKind k);
   void accumulate(int a, const Vmm& v0, bool masked);
   void finish_acc(int a);
@@ -252,6 +253,8 @@ class Gen : public Xbyak::CodeGenerator {
   void segment_loop();                                             // Mode::Segment: the whole bag loop
   bool seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev);  // emit_leaf of a row leaf (false: not one)
   bool seg_row_leaf(const ir::Expr* e) const;
+  const Address* seg_row_address(const ir::Expr* e);  // an f32 row leaf's vector, or null
+  Address seg_addr_ = Xbyak::util::ptr[Xbyak::util::rsp];
   // internals
   const std::vector<Reg64>& seg_pool();
   void seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f);
@@ -269,7 +272,14 @@ class Gen : public Xbyak::CodeGenerator {
   std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
   int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
   int seg_nptr_ = 0;  // pointers in seg_pool() (the next one is free)
-  int seg_v_ = 0;     // vector of the block being emitted
+  // Values an id loop keeps in general registers (the last ones of seg_pool(), seg_pin_gprs):
+  // parameters and buffer bases, read by ieval and the row pointers instead of their slots.
+  enum class GprInv : uint32_t { Param, Buffer };
+  std::vector<std::pair<uint64_t, Reg64>> gpr_inv_;
+  const Reg64* gpr_inv(GprInv kind, int index) const;
+  std::vector<Reg64> seg_free(std::vector<Reg64> regs) const;  // regs less the pinned ones
+  void seg_pin_gprs();
+  int seg_v_ = 0;  // vector of the block being emitted
 
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp

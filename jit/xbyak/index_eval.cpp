@@ -28,6 +28,10 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
   switch (e->kind) {
     case ExprKind::Const: mov(d, static_cast<int64_t>(e->value)); return;
     case ExprKind::Param:
+      if (const Reg64* r = gpr_inv(GprInv::Param, e->index)) {
+        mov(d, *r);
+        return;
+      }
       mov(d, qword[rdi + frame_off::params]);
       mov(d, qword[d + 8 * e->index]);
       return;
@@ -81,9 +85,11 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
         test(t, t);
         jz(zero, T_NEAR);
       }
-      mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
-      if (i64) mov(d, qword[t + d * 8]);
-      else movsxd(d, dword[t + d * 4]);
+      const Reg64* pinned = gpr_inv(GprInv::Buffer, e->index);
+      if (!pinned) mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
+      const Reg64& base = pinned ? *pinned : t;
+      if (i64) mov(d, qword[base + d * 8]);
+      else movsxd(d, dword[base + d * 4]);
       if (e->args.size() > 1) {
         jmp(done, T_NEAR);
         L(zero);
@@ -127,8 +133,10 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
     else imul(d, d, v);
     return;
   }
-  const Reg64 t = take();
-  ieval(a1, t, f);
+  // (the ops below only read t: a pinned parameter is its own operand)
+  const Reg64* pinned = a1->kind == ExprKind::Param ? gpr_inv(GprInv::Param, a1->index) : nullptr;
+  const Reg64 t = pinned ? *pinned : take();
+  if (!pinned) ieval(a1, t, f);
   auto setcc = [&](void (Xbyak::CodeGenerator::*set)(const Xbyak::Operand&)) {
     cmp(d, t);
     (this->*set)(d.cvt8());
@@ -158,8 +166,17 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
   }
 }
 
+template <class Vmm>
+const Reg64* Gen<Vmm>::gpr_inv(GprInv kind, int index) const {
+  const uint64_t key = uint64_t{static_cast<uint32_t>(kind)} << 32 | static_cast<uint32_t>(index);
+  for (const auto& [k, r] : gpr_inv_)
+    if (k == key) return &r;
+  return nullptr;
+}
 
-#define KFUSE_XB_IEVAL(V) template void Gen<V>::ieval(const ir::Expr*, const Reg64&, std::vector<Reg64>);
+#define KFUSE_XB_IEVAL(V)                                                         \
+  template void Gen<V>::ieval(const ir::Expr*, const Reg64&, std::vector<Reg64>); \
+  template const Reg64* Gen<V>::gpr_inv(GprInv, int) const;
 KFUSE_XB_IEVAL(Xbyak::Zmm)
 KFUSE_XB_IEVAL(Xbyak::Ymm)
 #undef KFUSE_XB_IEVAL

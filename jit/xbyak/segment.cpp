@@ -20,6 +20,8 @@
 // rcx the id position, {rbx rsi r8 r9 r10 r11} the per-id pointers (then free for index
 // arithmetic), rax/rdx scratch. Stack: qword slots in the first vector slots of the body.
 #include <algorithm>
+#include <functional>
+#include <unordered_set>
 
 #include "gen.hpp"
 #include "segment.hpp"
@@ -91,6 +93,16 @@ void Gen<Vmm>::seg_broadcast(const ir::Expr* e, const Vmm& d) {
       return;
     default: throw DeclineError("xbyak: segment kernel: internal: broadcast dtype");
   }
+}
+
+// The address of an f32 row leaf's vector seg_v_ (unmasked), or null when e is not one.
+template <class Vmm>
+const Address* Gen<Vmm>::seg_row_address(const ir::Expr* e) {
+  if (!seg_row_leaf(e)) return nullptr;
+  const SegmentPlan::Leaf& l = p_.segment->leaves.at(e);
+  if (p_.segment->ptrs[static_cast<size_t>(l.ptr)].dtype != DType::F32) return nullptr;
+  seg_addr_ = ptr[seg_pool()[static_cast<size_t>(l.ptr)] + r14 * 4 + seg_v_ * W * 4];
+  return &seg_addr_;
 }
 
 // Emit_leaf of a row leaf: vector seg_v_ of the block at column r14 (masked: the tail mask).
@@ -191,15 +203,77 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   for (const auto& p : sp.ptrs) {
     if (!p.row) continue;
     const int esz = static_cast<int>(dtype_size(p.dtype)), bytes = nv * W * esz;
-    ieval(p.base.get(), rdx, seg_pool());
-    mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
-    lea(rdx, ptr[rbx + rdx * esz]);
+    ieval(p.base.get(), rdx, seg_free(seg_pool()));
+    const Reg64* pinned = gpr_inv(GprInv::Buffer, p.buffer);
+    if (!pinned) mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
+    lea(rdx, ptr[(pinned ? *pinned : rbx) + rdx * esz]);
     lea(rdx, ptr[rdx + r14 * esz]);
     for (int off = 0; off < bytes; off += 64) prefetcht0(ptr[rdx + off]);
     if (bytes > 1) prefetcht0(ptr[rdx + bytes - 1]);  // a row not aligned to lines spans one more
   }
   seg_r0_ = rcx;
   L(skip);
+}
+
+// Pins the parameters and buffer bases the id loop reads most into the last registers of
+// seg_pool() (gpr_inv_), loaded here once per walk: from their slots they cost a load per use,
+// two for a parameter, and an f32 bag's id spent a dozen of its ~60 instructions on them (the
+// LLVM kernel keeps them in registers). Two pool registers past the pointers stay free: index
+// arithmetic and a narrow row's tail copy (seg_leaf) take them.
+template <class Vmm>
+void Gen<Vmm>::seg_pin_gprs() {
+  const SegmentPlan& sp = *p_.segment;
+  gpr_inv_.clear();
+  std::vector<std::pair<uint64_t, int>> uses;  // key, count
+  auto count = [&](GprInv kind, int index) {
+    const uint64_t key = uint64_t{static_cast<uint32_t>(kind)} << 32 | static_cast<uint32_t>(index);
+    auto it = std::find_if(uses.begin(), uses.end(), [&](const auto& u) { return u.first == key; });
+    if (it == uses.end()) uses.push_back({key, 1});
+    else ++it->second;
+  };
+  std::unordered_set<const ir::Expr*> seen;
+  std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
+    if (!seen.insert(e).second) return;
+    if (e->kind == ExprKind::Param) count(GprInv::Param, e->index);
+    if (e->kind == ExprKind::Load) count(GprInv::Buffer, e->index);
+    for (const auto& a : e->args) walk(a.get());
+  };
+  for (const ir::Expr* e : sp.shared) walk(e);
+  for (int a : sp.int_accs) walk(k_.accs[static_cast<size_t>(a)].value.get());
+  for (const auto& p : sp.ptrs) {
+    seen.clear();  // (each pointer's base is evaluated on its own, twice with its prefetch)
+    walk(p.base.get());
+    count(GprInv::Buffer, p.buffer);
+    if (p.row) count(GprInv::Buffer, p.buffer);
+  }
+  for (const ir::Expr* u : sp.uniform)
+    if (!sp.leaves.count(u)) walk(u);
+  std::stable_sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  const int room = static_cast<int>(seg_pool().size()) - static_cast<int>(sp.ptrs.size()) - 2;
+  for (int i = 0; i < std::min(room, static_cast<int>(uses.size())); ++i) {
+    const Reg64 r = seg_pool()[seg_pool().size() - 1 - static_cast<size_t>(i)];
+    const auto kind = static_cast<GprInv>(uses[static_cast<size_t>(i)].first >> 32);
+    const auto index = static_cast<int>(static_cast<uint32_t>(uses[static_cast<size_t>(i)].first));
+    if (kind == GprInv::Param) {
+      mov(r, qword[rdi + frame_off::params]);
+      mov(r, qword[r + 8 * index]);
+    } else {
+      mov(r, qword[rsp + seg_buf_q_.at(static_cast<size_t>(index))]);
+    }
+    gpr_inv_.push_back({uses[static_cast<size_t>(i)].first, r});
+  }
+}
+
+template <class Vmm>
+std::vector<Reg64> Gen<Vmm>::seg_free(std::vector<Reg64> regs) const {
+  regs.erase(std::remove_if(regs.begin(), regs.end(),
+                            [&](const Reg64& r) {
+                              for (const auto& [k, p] : gpr_inv_)
+                                if (p.getIdx() == r.getIdx()) return true;
+                              return false;
+                            }),
+             regs.end());
+  return regs;
 }
 
 // One walk of the bag for a block of nv vectors at column r14 (the last masked when `masked`).
@@ -220,6 +294,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   for (size_t i = 0; i < sp.uniform.size(); ++i) ureg.push_back(next--);
   for (int a : sp.int_accs) mov(qword[rsp + seg_acc_q_.at(a)], 0);
   Label top, end;
+  seg_pin_gprs();
   mov(rcx, qword[rsp + seg_lo_q_]);
   L(top);
   cmp(rcx, qword[rsp + seg_hi_q_]);
@@ -228,7 +303,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   // uniform values of this id
   seg_cse_.clear();
   seg_use_cse_ = true;
-  std::vector<Reg64> all = seg_pool();
+  std::vector<Reg64> all = seg_free(seg_pool());
   all.push_back(rdx);
   for (size_t i = 0; i < sp.shared.size(); ++i) {
     ieval(sp.shared[i], rax, all);
@@ -243,12 +318,14 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
     std::vector<Reg64> f = {rax, rdx};
     f.insert(f.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(j) + 1, seg_pool().end());
     const Reg64 r = seg_pool()[j];
-    ieval(sp.ptrs[j].base.get(), r, f);
-    mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
-    lea(r, ptr[rax + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
+    ieval(sp.ptrs[j].base.get(), r, seg_free(f));
+    const Reg64* pinned = gpr_inv(GprInv::Buffer, sp.ptrs[j].buffer);
+    if (!pinned) mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
+    lea(r, ptr[(pinned ? *pinned : rax) + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
   }
   std::vector<Reg64> rest = {rdx};
   rest.insert(rest.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(sp.ptrs.size()), seg_pool().end());
+  rest = seg_free(rest);
   ireg_.clear();
   for (size_t i = 0; i < sp.uniform.size(); ++i) {
     const ir::Expr* u = sp.uniform[i];
@@ -271,6 +348,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   inc(rcx);
   jmp(top, T_NEAR);
   L(end);
+  gpr_inv_.clear();
   // NaN markers into Max/Min accumulators; an empty bag's empty values
   bool fix_empty = false;
   for (int v = 0; v < nv; ++v)
@@ -450,6 +528,9 @@ void Gen<Vmm>::segment_loop() {
 
 #define KFUSE_XB_SEGMENT_MEMBERS(V)                                       \
   template void Gen<V>::segment_loop();                                   \
+  template void Gen<V>::seg_pin_gprs();                                   \
+  template const Address* Gen<V>::seg_row_address(const ir::Expr*);       \
+  template std::vector<Reg64> Gen<V>::seg_free(std::vector<Reg64>) const; \
   template bool Gen<V>::seg_leaf(const ir::Expr*, const V&, const Eval&); \
   template bool Gen<V>::seg_row_leaf(const ir::Expr*) const;
 KFUSE_XB_SEGMENT_MEMBERS(Xbyak::Zmm)
