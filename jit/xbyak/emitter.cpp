@@ -530,9 +530,11 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   // per-vector prefetches are then a smaller share (add [256,256]: see README).
   const Dag dag = make_dag(roots, &inv, items, accs, nullptr, &recip);  // evaluated once per vector copy below
   const bool cheap = cheap_body(roots);
-  // Math-heavy bodies without accumulators take two vectors per iteration when interleaving
-  // them needs no spill (below); cheap pointwise bodies four, one after the other.
-  int U = !accs.empty() ? unroll_for(accs) : !cheap ? 2 : p_.mode == Mode::Pointwise ? 4 : 1;
+  // Math-heavy bodies without accumulators take two or four vectors per iteration when
+  // interleaving them needs no spill (below); cheap pointwise bodies four, one after the other.
+  // AVX-512 keeps its measured code (one math vector at a time, sequential reduction copies):
+  // interleaving is AVX2 only (interleave.cpp) and has not run on an AVX-512 machine.
+  int U = !accs.empty() ? unroll_for(accs) : !cheap ? (Z ? 1 : 2) : p_.mode == Mode::Pointwise ? 4 : 1;
   // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
   // prefetcher keeps up with cheap ones, which would only pay the extra instructions.
   const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise);
@@ -585,7 +587,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
     disp_ = 0;
     if (!acc_sets_.empty()) use_acc_set(0);
   };
-  if (U > 1 && !prev && (!cheap || !accs.empty())) {
+  if (!Z && U > 1 && !prev && (!cheap || !accs.empty())) {
     // Without accumulators the widest of 4 and 2 copies that needs no spill; with them, the U
     // sets pinned above. Math vectors one after the other gain nothing: U = 1 then.
     const std::vector<int> widths = accs.empty() ? std::vector<int>{kMaxGroup, 2} : std::vector<int>{U};
