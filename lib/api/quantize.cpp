@@ -4,8 +4,10 @@
 //
 // 4-bit codes are packed and picked with integer bit ops (lo | hi << 4; (byte >> 4 * (c & 1)) &
 // 15). They replaced an exact f32 form (floor(b / 16), b - 16 * floor(b / 16), lo + 16 * hi)
-// written when kfuse had no bit ops: the same bytes, but the float pick cost a floor, three
-// multiplies and a blend per value, which made the 4-bit bag about three times the 8-bit one.
+// written when kfuse had no bit ops: the same bytes, but the float pick cost a conversion, a
+// floor, three multiplies and a blend per value. In the LLVM bag the pick now vectorises to a
+// shift and a mask; the byte loads at column / 2 are still scalar (the vectoriser sees a
+// gather), docs/llvm-backend.md.
 #include <string>
 
 #include "kfuse/quantize.hpp"

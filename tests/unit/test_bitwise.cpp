@@ -71,7 +71,9 @@ std::vector<int64_t> operands(DType dt, size_t n, uint64_t seed) {
   while (v.size() < n) {
     const auto r = static_cast<int64_t>(g());
     // Full-range draws for i64 (|v| > 2^53 too: exact on every path), the dtype's range otherwise.
-    v.push_back(dt == DType::I64 ? r : lo + static_cast<int64_t>(static_cast<uint64_t>(r) % static_cast<uint64_t>(hi - lo + 1)));
+    v.push_back(dt == DType::I64
+                    ? r
+                    : lo + static_cast<int64_t>(static_cast<uint64_t>(r) % static_cast<uint64_t>(hi - lo + 1)));
   }
   v.resize(n);
   return v;
@@ -148,8 +150,7 @@ TEST_P(Bitwise, BroadcastAndNonContiguousOperands) {
       Tensor row = at.slice({Range{0, 1}, Range{1, 5}});
       const auto got2 = apply(op, s, row).to_vector<int64_t>();
       for (size_t i = 0; i < 5; ++i)
-        for (size_t j = 0; j < 4; ++j)
-          ASSERT_EQ(got2[i * 4 + j], oracle(op, dt, av[2 * j * 5 + i], av[(j + 1) * 5]));
+        for (size_t j = 0; j < 4; ++j) ASSERT_EQ(got2[i * 4 + j], oracle(op, dt, av[2 * j * 5 + i], av[(j + 1) * 5]));
     }
   }
 }
@@ -191,8 +192,7 @@ TEST_P(Bitwise, FusesWithFloatArithmetic) {
   Tensor y = ((b >> sh) & 15).cast(DType::F32) * 0.5 + 1.0;
   EXPECT_EQ(explain(y).kernel_count(), 1u) << explain(y).text();
   std::vector<double> want(64);
-  for (size_t k = 0; k < 64; ++k)
-    want[k] = ((static_cast<int>(bytes[k]) >> (k % 2 ? 4 : 0)) & 15) * 0.5 + 1.0;
+  for (size_t k = 0; k < 64; ++k) want[k] = ((static_cast<int>(bytes[k]) >> (k % 2 ? 4 : 0)) & 15) * 0.5 + 1.0;
   expect_tensor(y, {8, 8}, DType::F32, want);
 }
 
