@@ -1,6 +1,6 @@
-// Seeded random DAGs for property tests: element-wise ops, broadcasts, views, reductions over
-// random axes, softmax, matmul, gathers, rand/randn generators, shapes with 1 and odd sizes,
-// several outputs.
+// Seeded random DAGs for property tests: element-wise ops (bitwise ones on integer values),
+// broadcasts, views, reductions over random axes, softmax, matmul, gathers, rand/randn
+// generators, shapes with 1 and odd sizes, several outputs.
 #pragma once
 #include <functional>
 #include <random>
@@ -18,6 +18,9 @@ struct Dag {
 inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {DType::F32}) {
   std::mt19937_64 g(seed);
   auto pick = [&](size_t n) { return static_cast<size_t>(g() % n); };
+  // Bitwise ops replace a binary op of two integer values one time in two, drawn from their own
+  // generator: the draws from g, and so the DAGs of float inputs, are unchanged.
+  std::mt19937_64 gb(seed ^ 0xb17b17);
   const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 17};
   Shape base = {sizes[pick(7)], sizes[pick(7)]};
   std::vector<Tensor> pool;
@@ -58,6 +61,17 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
           case 1: r = a * b; break;
           case 2: r = maximum(a, b); break;
           default: r = a - b; break;
+        }
+        if (is_integer(a.dtype()) && is_integer(b.dtype()) && gb() % 2) {
+          // (the counts are small integers, negative ones and ones past a u8's width included)
+          switch (gb() % 6) {
+            case 0: r = a & b; break;
+            case 1: r = a | b; break;
+            case 2: r = a ^ b; break;
+            case 3: r = ~a; break;
+            case 4: r = a << b; break;
+            default: r = a >> b; break;
+          }
         }
         break;
       }

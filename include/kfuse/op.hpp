@@ -86,6 +86,9 @@ bool is_reduction(Op op);
 /// SegmentSum / SegmentMax (reductions whose per-row extent is data).
 bool is_segment_reduction(Op op);
 bool is_view(Op op);
+/// The bitwise ops and shifts (ops.def rules Bitwise and Shift): integer operands only in the
+/// graph and the kernel IR (recording gives bool operands the logical ops instead).
+bool is_bitwise(Op op);
 /// f32 relative tolerance of one application of an element-wise op (see ops.def).
 double op_tolerance_f32(Op op);
 

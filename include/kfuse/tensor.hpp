@@ -142,6 +142,22 @@ Tensor ge(const Tensor& a, const Tensor& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
+/// Bitwise ops (README "Ops"): integer operands promoted as for arithmetic, the result in that
+/// dtype; on bool tensors and/or/xor/not are the logical ops; float operands are refused (cast
+/// them to an integer dtype). Shifts take integers only: shift_right is arithmetic (u8:
+/// logical), and a count outside [0, bits of the dtype) gives 0 (left) or the sign fill (right),
+/// as PyTorch on CPU. A scalar operand takes the tensor's dtype and must be one of its values.
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_not(const Tensor& x);
+Tensor shift_left(const Tensor& a, const Tensor& count);
+Tensor shift_right(const Tensor& a, const Tensor& count);
+Tensor bitwise_and(const Tensor& a, int64_t b);
+Tensor bitwise_or(const Tensor& a, int64_t b);
+Tensor bitwise_xor(const Tensor& a, int64_t b);
+Tensor shift_left(const Tensor& a, int64_t count);
+Tensor shift_right(const Tensor& a, int64_t count);
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor exp(const Tensor& x);
@@ -286,6 +302,20 @@ Tensor operator<(const Tensor& a, double b);
 Tensor operator<=(const Tensor& a, double b);
 Tensor operator>(const Tensor& a, double b);
 Tensor operator>=(const Tensor& a, double b);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator<<(const Tensor& a, const Tensor& count);
+Tensor operator>>(const Tensor& a, const Tensor& count);
+Tensor operator~(const Tensor& a);
+Tensor operator&(const Tensor& a, int64_t b);
+Tensor operator|(const Tensor& a, int64_t b);
+Tensor operator^(const Tensor& a, int64_t b);
+Tensor operator<<(const Tensor& a, int64_t count);
+Tensor operator>>(const Tensor& a, int64_t count);
+Tensor operator&(int64_t a, const Tensor& b);
+Tensor operator|(int64_t a, const Tensor& b);
+Tensor operator^(int64_t a, const Tensor& b);
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 

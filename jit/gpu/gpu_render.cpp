@@ -207,6 +207,7 @@ class Emitter {
       case Op::And:
       case Op::Or:
       case Op::Not:
+      case Op::BitNot:  // (on bools: logical not; the other bitwise ops are exact on 0/1 in i32)
       case Op::Where:
       case Op::Cast: return true;
       default: return false;
@@ -237,7 +238,8 @@ class Emitter {
     if (o == Op::Cast) return c_.cast(val(e.args[0]), e.args[0]->dtype, t);
     if (o == Op::Where) return "(" + truth(0) + " ? " + arg(e, 1, t) + " : " + arg(e, 2, t) + ")";
     if (e.args.size() == 1) {
-      if (o == Op::Not) return c_.cast("(" + val(e.args[0]) + " == 0)", DType::Bool, t);
+      if (o == Op::Not || (o == Op::BitNot && t == DType::Bool))
+        return c_.cast("(" + val(e.args[0]) + " == 0)", DType::Bool, t);
       const std::string x = arg(e, 0, t);
       auto m = [&](const char* fn) {
         need_float();
@@ -271,6 +273,9 @@ class Emitter {
         case Op::Sign:
           return "(" + x + " > " + zero + " ? " + one + " : (" + x + " < " + zero + " ? " + c_.lit(-1, t) + " : " +
                  (F ? x : zero) + "))";
+        case Op::BitNot:
+          if (F) break;
+          return "(~" + x + ")";
         default: break;
       }
       throw Unsupported(std::string("unary op ") + op_name(o));
@@ -296,6 +301,23 @@ class Emitter {
       case Op::Maximum:
       case Op::Minimum: return max_min(o == Op::Maximum, t, a, b);
       default: break;
+    }
+    if (!F) {
+      // Shifts follow ops.def's rule for counts outside [0, bits): C leaves them undefined
+      // (OpenCL masks the count), so the count is tested as unsigned (a negative count is a huge
+      // one) and never reaches the operator. The left shift is unsigned: no signed overflow.
+      const bool i64 = t == DType::I64;
+      const std::string u = i64 ? "kf_u64" : "kf_u32", bits = i64 ? "64" : "32", top = i64 ? "63" : "31";
+      switch (o) {
+        case Op::BitAnd: return "(" + a + " & " + b + ")";
+        case Op::BitOr: return "(" + a + " | " + b + ")";
+        case Op::BitXor: return "(" + a + " ^ " + b + ")";
+        case Op::Shl:
+          return "((" + u + ")" + b + " < " + bits + "u ? (" + ctype(t) + ")((" + u + ")" + a + " << " + b +
+                 ") : " + zero + ")";
+        case Op::Shr: return "(" + a + " >> ((" + u + ")" + b + " < " + top + "u ? " + b + " : " + top + "))";
+        default: break;
+      }
     }
     throw Unsupported(std::string("binary op ") + op_name(o));
   }

@@ -6,7 +6,10 @@
 //     double quotient is +-inf/NaN, which converts to the minimum);
 //   - float -> int casts truncate and give the minimum for NaN and out-of-range values
 //     (fptosi alone would be poison there);
-//   - bool lives in registers as i1 and in memory as u8 (0/1).
+//   - bool lives in registers as i1 and in memory as u8 (0/1);
+//   - shifts: a count outside [0, bits) gives 0 (shl) or the sign fill (ashr), ops.def's rule
+//     (the IR's shl/ashr would be poison there). u8/i8 shift in i32 (widen_narrow.hpp): their
+//     zero/sign-extended values give the same bits after the rounding back.
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
@@ -293,8 +296,12 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
 
   if (dt == DType::Bool) {
     switch (e.op) {
-      case Op::Maximum: return b_.CreateOr(x, y);
-      case Op::Minimum: return b_.CreateAnd(x, y);
+      case Op::Maximum:
+      case Op::BitOr: return b_.CreateOr(x, y);
+      case Op::Minimum:
+      case Op::BitAnd: return b_.CreateAnd(x, y);
+      case Op::BitXor: return b_.CreateXor(x, y);
+      case Op::BitNot: return b_.CreateNot(x);
       case Op::Abs:
       case Op::Relu:
       case Op::Floor:
@@ -325,6 +332,20 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
       case Op::Mul: return b_.CreateMul(x, y, "", false, idx);
       case Op::Maximum: return intrinsic(llvm::Intrinsic::smax, {x, y});
       case Op::Minimum: return intrinsic(llvm::Intrinsic::smin, {x, y});
+      case Op::BitAnd: return b_.CreateAnd(x, y);
+      case Op::BitOr: return b_.CreateOr(x, y);
+      case Op::BitXor: return b_.CreateXor(x, y);
+      case Op::BitNot: return b_.CreateNot(x);
+      case Op::Shl: {
+        // The select keeps shl's poison (count >= bits) out of the result; a negative count is
+        // a huge unsigned one. x86 folds the pattern into vpsllv, which has this rule.
+        Value* bits = llvm::ConstantInt::get(t, t->getIntegerBitWidth());
+        return b_.CreateSelect(b_.CreateICmpULT(y, bits), b_.CreateShl(x, y), llvm::ConstantInt::get(t, 0));
+      }
+      case Op::Shr: {  // counts past bits - 1 (negative ones too, unsigned) shift in the sign alone
+        Value* top = llvm::ConstantInt::get(t, t->getIntegerBitWidth() - 1);
+        return b_.CreateAShr(x, intrinsic(llvm::Intrinsic::umin, {y, top}));
+      }
       case Op::Div: {
         // Truncating division; x/0 -> minimum; x/-1 -> wrapping negation (sdiv would be UB).
         Value* zero = llvm::ConstantInt::get(t, 0);

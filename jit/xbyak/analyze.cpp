@@ -46,7 +46,14 @@ bool supported_value_op(Op op) {
   switch (op) {
     case Op::Pow:
     case Op::Sin:
-    case Op::Cos: return false;
+    case Op::Cos:
+    // Integer ops (recording gives bools the logical ops instead): LLVM takes the kernel.
+    case Op::BitAnd:
+    case Op::BitOr:
+    case Op::BitXor:
+    case Op::BitNot:
+    case Op::Shl:
+    case Op::Shr: return false;
     default: return true;
   }
 }

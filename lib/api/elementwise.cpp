@@ -9,7 +9,7 @@ using namespace detail;
 
 namespace {
 
-enum class Rule { Arith, ArithBool, FloatMath, Compare, Logical, Rounding };
+enum class Rule { Arith, ArithBool, FloatMath, Compare, Logical, Rounding, Bitwise, Shift };
 
 // Case labels in a macro body: clang-format 14 would run them into the next line.
 // clang-format off
@@ -25,30 +25,54 @@ Rule rule_of(Op op) {
 }
 // clang-format on
 
-// The dtype the operands are converted to before the op, and the result dtype.
+// The dtype the operands are converted to before the op, the result dtype, and the op recorded
+// (a bitwise op of bools records its logical op: one form of bool logic for every backend).
 struct Typing {
   DType operand;
   DType result;
+  Op op;
 };
+
+Op logical_form(Op op) {
+  switch (op) {
+    case Op::BitAnd: return Op::And;
+    case Op::BitOr: return Op::Or;
+    case Op::BitXor: return Op::Ne;
+    case Op::BitNot: return Op::Not;
+    default: throw InternalError(std::string("logical_form: ") + op_name(op));
+  }
+}
 
 // `describe` builds the "op(operands)" text of an error message; it runs only when one is thrown,
 // so the successful path builds no vector of Tensors.
 template <typename Describe>
 Typing type_op(Op op, DType promoted, Describe&& describe) {
-  switch (rule_of(op)) {
+  const Rule rule = rule_of(op);
+  switch (rule) {
     case Rule::Arith:
     case Rule::Rounding:
       if (promoted == DType::Bool)
         throw UserError(describe() +
                         ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
-      return {promoted, promoted};
-    case Rule::ArithBool: return {promoted, promoted};
+      return {promoted, promoted, op};
+    case Rule::ArithBool: return {promoted, promoted, op};
     case Rule::FloatMath: {
       DType f = is_float(promoted) ? promoted : kDefaultFloat;
-      return {f, f};
+      return {f, f, op};
     }
-    case Rule::Compare: return {promoted, DType::Bool};
-    case Rule::Logical: return {DType::Bool, DType::Bool};
+    case Rule::Compare: return {promoted, DType::Bool, op};
+    case Rule::Logical: return {DType::Bool, DType::Bool, op};
+    case Rule::Bitwise:
+    case Rule::Shift:
+      if (is_float(promoted))
+        throw UserError(describe() + ": " + op_name(op) + " is defined on integer" +
+                        (rule == Rule::Bitwise ? " and bool" : "") + " tensors only, not " + dtype_name(promoted) +
+                        "; cast the operands to an integer dtype first (x.cast(DType::I32))");
+      if (promoted != DType::Bool) return {promoted, promoted, op};
+      if (rule == Rule::Shift)
+        throw UserError(describe() + ": " + op_name(op) +
+                        " is not defined on bool tensors; cast the operands to an integer dtype first");
+      return {DType::Bool, DType::Bool, logical_form(op)};
   }
   throw InternalError("type_op: bad rule");
 }
@@ -60,7 +84,7 @@ Tensor unary(Op op, const Tensor& x) {
   NodeRef in[1] = {x.dtype() == ty.operand ? x.node() : x.cast(ty.operand).node()};
   // Interned from borrowed parts: the node copies x's shape into a recycled vector and takes
   // over `in`, so recording allocates nothing beyond the node itself.
-  return Tensor(intern_node(NodeKey{op, ty.result, in[0]->device, x.shape(), in, {}, {}}, in));
+  return Tensor(intern_node(NodeKey{ty.op, ty.result, in[0]->device, x.shape(), in, {}, {}}, in));
 }
 
 // The operand as `dt` broadcast to `shape` (no node when it already is).
@@ -76,7 +100,7 @@ Tensor binary_typed(Op op, const Tensor& a, const Tensor& b, DType promoted) {
   Shape broadcast = same ? Shape() : broadcast_shapes(op_name(op), a, b);
   const Shape& out = same ? a.shape() : broadcast;
   NodeRef in[2] = {operand_node(a, ty.operand, out), operand_node(b, ty.operand, out)};
-  return Tensor(intern_node(NodeKey{op, ty.result, in[0]->device, out, in, {}, {}}, in));
+  return Tensor(intern_node(NodeKey{ty.op, ty.result, in[0]->device, out, in, {}, {}}, in));
 }
 
 Tensor binary(Op op, const Tensor& a, const Tensor& b) {
@@ -115,6 +139,22 @@ Tensor binary_scalar(Op op, const Tensor& a, double s, bool scalar_first = false
   return scalar_first ? binary_typed(op, c, a, promoted) : binary_typed(op, a, c, promoted);
 }
 
+// Tensor-integer op of the bitwise rules: the scalar takes the tensor's integer dtype (a weak
+// scalar, as for arithmetic; bool tensors take i64), so it must be a value of that dtype, and
+// exact in the double a constant node holds.
+Tensor bitwise_scalar(Op op, const Tensor& a, int64_t s, bool scalar_first = false) {
+  require_defined(op_name(op), a);
+  DType promoted = promote_with_scalar(a.dtype(), DTypeCategory::Integer);
+  const auto v = static_cast<double>(s);
+  if (!is_float(promoted) && (!fits_integer(v, promoted) || std::fabs(v) > 0x1p53))
+    throw UserError(std::string(op_name(op)) + "(" + describe(a) + ", " + std::to_string(s) + "): the scalar " +
+                    std::to_string(s) + " is not a value of " + dtype_name(promoted) +
+                    (std::fabs(v) > 0x1p53 ? " that a scalar constant holds exactly (|s| <= 2^53)" : "") +
+                    "; cast the tensor to a wider integer dtype or pass the scalar as a tensor");
+  Tensor c = make_const(v, promoted, a.shape(), a.device());  // (a float tensor: type_op refuses it)
+  return scalar_first ? binary_typed(op, c, a, promoted) : binary_typed(op, a, c, promoted);
+}
+
 }  // namespace
 
 #define KFUSE_DEFINE_UNARY(fn, op) \
@@ -143,6 +183,7 @@ KFUSE_DEFINE_UNARY(ceil, Ceil)
 KFUSE_DEFINE_UNARY(round, Round)
 KFUSE_DEFINE_UNARY(sign, Sign)
 KFUSE_DEFINE_UNARY(logical_not, Not)
+KFUSE_DEFINE_UNARY(bitwise_not, BitNot)
 #undef KFUSE_DEFINE_UNARY
 
 Tensor gelu(const Tensor& x, bool approximate_tanh) { return unary(approximate_tanh ? Op::GeluTanh : Op::GeluErf, x); }
@@ -164,6 +205,11 @@ KFUSE_DEFINE_BINARY(gt, Gt)
 KFUSE_DEFINE_BINARY(ge, Ge)
 KFUSE_DEFINE_BINARY(logical_and, And)
 KFUSE_DEFINE_BINARY(logical_or, Or)
+KFUSE_DEFINE_BINARY(bitwise_and, BitAnd)
+KFUSE_DEFINE_BINARY(bitwise_or, BitOr)
+KFUSE_DEFINE_BINARY(bitwise_xor, BitXor)
+KFUSE_DEFINE_BINARY(shift_left, Shl)
+KFUSE_DEFINE_BINARY(shift_right, Shr)
 #undef KFUSE_DEFINE_BINARY
 
 Tensor add(const Tensor& a, double b) { return binary_scalar(Op::Add, a, b); }
@@ -172,6 +218,11 @@ Tensor mul(const Tensor& a, double b) { return binary_scalar(Op::Mul, a, b); }
 Tensor div(const Tensor& a, double b) { return binary_scalar(Op::Div, a, b); }
 Tensor maximum(const Tensor& a, double b) { return binary_scalar(Op::Maximum, a, b); }
 Tensor minimum(const Tensor& a, double b) { return binary_scalar(Op::Minimum, a, b); }
+Tensor bitwise_and(const Tensor& a, int64_t b) { return bitwise_scalar(Op::BitAnd, a, b); }
+Tensor bitwise_or(const Tensor& a, int64_t b) { return bitwise_scalar(Op::BitOr, a, b); }
+Tensor bitwise_xor(const Tensor& a, int64_t b) { return bitwise_scalar(Op::BitXor, a, b); }
+Tensor shift_left(const Tensor& a, int64_t count) { return bitwise_scalar(Op::Shl, a, count); }
+Tensor shift_right(const Tensor& a, int64_t count) { return bitwise_scalar(Op::Shr, a, count); }
 Tensor pow(const Tensor& a, double e) {
   if (e == 2.0) {
     Tensor f = is_float(a.dtype()) ? a : cast_if_needed(a, kDefaultFloat);
@@ -238,5 +289,19 @@ Tensor operator<(const Tensor& a, double b) { return binary_scalar(Op::Lt, a, b)
 Tensor operator<=(const Tensor& a, double b) { return binary_scalar(Op::Le, a, b); }
 Tensor operator>(const Tensor& a, double b) { return binary_scalar(Op::Gt, a, b); }
 Tensor operator>=(const Tensor& a, double b) { return binary_scalar(Op::Ge, a, b); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return bitwise_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return bitwise_or(a, b); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return bitwise_xor(a, b); }
+Tensor operator<<(const Tensor& a, const Tensor& b) { return shift_left(a, b); }
+Tensor operator>>(const Tensor& a, const Tensor& b) { return shift_right(a, b); }
+Tensor operator~(const Tensor& a) { return bitwise_not(a); }
+Tensor operator&(const Tensor& a, int64_t b) { return bitwise_and(a, b); }
+Tensor operator|(const Tensor& a, int64_t b) { return bitwise_or(a, b); }
+Tensor operator^(const Tensor& a, int64_t b) { return bitwise_xor(a, b); }
+Tensor operator<<(const Tensor& a, int64_t count) { return shift_left(a, count); }
+Tensor operator>>(const Tensor& a, int64_t count) { return shift_right(a, count); }
+Tensor operator&(int64_t a, const Tensor& b) { return bitwise_scalar(Op::BitAnd, b, a, true); }
+Tensor operator|(int64_t a, const Tensor& b) { return bitwise_scalar(Op::BitOr, b, a, true); }
+Tensor operator^(int64_t a, const Tensor& b) { return bitwise_scalar(Op::BitXor, b, a, true); }
 
 }  // namespace kfuse

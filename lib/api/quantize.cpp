@@ -2,10 +2,12 @@
 // existing element-wise ops, reductions and views, so dequantisation fuses into whatever reads
 // it (an embedding bag reads only the rows it picks).
 //
-// 4-bit packing uses exact f32 arithmetic instead of bit operations: a byte b <= 255 is exact in
-// f32, b * 2^-4 is exact, so floor(b / 16) and b - 16 * floor(b / 16) are the high and low
-// nibble with no rounding, and lo + 16 * hi packs them. That needs no new op in every backend,
-// and inside a fused kernel it costs about what a shift and a mask cost.
+// 4-bit codes are packed and picked with integer bit ops (lo | hi << 4; (byte >> 4 * (c & 1)) &
+// 15). They replaced an exact f32 form (floor(b / 16), b - 16 * floor(b / 16), lo + 16 * hi)
+// written when kfuse had no bit ops: the same bytes, but the float pick cost a conversion, a
+// floor, three multiplies and a blend per value. In the LLVM bag the pick now vectorises to a
+// shift and a mask; the byte loads at column / 2 are still scalar (the vectoriser sees a
+// gather), docs/llvm-backend.md.
 #include <string>
 
 #include "kfuse/quantize.hpp"
@@ -44,16 +46,18 @@ QuantizedTable quantize_rowwise(const Tensor& x_in, int bits) {
   // A constant row has scale 0: its values are all q = 0 (exactly `bias`), never 0/0. A NaN
   // scale also takes this branch and dequantises to NaN through scale and bias.
   Tensor t = where(scale > 0.0, (x - mn) / scale, zeros({}, DType::F32));
-  Tensor q = clamp(round(t), 0.0, levels);
+  // The codes are integers in [0, levels] (or NaN for a row holding one, which converts to some
+  // byte: such a row dequantises through its NaN scale and bias, whatever the byte).
+  Tensor q = clamp(round(t), 0.0, levels).cast(DType::U8);
   if (bits == 4) {
-    // Interleave neighbouring columns: byte j = q[2j] + 16 * q[2j + 1].
+    // Interleave neighbouring columns: byte j = q[2j] | q[2j + 1] << 4.
     if (cols % 2 != 0) q = pad(q, {{0, 0}, {0, 1}});
     Tensor pairs = reshape(q, {rows, (cols + 1) / 2, 2});
     Tensor lo = slice(pairs, {Range::all(), Range::all(), Range{0, 1}});
     Tensor hi = slice(pairs, {Range::all(), Range::all(), Range{1, 2}});
-    q = reshape(lo + hi * 16.0, {rows, (cols + 1) / 2});
+    q = reshape(lo | (hi << 4), {rows, (cols + 1) / 2});
   }
-  return QuantizedTable{q.cast(DType::U8), concat({scale, mn}, 1), bits, cols};
+  return QuantizedTable{q, concat({scale, mn}, 1), bits, cols};
 }
 
 Tensor dequantize_rowwise(const QuantizedTable& q) {
@@ -77,17 +81,14 @@ Tensor dequantize_rowwise(const QuantizedTable& q) {
     vals = v.cast(DType::F32);
   } else {
     // Column c reads byte c / 2 through views of the stored tensor (they fold into the load's
-    // index; views of a computed value would end the kernel), then picks its nibble with the
-    // column's parity, computed from the column index: no extra tensor is read.
+    // index; views of a computed value would end the kernel), then shifts its nibble down by
+    // 4 * (c & 1), the column's parity computed from the column index: no extra tensor is read.
+    // In i32 (u8 >> i32 promotes), the byte's compute type in every kernel.
     const int64_t width = v.shape()[1];
     Tensor bytes =
-        slice(reshape(expand(unsqueeze(v, 2), {rows, width, 2}), {rows, 2 * width}), {Range::all(), Range{0, q.cols}})
-            .cast(DType::F32);
-    Tensor col = arange(0, static_cast<double>(q.cols), 1, DType::F32);
-    Tensor odd = col - floor(col * 0.5) * 2.0;
-    Tensor hi = floor(bytes * 0.0625);
-    Tensor lo = bytes - hi * 16.0;
-    vals = lo + odd * (hi - lo);
+        slice(reshape(expand(unsqueeze(v, 2), {rows, width, 2}), {rows, 2 * width}), {Range::all(), Range{0, q.cols}});
+    Tensor shift = (arange(0, static_cast<double>(q.cols), 1, DType::I32) & 1) << 2;
+    vals = ((bytes >> shift) & 15).cast(DType::F32);
   }
   return vals * column(sb, 0) + column(sb, 1);
 }

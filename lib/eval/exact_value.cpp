@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "../graph/ref_math.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/tensor.hpp"
 #include "reference_eval.hpp"
@@ -50,6 +51,17 @@ bool num_truth(Num v, DType dt) { return is_float(dt) ? v.f != 0.0 : v.i != 0; }
 
 namespace {
 
+// Bits of an integer dtype (the shift width; bool, refused for shifts at recording, counts 1).
+int int_bits(DType dt) {
+  switch (dt) {
+    case DType::U8:
+    case DType::I8: return 8;
+    case DType::I32: return 32;
+    case DType::Bool: return 1;
+    default: return 64;
+  }
+}
+
 // A double reference value as an element of `result` (the float path of every op).
 Num from_ref(double r, DType result) { return is_float(result) ? float_num(r) : num_from_double(r, result); }
 
@@ -67,6 +79,7 @@ Num int_unary(Op op, DType result, int64_t x) {
     case Op::Ceil:
     case Op::Round: return int_num(x);
     case Op::Not: return int_num(x == 0);
+    case Op::BitNot: return int_num(result == DType::Bool ? x == 0 : wrap_to(~u, result));
     default: return from_ref(unary_ref(op, static_cast<double>(x)), result);
   }
 }
@@ -87,6 +100,12 @@ Num int_binary(Op op, DType result, int64_t a, int64_t b) {
     case Op::Ge: return int_num(a >= b);
     case Op::And: return int_num(a != 0 && b != 0);
     case Op::Or: return int_num(a != 0 || b != 0);
+    // Operands are within `result` (recording casts them to it), so and/or/xor stay in range.
+    case Op::BitAnd: return int_num(a & b);
+    case Op::BitOr: return int_num(a | b);
+    case Op::BitXor: return int_num(a ^ b);
+    case Op::Shl: return int_num(wrap_to(static_cast<uint64_t>(int_shift_left(a, b, int_bits(result))), result));
+    case Op::Shr: return int_num(int_shift_right(a, b, int_bits(result)));
     default: return from_ref(binary_ref(op, static_cast<double>(a), static_cast<double>(b)), result);
   }
 }

@@ -1,6 +1,7 @@
 #include "kfuse/op.hpp"
 
 #include <cstddef>
+#include <string_view>
 
 namespace kfuse {
 
@@ -10,13 +11,16 @@ struct OpInfo {
   OpKind kind;
   int arity;
   double tol;
+  bool bitwise = false;  // ops.def rule Bitwise or Shift
 };
+
+constexpr bool bitwise_rule(std::string_view rule) { return rule == "Bitwise" || rule == "Shift"; }
 
 constexpr OpInfo kOps[] = {
     {"buffer", OpKind::Source, 0, 0},       {"const", OpKind::Source, 0, 0},
     {"iota", OpKind::Source, 0, 0},         {"rand", OpKind::Source, 0, 0},
-#define KFUSE_UNARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 1, tol},
-#define KFUSE_BINARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 2, tol},
+#define KFUSE_UNARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 1, tol, bitwise_rule(#rule)},
+#define KFUSE_BINARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 2, tol, bitwise_rule(#rule)},
 #include "kfuse/ops.def"
     {"cast", OpKind::ElemWise, 1, 0},       {"where", OpKind::ElemWise, 3, 0},
     {"sum", OpKind::Reduce, 1, 0},          {"prod", OpKind::Reduce, 1, 0},
@@ -38,6 +42,7 @@ const char* op_name(Op op) { return info(op).name; }
 OpKind op_kind(Op op) { return info(op).kind; }
 int op_arity(Op op) { return info(op).arity; }
 double op_tolerance_f32(Op op) { return info(op).tol; }
+bool is_bitwise(Op op) { return info(op).bitwise; }
 
 const char* op_kind_name(OpKind k) {
   switch (k) {

@@ -2,6 +2,7 @@
 // Shared by the graph evaluator, constant folding and the kernel-IR interpreter.
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 namespace kfuse::detail {
 
@@ -22,6 +23,34 @@ inline double ref_maximum(double a, double b) {
 inline double ref_minimum(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return NAN;
   return a < b ? a : b;
+}
+
+// Shifts of an integer `v` of a dtype `bits` wide (8, 32 or 64), `v` within the dtype's range
+// (so its int64 sign is the dtype's: u8 values are >= 0 and their arithmetic right shift is the
+// logical one). A count outside [0, bits) gives 0 (left) or the sign fill (right), PyTorch's
+// CPU rule; C++ never shifts by the width or more. The left result still wraps to the dtype.
+inline int64_t int_shift_left(int64_t v, int64_t count, int bits) {
+  return count < 0 || count >= bits ? 0 : static_cast<int64_t>(static_cast<uint64_t>(v) << count);
+}
+inline int64_t int_shift_right(int64_t v, int64_t count, int bits) {
+  return count < 0 || count >= bits ? (v < 0 ? -1 : 0) : v >> count;
+}
+
+// The double forms of the bitwise rows of ops.def: the i64 rule on the (truncated) values; a
+// non-finite or out-of-range double counts as INT64_MIN (the float -> i64 cast rule). Recording
+// gives these ops integer operands only, which the evaluator computes exactly instead.
+inline int64_t ref_to_i64(double x) {
+  return std::isfinite(x) && std::fabs(x) < 0x1p63 ? static_cast<int64_t>(x) : INT64_MIN;
+}
+inline double ref_bitwise_not(double x) { return static_cast<double>(~ref_to_i64(x)); }
+inline double ref_bitwise_and(double a, double b) { return static_cast<double>(ref_to_i64(a) & ref_to_i64(b)); }
+inline double ref_bitwise_or(double a, double b) { return static_cast<double>(ref_to_i64(a) | ref_to_i64(b)); }
+inline double ref_bitwise_xor(double a, double b) { return static_cast<double>(ref_to_i64(a) ^ ref_to_i64(b)); }
+inline double ref_shift_left(double a, double b) {
+  return static_cast<double>(int_shift_left(ref_to_i64(a), ref_to_i64(b), 64));
+}
+inline double ref_shift_right(double a, double b) {
+  return static_cast<double>(int_shift_right(ref_to_i64(a), ref_to_i64(b), 64));
 }
 
 }  // namespace kfuse::detail

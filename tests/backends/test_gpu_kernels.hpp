@@ -84,6 +84,7 @@ inline GpuCase pointwise_unary(DType t) {
 #include "kfuse/ops.def"
   };
   for (Op o : ops) {
+    if (is_bitwise(o)) continue;  // integers only (pointwise_int)
     DType rt = o == Op::Not ? DType::Bool : t;
     ph.stores.push_back({add_out(k, rt), O(0), un(o, rt, x)});
   }
@@ -118,6 +119,7 @@ inline GpuCase pointwise_binary(DType t) {
 #include "kfuse/ops.def"
   };
   for (Op o : ops) {
+    if (is_bitwise(o)) continue;  // integers only (pointwise_int)
     DType rt = (o >= Op::Eq && o <= Op::Or) ? DType::Bool : t;
     ph.stores.push_back({add_out(k, rt), O(0), bin(o, rt, a, b)});
   }
@@ -154,7 +156,15 @@ inline GpuCase pointwise_int() {
     ExprRef v = t == DType::I32 ? a : b;
     ExprRef w = t == DType::I32 ? un(Op::Cast, DType::I32, b) : un(Op::Cast, DType::I64, a);
     for (Op o : {Op::Neg, Op::Abs, Op::Square, Op::Relu, Op::Sign, Op::Floor, Op::Ceil, Op::Round}) st(t, un(o, t, v));
-    for (Op o : {Op::Add, Op::Sub, Op::Mul, Op::Maximum, Op::Minimum}) st(t, bin(o, t, v, w));
+    for (Op o : {Op::Add, Op::Sub, Op::Mul, Op::Maximum, Op::Minimum, Op::BitAnd, Op::BitOr, Op::BitXor})
+      st(t, bin(o, t, v, w));
+    st(t, un(Op::BitNot, t, v));
+    // shifts by counts in and out of [0, bits): v & 127 spans both for i32 and i64
+    ExprRef count = bin(Op::BitAnd, t, w, constant(127, t));
+    for (Op o : {Op::Shl, Op::Shr}) {
+      st(t, bin(o, t, v, count));
+      st(t, bin(o, t, v, w));  // negative and huge counts
+    }
     for (Op o : {Op::Eq, Op::Ne, Op::Lt, Op::Ge}) st(DType::Bool, bin(o, DType::Bool, v, w));
     st(t, un(Op::Cast, t, x));  // NaN / out of range -> minimum
   }

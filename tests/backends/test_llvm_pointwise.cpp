@@ -70,6 +70,7 @@ TEST(LlvmPointwise, EveryUnaryOpFloat) {
   KFUSE_REQUIRE_LLVM();
   for (DType dt : {DType::F32, DType::F64})
     for (Op o : unary_ops()) {
+      if (is_bitwise(o)) continue;  // integers only (IntegerOps)
       DType out = is_logical(o) ? DType::Bool : dt;
       for (int64_t n : {int64_t{4099}}) {
         Range r = unary_range(o);
@@ -84,6 +85,7 @@ TEST(LlvmPointwise, EveryBinaryOpFloat) {
   KFUSE_REQUIRE_LLVM();
   for (DType dt : {DType::F32, DType::F64})
     for (Op o : binary_ops()) {
+      if (is_bitwise(o)) continue;  // integers only (IntegerOps)
       DType out = is_compare(o) || is_logical(o) ? DType::Bool : dt;
       const int64_t n = 2053;
       double lo = o == Op::Pow ? 0.0 : -10, hi = 10;
@@ -102,9 +104,10 @@ TEST(LlvmPointwise, EveryBinaryOpFloat) {
 TEST(LlvmPointwise, IntegerOps) {
   KFUSE_REQUIRE_LLVM();
   const std::vector<Op> un = {Op::Neg,   Op::Abs,  Op::Square, Op::Relu, Op::Sign,
-                              Op::Floor, Op::Ceil, Op::Round,  Op::Not};
-  std::vector<Op> bin = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum, Op::Eq,
-                         Op::Ne,  Op::Lt,  Op::Le,  Op::Gt,  Op::Ge,      Op::And,     Op::Or};
+                              Op::Floor, Op::Ceil, Op::Round,  Op::Not,  Op::BitNot};
+  std::vector<Op> bin = {Op::Add,    Op::Sub,   Op::Mul,    Op::Div, Op::Maximum, Op::Minimum, Op::Eq,
+                         Op::Ne,     Op::Lt,    Op::Le,     Op::Gt,  Op::Ge,      Op::And,     Op::Or,
+                         Op::BitAnd, Op::BitOr, Op::BitXor, Op::Shl, Op::Shr};
   for (DType dt : {DType::I32, DType::I64}) {
     const int64_t n = 1031;
     int64_t lim = dt == DType::I32 ? 60000 : 1000000;
@@ -115,6 +118,9 @@ TEST(LlvmPointwise, IntegerOps) {
       a[1] = -2147483648.0, b[1] = -1;
       a[2] = -2147483648.0, b[2] = 0;
     }
+    // shift counts: the width - 1, the width, past it, hugely past it (as unsigned too)
+    const double bits = dt == DType::I32 ? 32 : 64;
+    b[3] = bits - 1, b[4] = bits, b[5] = bits + 1, b[6] = 1e9, b[7] = -1e9, b[8] = -bits;
     for (Op o : un) {
       DType out = o == Op::Not ? DType::Bool : dt;
       Kernel k = pointwise(std::string("k_") + op_name(o), {dt}, out, n, [&](auto& l) { return op(o, out, {l[0]}); });

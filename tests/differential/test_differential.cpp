@@ -52,7 +52,8 @@ std::vector<Case> all_cases() {
   // Unary ops of the table, f32 and f64, on several shapes (incl. empty and size 1).
   for (int o = 0; o < static_cast<int>(Op::Count_); ++o) {
     Op op = static_cast<Op>(o);
-    if (!is_unary_elementwise(op) || op == Op::Cast || op == Op::Not) continue;
+    // (logical_not and the bitwise ops: the cases on integers and bools below)
+    if (!is_unary_elementwise(op) || op == Op::Cast || op == Op::Not || is_bitwise(op)) continue;
     for (DType dt : {DType::F32, DType::F64})
       for (const Shape& s : shapes) {
         auto [lo, hi] = domain(op);
@@ -69,7 +70,7 @@ std::vector<Case> all_cases() {
   // Binary ops, with a broadcast operand and a non-contiguous one.
   for (int o = 0; o < static_cast<int>(Op::Count_); ++o) {
     Op op = static_cast<Op>(o);
-    if (!is_binary_elementwise(op)) continue;
+    if (!is_binary_elementwise(op) || is_bitwise(op)) continue;
     const bool logical = op == Op::And || op == Op::Or;
     const DType result = (op >= Op::Eq && op <= Op::Ge) ? DType::Bool : DType::F32;
     cs.push_back({std::string(op_name(op)) + "/broadcast",
@@ -97,6 +98,26 @@ std::vector<Case> all_cases() {
                 },
                 // an integral double scalar keeps i32; i32 with i64 gives i64; integer sums are i64
                 {DType::I32, DType::I64, DType::I64, DType::I32, DType::I64, DType::I64, DType::I32, DType::F32}});
+  // Bitwise ops and shifts on every integer dtype (counts in and out of [0, bits), negative
+  // ones), broadcast and transposed operands, and bools (the logical forms).
+  for (DType dt : {DType::U8, DType::I8, DType::I32, DType::I64}) {
+    cs.push_back({std::string("bitwise/") + dtype_name(dt),
+                  [dt] {
+                    const int64_t lo = dt == DType::U8 ? 0 : -100000, hi = dt == DType::U8 ? 255 : 100000;
+                    Tensor a = make_tensor(random_ints(7 * 33, 40, lo, hi), {7, 33}, DType::I64).cast(dt);
+                    Tensor b = make_tensor(random_ints(33, 41, lo, hi), {33}, DType::I64).cast(dt);
+                    Tensor t = transpose(make_tensor(random_ints(33 * 7, 42, lo, hi), {33, 7}, DType::I64).cast(dt));
+                    Tensor n = make_tensor(random_ints(33, 43, dt == DType::U8 ? 0 : -70, 70), {33}, dt);
+                    return std::vector<Tensor>{a & b, a | t, a ^ b, ~t, a << n, t >> n, (a >> 3) & 7};
+                  },
+                  std::vector<DType>(7, dt)});
+  }
+  cs.push_back({"bitwise/bool",
+                [] {
+                  Tensor p = rnd({9, 17}, 44) > 0.0, q = transpose(rnd({17, 9}, 45) > 0.5);
+                  return std::vector<Tensor>{p & q, p | q, p ^ q, ~q};
+                },
+                std::vector<DType>(4, DType::Bool)});
   cs.push_back({"casts-and-specials",
                 [] {
                   std::vector<double> v = random_values(64, 17, -1e10, 1e10);

@@ -126,6 +126,34 @@ TEST(UserErrors, Dtypes) {
                     "cross_entropy([2, 3] f32, [2] f32): expects logits [B, C] and integer labels [B]");
 }
 
+// Bitwise ops take integers (and bools, except shifts); a scalar must be a value of the
+// tensor's dtype. Before the ops existed a nibble took float arithmetic (floor(b / 16)).
+TEST(UserErrors, BitwiseOperands) {
+  Tensor b = of({3}, DType::Bool), i = of({3}, DType::I32), u = of({3}, DType::U8);
+  EXPECT_USER_ERROR(f32({3}) & i,
+                    "bitwise_and([3] f32, [3] i32): bitwise_and is defined on integer and bool tensors only, not "
+                    "f32; cast the operands to an integer dtype first (x.cast(DType::I32))");
+  EXPECT_USER_ERROR(~of({2}, DType::F64),
+                    "bitwise_not([2] f64): bitwise_not is defined on integer and bool tensors only, not f64; cast "
+                    "the operands to an integer dtype first (x.cast(DType::I32))");
+  EXPECT_USER_ERROR(f32({3}) >> 1,
+                    "shift_right([3] f32, [3] f32): shift_right is defined on integer tensors only, not f32; cast "
+                    "the operands to an integer dtype first (x.cast(DType::I32))");
+  EXPECT_USER_ERROR(b << b,
+                    "shift_left([3] bool, [3] bool): shift_left is not defined on bool tensors; cast the operands "
+                    "to an integer dtype first");
+  EXPECT_USER_ERROR(u & 256,
+                    "bitwise_and([3] u8, 256): the scalar 256 is not a value of u8; cast the tensor to a wider "
+                    "integer dtype or pass the scalar as a tensor");
+  EXPECT_USER_ERROR(u >> -1,
+                    "shift_right([3] u8, -1): the scalar -1 is not a value of u8; cast the tensor to a wider "
+                    "integer dtype or pass the scalar as a tensor");
+  EXPECT_USER_ERROR(bitwise_xor(of({3}, DType::I64), int64_t{1} << 60),
+                    "bitwise_xor([3] i64, 1152921504606846976): the scalar 1152921504606846976 is not a value of "
+                    "i64 that a scalar constant holds exactly (|s| <= 2^53); cast the tensor to a wider integer "
+                    "dtype or pass the scalar as a tensor");
+}
+
 // Labels are data: computed ones are checked at record time, lazy ones by the eval that computes
 // them (before a kernel reads them). Without the check, {0, 5} gave 0.342 and {-1, 1} 1.379.
 TEST(UserErrors, CrossEntropyLabelsOutOfRange) {

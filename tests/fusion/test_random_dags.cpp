@@ -50,11 +50,11 @@ std::string check_partition(const std::vector<const Node*>& roots) {
 }
 
 // Checks seeds [first, first + count); KFUSE_TEST_SEED=<n> reruns one seed instead.
-void check_seeds(uint64_t first, uint64_t count) {
+void check_seeds(uint64_t first, uint64_t count, const std::vector<DType>& input_dtypes = {DType::F32}) {
   if (const char* one = std::getenv("KFUSE_TEST_SEED")) first = std::strtoull(one, nullptr, 10), count = 1;
   int failures = 0;
   for (uint64_t seed = first; seed < first + count && failures < 3; ++seed) {
-    Dag d = random_dag(seed);
+    Dag d = random_dag(seed, input_dtypes);
     std::vector<const Node*> raw;
     std::vector<NodeRef> refs;
     for (const auto& t : d.roots) {
@@ -105,6 +105,12 @@ TEST(RandomDags, XbyakReferenceChainMatchesTheReference) {
   set_options(o);
   check_seeds(501, 150);
   set_options(saved);
+}
+
+// Integer inputs: integer arithmetic, bitwise ops and shifts (small counts, negative and past
+// a u8's width among them), mixed dtypes promoting, fused with float ops and reductions.
+TEST(RandomDags, IntegerInputsWithBitwiseOpsMatchTheReference) {
+  check_seeds(2001, 60, {DType::U8, DType::I8, DType::I32, DType::I64, DType::F32});
 }
 
 }  // namespace
