@@ -437,28 +437,14 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
     if (d.getIdx() != a.getIdx()) vmovups(d, a);
     f(d, t);
   };
+  if (injector_math_op(e->op)) {
+    const bool np = e->op == Op::Exp && nonpositive(e->args[0].get());
+    unary_inplace([&](const Vmm& x, const Vmm* s) { apply_math(inj_, e->op, x, s, np); });
+    return;
+  }
   switch (e->op) {
     case Op::Neg: inj_.vxor(d, a, cstu(0x80000000u)); return;
     case Op::Abs: inj_.vand(d, a, cstu(0x7fffffffu)); return;
-    case Op::Exp: {
-      const bool np = nonpositive(e->args[0].get());
-      unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp(x, s, np); });
-      return;
-    }
-    case Op::Exp2: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.exp2(x, s); }); return;
-    case Op::Log: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); }); return;
-    case Op::Log2:
-      unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log(x, s); });
-      vmulps(d, d, cst(1.44269504088896341f));
-      return;
-    case Op::Log1p: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.log1p(x, s); }); return;
-    case Op::Expm1: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.expm1(x, s); }); return;
-    case Op::Tanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.tanh(x, s); }); return;
-    case Op::Sigmoid: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.sigmoid(x, s); }); return;
-    case Op::Silu: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.silu(x, s); }); return;
-    case Op::Erf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.erf(x, s); }); return;
-    case Op::GeluErf: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_erf(x, s); }); return;
-    case Op::GeluTanh: unary_inplace([&](const Vmm& x, const Vmm* s) { inj_.gelu_tanh(x, s); }); return;
     case Op::Sqrt: vsqrtps(d, a); return;
     case Op::Rsqrt:
       vsqrtps(t[0], a);

@@ -275,6 +275,9 @@ class Gen : public Xbyak::CodeGenerator {
   // Values an id loop keeps in general registers (the last ones of seg_pool(), seg_pin_gprs):
   // parameters and buffer bases, read by ieval and the row pointers instead of their slots.
   enum class GprInv : uint32_t { Param, Buffer };
+  static uint64_t gpr_key(GprInv k, int index) {
+    return uint64_t{static_cast<uint32_t>(k)} << 32 | static_cast<uint32_t>(index);
+  }
   std::vector<std::pair<uint64_t, Reg64>> gpr_inv_;
   const Reg64* gpr_inv(GprInv kind, int index) const;
   std::vector<Reg64> seg_free(std::vector<Reg64> regs) const;  // regs less the pinned ones

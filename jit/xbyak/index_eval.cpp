@@ -168,7 +168,7 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
 
 template <class Vmm>
 const Reg64* Gen<Vmm>::gpr_inv(GprInv kind, int index) const {
-  const uint64_t key = uint64_t{static_cast<uint32_t>(kind)} << 32 | static_cast<uint32_t>(index);
+  const uint64_t key = gpr_key(kind, index);
   for (const auto& [k, r] : gpr_inv_)
     if (k == key) return &r;
   return nullptr;

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "ir/math_constants.hpp"
+#include "kfuse/op.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -314,5 +315,50 @@ struct Injectors {
     h.select(x, t[4], h.cst(INFINITY), kEqOQ, h.cst(INFINITY), t[1]);
   }
 };
+
+// The unary math functions the injectors compute in many dependent steps (each has a
+// scratch_count in xbyak_backend.hpp).
+inline bool injector_math_op(Op op) {
+  switch (op) {
+    case Op::Exp:
+    case Op::Exp2:
+    case Op::Log:
+    case Op::Log2:
+    case Op::Log1p:
+    case Op::Expm1:
+    case Op::Tanh:
+    case Op::Sigmoid:
+    case Op::Silu:
+    case Op::Erf:
+    case Op::GeluErf:
+    case Op::GeluTanh: return true;
+    default: return false;
+  }
+}
+
+// x = op(x) in place, scratch t, for an injector_math_op: one vector (Injectors<Gen, Vmm>) or the
+// interleaved copies of a register group (reg_group.hpp). `exp_nonpositive`: Exp's argument is
+// <= 0 or NaN (see Injectors::exp).
+template <class Inj, class V>
+void apply_math(Inj& inj, Op op, const V& x, const V* t, bool exp_nonpositive) {
+  switch (op) {
+    case Op::Exp: inj.exp(x, t, exp_nonpositive); return;
+    case Op::Exp2: inj.exp2(x, t); return;
+    case Op::Log: inj.log(x, t); return;
+    case Op::Log2:
+      inj.log(x, t);
+      inj.h.vmulps(x, x, inj.h.cst(1.44269504088896341f));
+      return;
+    case Op::Log1p: inj.log1p(x, t); return;
+    case Op::Expm1: inj.expm1(x, t); return;
+    case Op::Tanh: inj.tanh(x, t); return;
+    case Op::Sigmoid: inj.sigmoid(x, t); return;
+    case Op::Silu: inj.silu(x, t); return;
+    case Op::Erf: inj.erf(x, t); return;
+    case Op::GeluErf: inj.gelu_erf(x, t); return;
+    case Op::GeluTanh: inj.gelu_tanh(x, t); return;
+    default: return;
+  }
+}
 
 }  // namespace kfuse::detail::xb

@@ -52,22 +52,7 @@ typename Gen<Vmm>::Dag Gen<Vmm>::interleave(const Dag& g, int U) const {
 // injectors compute in many dependent steps. AVX2 only (see reg_group.hpp).
 template <class Vmm>
 bool Gen<Vmm>::math_group_op(const ir::Expr* e) const {
-  if (Z || e->kind != ExprKind::Op || e->dtype != DType::F32) return false;
-  switch (e->op) {
-    case Op::Exp:
-    case Op::Exp2:
-    case Op::Log:
-    case Op::Log2:
-    case Op::Log1p:
-    case Op::Expm1:
-    case Op::Tanh:
-    case Op::Sigmoid:
-    case Op::Silu:
-    case Op::Erf:
-    case Op::GeluErf:
-    case Op::GeluTanh: return true;
-    default: return false;
-  }
+  return !Z && e->kind == ExprKind::Op && e->dtype == DType::F32 && injector_math_op(e->op);
 }
 
 // d[c] = e of copy c (its operand already in d[c]) for c < n; scratch scr[c * ns + s], ns =
@@ -85,24 +70,7 @@ void Gen<Vmm>::emit_math_group(const ir::Expr* e, const Vmm* d, int n, const Vmm
     }
     GroupHost<Gen> gh{*this, n};
     Injectors<GroupHost<Gen>, RegGroup> g{gh};
-    switch (e->op) {
-      case Op::Exp: g.exp(x, t, nonpositive(e->args[0].get())); return;
-      case Op::Exp2: g.exp2(x, t); return;
-      case Op::Log: g.log(x, t); return;
-      case Op::Log2:
-        g.log(x, t);
-        gh.vmulps(x, x, cst(1.44269504088896341f));
-        return;
-      case Op::Log1p: g.log1p(x, t); return;
-      case Op::Expm1: g.expm1(x, t); return;
-      case Op::Tanh: g.tanh(x, t); return;
-      case Op::Sigmoid: g.sigmoid(x, t); return;
-      case Op::Silu: g.silu(x, t); return;
-      case Op::Erf: g.erf(x, t); return;
-      case Op::GeluErf: g.gelu_erf(x, t); return;
-      case Op::GeluTanh: g.gelu_tanh(x, t); return;
-      default: throw DeclineError(std::string("xbyak: internal: no math group for ") + op_name(e->op));
-    }
+    apply_math(g, e->op, x, t, e->op == Op::Exp && nonpositive(e->args[0].get()));
   }
 }
 

@@ -226,7 +226,7 @@ void Gen<Vmm>::seg_pin_gprs() {
   gpr_inv_.clear();
   std::vector<std::pair<uint64_t, int>> uses;  // key, count
   auto count = [&](GprInv kind, int index) {
-    const uint64_t key = uint64_t{static_cast<uint32_t>(kind)} << 32 | static_cast<uint32_t>(index);
+    const uint64_t key = gpr_key(kind, index);
     auto it = std::find_if(uses.begin(), uses.end(), [&](const auto& u) { return u.first == key; });
     if (it == uses.end()) uses.push_back({key, 1});
     else ++it->second;
