@@ -15,15 +15,18 @@
 #include <kfuse/kfuse.hpp>
 #include <kfuse/profile.hpp>
 #include <kfuse/quantize.hpp>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <utility>
 #include <string>
@@ -172,11 +175,18 @@ int main(int argc, char** argv) {
   BagProblem p;
   p.rows = cli.rows;
   p.cols = cli.cols;
-  // 64-byte aligned, as kfuse's and LibTorch's own tensors (a std::vector of this size is
-  // 16 bytes past a page: every 256-byte row would span 5 cache lines)
+  // Allocated as kfuse allocates its own big buffers (lib/graph/host_pool.cpp): on a 2 MiB
+  // boundary with transparent huge pages asked for, unless KFUSE_HUGE_PAGES=0. So the f32 table
+  // (read by kfuse and LibTorch alike) and kfuse's f16 / 8-bit / 4-bit copies pay the same TLB
+  // misses per row. (A std::vector of this size is 16 bytes past a page: every 256-byte row would
+  // span 5 cache lines, and its pages are 4 KiB where THP is "madvise".)
   const auto n = static_cast<size_t>(p.rows * p.cols);
-  std::vector<float> storage(n + 16);
-  float* table = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / sizeof(float);
+  const size_t huge = size_t{2} << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
+  std::unique_ptr<float, decltype(&std::free)> storage(static_cast<float*>(std::aligned_alloc(huge, bytes)),
+                                                       &std::free);
+  if (!storage) throw std::bad_alloc();
+  if (kfuse::options().huge_pages) madvise(storage.get(), bytes, MADV_HUGEPAGE);
+  float* table = storage.get();
   {
     SplitMix g{12345};
     for (size_t i = 0; i < n; ++i) table[i] = static_cast<float>(2 * g.unit() - 1);

@@ -69,24 +69,25 @@ void Gen<Vmm>::seg_broadcast(const ir::Expr* e, const Vmm& d) {
   const SegmentPlan::Ptr& p = p_.segment->ptrs[static_cast<size_t>(l.ptr)];
   const Reg64 b = seg_pool()[static_cast<size_t>(l.ptr)];
   const Xbyak::Xmm x(d.getIdx());
+  const auto at = b + l.offset * static_cast<int64_t>(dtype_size(p.dtype));
   switch (p.dtype) {
-    case DType::F32: vbroadcastss(d, dword[b]); return;
+    case DType::F32: vbroadcastss(d, dword[at]); return;
     case DType::U8:
     case DType::I8:
-      if (p.dtype == DType::U8) movzx(eax, byte[b]);
-      else movsx(eax, byte[b]);
+      if (p.dtype == DType::U8) movzx(eax, byte[at]);
+      else movsx(eax, byte[at]);
       vmovd(x, eax);
       vpbroadcastd(d, x);
       vcvtdq2ps(d, d);
       return;
     case DType::F16:
-      movzx(eax, word[b]);
+      movzx(eax, word[at]);
       vmovd(x, eax);
       vcvtph2ps(x, x);
       vbroadcastss(d, x);
       return;
     case DType::BF16:
-      movzx(eax, word[b]);
+      movzx(eax, word[at]);
       shl(eax, 16);
       vmovd(x, eax);
       vbroadcastss(d, x);
@@ -101,7 +102,7 @@ const Address* Gen<Vmm>::seg_row_address(const ir::Expr* e) {
   if (!seg_row_leaf(e)) return nullptr;
   const SegmentPlan::Leaf& l = p_.segment->leaves.at(e);
   if (p_.segment->ptrs[static_cast<size_t>(l.ptr)].dtype != DType::F32) return nullptr;
-  seg_addr_ = ptr[seg_pool()[static_cast<size_t>(l.ptr)] + r14 * 4 + seg_v_ * W * 4];
+  seg_addr_ = ptr[seg_pool()[static_cast<size_t>(l.ptr)] + r14 * 4 + (seg_v_ * W + l.offset) * 4];
   return &seg_addr_;
 }
 
@@ -113,7 +114,7 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
   const SegmentPlan::Ptr& p = p_.segment->ptrs[static_cast<size_t>(l.ptr)];
   const Reg64 b = seg_pool()[static_cast<size_t>(l.ptr)];
   const int esz = static_cast<int>(dtype_size(p.dtype));
-  const Address row = ptr[b + r14 * esz + seg_v_ * W * esz], tail = ptr[rsp + seg_tail_off_];
+  const Address row = ptr[b + r14 * esz + (seg_v_ * W + l.offset) * esz], tail = ptr[rsp + seg_tail_off_];
   bool from_stack = false;
   using Xbyak::Xmm;
   using Xbyak::Ymm;
@@ -178,13 +179,14 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
   return true;
 }
 
-// Prefetch of the rows of the id kSegmentPrefetch ahead of rcx (in the next bag when past this
-// one's end), `bytes` of each row from the block's first column.
+// Prefetch of the lines the id kSegmentPrefetch ahead of rcx (in the next bag when past this
+// one's end) reads through each prefetched pointer: the block's vectors of a row (from the
+// block's first column), the elements of a gathered broadcast (an 8-bit table's scale and bias).
 template <class Vmm>
 void Gen<Vmm>::seg_prefetch(int nv) {
   const SegmentPlan& sp = *p_.segment;
   bool any = false;
-  for (const auto& p : sp.ptrs) any |= p.row;
+  for (const auto& p : sp.ptrs) any |= p.prefetch;
   if (!any) return;
   Label here, skip;
   lea(rax, ptr[rcx + kSegmentPrefetch]);
@@ -201,15 +203,17 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   L(here);
   seg_r0_ = rax;
   for (const auto& p : sp.ptrs) {
-    if (!p.row) continue;
-    const int esz = static_cast<int>(dtype_size(p.dtype)), bytes = nv * W * esz;
+    if (!p.prefetch) continue;
+    const int esz = static_cast<int>(dtype_size(p.dtype));
+    // bytes [first, last] past the pointer (+ the block's first column for a row)
+    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? nv * W * esz : esz) - 1;
     ieval(p.base.get(), rdx, seg_free(seg_pool()));
     const Reg64* pinned = gpr_inv(GprInv::Buffer, p.buffer);
     if (!pinned) mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
     lea(rdx, ptr[(pinned ? *pinned : rbx) + rdx * esz]);
-    lea(rdx, ptr[rdx + r14 * esz]);
-    for (int off = 0; off < bytes; off += 64) prefetcht0(ptr[rdx + off]);
-    if (bytes > 1) prefetcht0(ptr[rdx + bytes - 1]);  // a row not aligned to lines spans one more
+    if (p.row) lea(rdx, ptr[rdx + r14 * esz]);
+    for (int64_t off = first; off <= last; off += 64) prefetcht0(ptr[rdx + off]);
+    if ((last - first) % 64 != 0) prefetcht0(ptr[rdx + last]);  // a span not aligned to lines touches one more
   }
   seg_r0_ = rcx;
   L(skip);
@@ -244,7 +248,7 @@ void Gen<Vmm>::seg_pin_gprs() {
     seen.clear();  // (each pointer's base is evaluated on its own, twice with its prefetch)
     walk(p.base.get());
     count(GprInv::Buffer, p.buffer);
-    if (p.row) count(GprInv::Buffer, p.buffer);
+    if (p.prefetch) count(GprInv::Buffer, p.buffer);
   }
   for (const ir::Expr* u : sp.uniform)
     if (!sp.leaves.count(u)) walk(u);

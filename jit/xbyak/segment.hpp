@@ -23,12 +23,17 @@ struct SegmentPlan {
     int buffer = 0;
     ir::ExprRef base;
     DType dtype = DType::F32;
-    bool row = false;  ///< some load reads a vector of columns through it (prefetched ahead)
+    bool row = false;  ///< some load reads a vector of columns through it
+    /// Its lines are prefetched ahead: a row, or a gathered element (its base reads an index
+    /// buffer: the 8-bit table's scale and bias) whose address does not move with the bag.
+    bool prefetch = false;
+    int64_t lo = 0, hi = 0;  ///< the smallest and largest leaf offset through it (elements)
   };
   /// A vector leaf of phase 0 read through a Ptr: a load, or cast.f32 of a narrow load.
   struct Leaf {
     int ptr = 0;
-    bool row = false;  ///< a vector of columns (else one element, broadcast)
+    bool row = false;    ///< a vector of columns (else one element, broadcast)
+    int64_t offset = 0;  ///< elements past the pointer: loads at base + c share base's pointer
   };
   std::vector<Ptr> ptrs;
   std::unordered_map<const ir::Expr*, Leaf> leaves;
@@ -43,7 +48,7 @@ struct SegmentPlan {
   std::vector<int> vec_accs;  ///< the f32 accumulators (vector registers per column)
   /// Uniform integer subexpressions used more than once per id: evaluated once per id.
   std::vector<const ir::Expr*> shared;
-  bool next_bag_prefetch = false;  ///< row bases do not read the bag index: the next bag is prefetched
+  bool next_bag_prefetch = false;  ///< prefetched bases do not read the bag index: the next bag is prefetched
 };
 
 /// Fills plan (mode Segment, plan.segment) for a dynamic-reduce kernel, or returns why not.

@@ -1,5 +1,6 @@
 // xbyak backend: analysis of segment kernels (embedding bags), the subset segment.hpp describes.
 // Everything else is declined with a reason: the kernel then runs on LLVM.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -86,10 +87,17 @@ class Analysis {
         plan_.stores[p].push_back(epilogue_access(s.buffer, s.index, true));
       }
     find_shared();
+    // Prefetched: rows, and gathered elements whose address does not move with the bag (a
+    // per-bag element is read once, not worth a prefetch that would stop the next bag's).
+    for (auto& p : sp_.ptrs) {
+      bool bag_dim = false;
+      for (int d = 0; d < last_; ++d) bag_dim |= ir::depends_on(p.base.get(), ir::Space::Outer, d);
+      p.prefetch = p.row || (ir::contains(p.base.get(), ExprKind::Load) && !bag_dim);
+    }
     sp_.next_bag_prefetch = true;
     for (const auto& p : sp_.ptrs)
       for (int d = 0; d < last_; ++d)
-        if (p.row && ir::depends_on(p.base.get(), ir::Space::Outer, d)) sp_.next_bag_prefetch = false;
+        if (p.prefetch && ir::depends_on(p.base.get(), ir::Space::Outer, d)) sp_.next_bag_prefetch = false;
     plan_.segment = std::make_shared<const SegmentPlan>(std::move(sp_));
   }
 
@@ -174,13 +182,43 @@ class Analysis {
       decline("table index not (uniform + column), e.g. a 4-bit table's nibbles: " + ir::print_expr(load->args[0]));
     ExprRef base = s->base ? s->base : ir::iconst(0);
     if (!uniform(base, true, false)) decline("table row index is not uniform: " + ir::print_expr(base));
+    int64_t offset = 0;
+    if (ExprRef rest = split_offset(base, offset); offset > -(1 << 24) && offset < (1 << 24)) base = rest;
+    else offset = 0;  // (the offset goes into a 32-bit displacement in bytes)
     const auto key = std::make_pair(load->index, ir::print_expr(base));
     auto [it, fresh] = ptr_ids_.emplace(key, static_cast<int>(sp_.ptrs.size()));
-    if (fresh) sp_.ptrs.push_back({load->index, base, load->dtype, false});
+    if (fresh) sp_.ptrs.push_back({load->index, base, load->dtype, false, false, offset, offset});
     SegmentPlan::Ptr& p = sp_.ptrs[static_cast<size_t>(it->second)];
     p.row |= s->step == 1;
-    sp_.leaves[leaf.get()] = {it->second, s->step == 1};
+    p.lo = std::min(p.lo, offset);
+    p.hi = std::max(p.hi, offset);
+    sp_.leaves[leaf.get()] = {it->second, s->step == 1, offset};
     if (s->step == 0) sp_.uniform.push_back(leaf.get());
+  }
+
+  // base = rest + c with c a constant addend: returns rest (iconst(0) when nothing is left) and
+  // adds c to `offset`. Loads at base and base + 1 (an 8-bit table's scale and bias) then share
+  // one pointer, and one register, per id.
+  static ExprRef split_offset(const ExprRef& base, int64_t& offset) {
+    auto int_const = [](const ExprRef& e) {
+      return e->kind == ExprKind::Const && (e->dtype == DType::I64 || e->dtype == DType::I32);
+    };
+    auto ival = [](const ExprRef& e) { return static_cast<int64_t>(e->value); };
+    if (int_const(base)) {
+      offset += ival(base);
+      return ir::iconst(0);
+    }
+    if (base->kind != ExprKind::Op || (base->op != Op::Add && base->op != Op::Sub)) return base;
+    const ExprRef &x = base->args[0], &y = base->args[1];
+    if (int_const(y)) {
+      offset += base->op == Op::Add ? ival(y) : -ival(y);
+      return split_offset(x, offset);
+    }
+    if (base->op == Op::Add && int_const(x)) {
+      offset += ival(x);
+      return split_offset(y, offset);
+    }
+    return base;
   }
 
   // An f32 load or store of the epilogue phases: per-bag pointers (Plan::addrs, computed per bag).

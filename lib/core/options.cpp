@@ -57,6 +57,7 @@ Options Options::from_env() {
   }
   if (auto v = env("KFUSE_CACHE_MAX_BYTES")) o.cache_max_bytes = std::strtoull(v, nullptr, 10);
   if (auto v = env("KFUSE_POOL_MAX_BYTES")) o.pool_max_bytes = std::strtoull(v, nullptr, 10);
+  if (auto v = env("KFUSE_HUGE_PAGES")) o.huge_pages = std::atoi(v) != 0;
   o.plugins = split(env("KFUSE_PLUGINS"), ':');
   if (auto v = env("KFUSE_GEMM_PATH")) o.gemm_path = v;
   if (auto b = split(env("KFUSE_GEMM_BLOCKING"), ','); b.size() == 3)

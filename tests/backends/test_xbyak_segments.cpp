@@ -4,7 +4,8 @@
 // in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked tails); an
 // empty bag (also the last), a one-id bag, repeated ids; 1 and 2 threads bitwise equal; the
 // bits of the LLVM bag kernel (same fold order, no FMA) when LLVM is built; a clean decline of
-// 4-bit tables; the AVX-512 code emitted (run only on an AVX-512 machine).
+// 4-bit tables; the AVX-512 code emitted (run only on an AVX-512 machine); the 8-bit table's
+// scale and bias read through one prefetched pointer.
 #include <kfuse/explain.hpp>
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
@@ -12,8 +13,10 @@
 #include <kfuse/stats.hpp>
 
 #include <cstring>
+#include <functional>
 #include <optional>
 
+#include "../../jit/xbyak/segment.hpp"
 #include "../../jit/xbyak/xbyak_backend.hpp"
 #include "backend/backend.hpp"
 #include "runtime/plan.hpp"
@@ -73,6 +76,22 @@ Tensor bag_of(const Tensor& table, const Config& c, bool last_empty) {
                            make_tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64), c.mode,
                            c.weighted ? make_tensor(random_values(kIds, 62, 0.5, 1.5), {kIds}) : Tensor(), c.pad);
   return c.epilogue ? relu(y * 2.0f + 0.25f) : y;
+}
+
+// Calls f with each segment kernel of y's plan (planned, not compiled) and its xbyak plan, which
+// must analyse; returns how many there were.
+size_t for_each_bag_kernel(const Tensor& y, const std::function<void(const ir::Kernel&, const detail::xb::Plan&)>& f) {
+  auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
+  size_t bags = 0;
+  for (const auto& pk : plan->kernels) {
+    const ir::Kernel& k = pk.lowered.kernel;
+    if (k.kind != ir::KernelKind::Segment) continue;
+    ++bags;
+    detail::xb::Plan p;
+    EXPECT_EQ(detail::xb::analyze(k, p), "");
+    f(k, p);
+  }
+  return bags;
 }
 
 // y (a fresh copy of an evaluated expression: explain reports the kernel it ran) ran on `backend`.
@@ -161,19 +180,42 @@ TEST_F(XbyakSegments, Avx512CodeIsEmittedForEveryFormat) {
   for (const std::string format : {"f32", "f16", "bf16", "8-bit"}) {
     SCOPED_TRACE(format);
     Tensor y = bag_of(table_of(format, 65), {BagMode::Mean, false, 3, true}, true);
-    auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
-    size_t bags = 0;
-    for (const auto& pk : plan->kernels) {
-      const ir::Kernel& k = pk.lowered.kernel;
-      if (k.kind != ir::KernelKind::Segment) continue;
-      ++bags;
-      detail::xb::Plan p;
-      ASSERT_EQ(detail::xb::analyze(k, p), "");
-      for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2})
-        EXPECT_GT(detail::xb::emit(k, p, isa).code_bytes, 0u) << detail::xb::isa_name(isa);
-    }
-    EXPECT_EQ(bags, 1u);
+    EXPECT_EQ(for_each_bag_kernel(y,
+                                  [](const ir::Kernel& k, const detail::xb::Plan& p) {
+                                    for (auto isa : {detail::xb::Isa::Avx512, detail::xb::Isa::Avx2})
+                                      EXPECT_GT(detail::xb::emit(k, p, isa).code_bytes, 0u)
+                                          << detail::xb::isa_name(isa);
+                                  }),
+              1u);
   }
+}
+
+// The 8-bit table's scale and bias (elements 2 * id and 2 * id + 1 of one buffer) share one
+// pointer per id, and its line is prefetched ahead like the rows: without that prefetch every id
+// of an out-of-cache bag waited a full miss on its scale (xbyak's 8-bit bag took 22 ms where
+// LLVM's took 8, table [2M, 64]: docs/performance.md).
+TEST_F(XbyakSegments, EightBitScaleAndBiasShareOnePrefetchedPointer) {
+  Tensor y = bag_of(table_of("8-bit", 64), {BagMode::Sum, true, {}, false}, false);
+  const size_t bags = for_each_bag_kernel(y, [](const ir::Kernel&, const detail::xb::Plan& p) {
+    ASSERT_TRUE(p.segment);
+    int rows = 0, scale_bias = 0;
+    for (const auto& ptr : p.segment->ptrs) {
+      if (ptr.row) {
+        ++rows;
+        EXPECT_TRUE(ptr.prefetch);
+      } else if (ptr.dtype == DType::F32 && ptr.lo == 0 && ptr.hi == 1) {
+        ++scale_bias;
+        EXPECT_TRUE(ptr.prefetch) << "the gathered scale/bias line is prefetched";
+      } else {
+        EXPECT_FALSE(ptr.prefetch) << "the per-sample weights are read in order: no prefetch";
+      }
+    }
+    EXPECT_EQ(rows, 1);
+    EXPECT_EQ(scale_bias, 1);
+    EXPECT_EQ(p.segment->ptrs.size(), 3u) << "u8 row, scale/bias, weights";
+  });
+  EXPECT_EQ(bags, 1u);
+  EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-6));
 }
 
 }  // namespace

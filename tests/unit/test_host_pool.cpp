@@ -1,5 +1,5 @@
-// The host buffer pool (lib/graph/host_pool.cpp): alignment of the blocks it hands out, and
-// reuse of freed blocks by size class.
+// The host buffer pool (lib/graph/host_pool.cpp): alignment of the blocks it hands out (huge
+// pages for big ones), and reuse of freed blocks by size class.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -26,6 +26,28 @@ TEST(HostPool, AlignmentBySize) {
     EXPECT_EQ(addr(p) % 4096, 0u) << bytes;
     pool_free(p, bytes);
   }
+}
+
+// Blocks of 4 MiB and more start on a 2 MiB boundary (a transparent huge page, asked for with
+// madvise) unless Options::huge_pages is off; writing all of such a block works either way.
+TEST(HostPool, BigBlocksStartOnAHugePage) {
+  using namespace kfuse::detail;
+  const kfuse::Options saved = kfuse::options();
+  for (size_t bytes : {size_t{4} << 20, (size_t{5} << 20) + 12345, size_t{40} << 20}) {
+    void* p = pool_alloc(bytes);
+    EXPECT_EQ(addr(p) % (size_t{2} << 20), 0u) << bytes;
+    static_cast<unsigned char*>(p)[0] = 1;
+    static_cast<unsigned char*>(p)[bytes - 1] = 2;
+    pool_free(p, bytes);
+  }
+  kfuse::Options o = saved;
+  o.huge_pages = false;
+  o.pool_max_bytes = 1;  // (nothing cached: the next block is a fresh one)
+  kfuse::set_options(o);
+  void* p = pool_alloc(size_t{6} << 20);
+  EXPECT_EQ(addr(p) % 4096, 0u);
+  pool_free(p, size_t{6} << 20);
+  kfuse::set_options(saved);
 }
 
 #if !defined(__SANITIZE_ADDRESS__)  // (the pool is off under AddressSanitizer)
