@@ -537,7 +537,7 @@ void Gen<Vmm>::loop_phase(const std::vector<PhaseItem>& items, const std::vector
   int U = !accs.empty() ? unroll_for(accs) : !cheap ? (Z ? 1 : 2) : p_.mode == Mode::Pointwise ? 4 : 1;
   // Only loops with much math per vector prefetch (see prefetch_streams); the hardware
   // prefetcher keeps up with cheap ones, which would only pay the extra instructions.
-  const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise);
+  const bool prefetch = prefetch_rows_ || (!cheap && p_.mode == Mode::Pointwise && !p_.cached_rows);
   // AVX2 streams only cheap bodies. A ymm streaming store fills half a line, the other half
   // comes one iteration later; on the 2-vCPU AMD EPYC (README "xbyak backend") math-heavy loops
   // over 16M floats ran 12-15% slower streaming (gelu/tanh/exp: 40.1/21.0/27.6 ms against

@@ -277,6 +277,10 @@ class GemmKernel final : public CompiledKernel {
     if (!p_.epi) return true;
     std::string w = analyze(*p_.epi, epi_plan_);
     if (w.empty() && (epi_plan_.mode != Mode::Pointwise || epi_plan_.scalar)) w = "not a pointwise kernel";
+    // Its calls cover columns [n0, n1) of rows of a block of C still in L2: streaming prefetch
+    // 2-4 KiB ahead along a row fetched C's later columns from memory, lines evicted again
+    // long before the epilogue of their block runs.
+    epi_plan_.cached_rows = true;
     if (w.empty()) {
       try {
         *code = emit(*p_.epi, epi_plan_, isa);

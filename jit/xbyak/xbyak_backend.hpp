@@ -44,9 +44,12 @@ struct Access {
 
 struct Plan {
   Mode mode = Mode::Pointwise;
-  int row_dims = 0;                ///< outer dims walked by the row loop (idx[] in the frame)
-  int64_t reduce_n = 0;            ///< Row/Global: the compile-time reduce extent
-  bool scalar = false;             ///< Pointwise with an empty outer domain (one point)
+  int row_dims = 0;      ///< outer dims walked by the row loop (idx[] in the frame)
+  int64_t reduce_n = 0;  ///< Row/Global: the compile-time reduce extent
+  bool scalar = false;   ///< Pointwise with an empty outer domain (one point)
+  /// Pointwise kernels called on slices of rows that sit in L1/L2 (a GEMM's epilogue, run on each
+  /// block of C as it is finished): no prefetch ahead, which would fetch lines past the slice.
+  bool cached_rows = false;
   std::vector<ir::ExprRef> bases;  ///< i64 base expressions (no inner variable)
   std::vector<Addr> addrs;
   std::unordered_map<const ir::Expr*, Access> loads;
