@@ -271,7 +271,8 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values
   std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
   int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
-  int seg_nptr_ = 0;  // pointers in seg_pool() (the next one is free)
+  int seg_save_q_[2] = {0, 0};  // qword slots of r12 and r13 while the id loop pins values in them
+  int seg_nptr_ = 0;            // pointers in seg_pool() (the next one is free)
   // Values an id loop keeps in general registers (the last ones of seg_pool(), seg_pin_gprs):
   // parameters and buffer bases, read by ieval and the row pointers instead of their slots.
   enum class GprInv : uint32_t { Param, Buffer };

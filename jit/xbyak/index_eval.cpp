@@ -77,7 +77,12 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
     case ExprKind::Acc: mov(d, qword[rsp + seg_acc_q_.at(e->index)]); return;
     case ExprKind::Load: {
       const bool i64 = k_.buffers[static_cast<size_t>(e->index)].dtype == DType::I64;
-      ieval(e->args[0].get(), d, f);
+      // ids[r0] (every bag's row id): indexed by the id position's register itself
+      const ir::Expr* ix = e->args[0].get();
+      const bool at_r0 =
+          ix->kind == ExprKind::Var && ix->space == ir::Space::Reduce && !(seg_use_cse_ && seg_cse_.count(ix));
+      if (!at_r0) ieval(ix, d, f);
+      const Reg64 idx = at_r0 ? seg_r0_ : d;
       const Reg64 t = take();
       Label zero, done;
       if (e->args.size() > 1) {  // masked: no access when the mask is false
@@ -88,8 +93,8 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
       const Reg64* pinned = gpr_inv(GprInv::Buffer, e->index);
       if (!pinned) mov(t, qword[rsp + seg_buf_q_.at(static_cast<size_t>(e->index))]);
       const Reg64& base = pinned ? *pinned : t;
-      if (i64) mov(d, qword[base + d * 8]);
-      else movsxd(d, dword[base + d * 4]);
+      if (i64) mov(d, qword[base + idx * 8]);
+      else movsxd(d, dword[base + idx * 4]);
       if (e->args.size() > 1) {
         jmp(done, T_NEAR);
         L(zero);

@@ -16,9 +16,10 @@
 // kernel's; an empty bag gives each accumulator its empty value (0; 1 for Prod), as the
 // reference evaluator and LLVM do.
 //
-// General registers: rdi frame, rbp, r12/r13 bag range, r14 block's first column, r15 columns,
-// rcx the id position, {rbx rsi r8 r9 r10 r11} the per-id pointers (then free for index
-// arithmetic), rax/rdx scratch. Stack: qword slots in the first vector slots of the body.
+// General registers: rdi frame, rbp, r12/r13 bag range (pinned values during the id walk), r14
+// block's first column, r15 columns, rcx the id position, {rbx rsi r8 r9 r10 r11} the per-id
+// pointers (then free for index arithmetic or pinned values), rax/rdx scratch. Stack: qword slots in the first vector
+// slots of the body.
 #include <algorithm>
 #include <functional>
 #include <unordered_set>
@@ -219,10 +220,11 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   L(skip);
 }
 
-// Pins the parameters and buffer bases the id loop reads most into the last registers of
-// seg_pool() (gpr_inv_), loaded here once per walk: from their slots they cost a load per use,
-// two for a parameter, and an f32 bag's id spent a dozen of its ~60 instructions on them (the
-// LLVM kernel keeps them in registers). Two pool registers past the pointers stay free: index
+// Pins the parameters and buffer bases the id loop reads most into general registers (gpr_inv_),
+// loaded here once per walk: from their slots they cost a load per use, two for a parameter, and
+// an f32 bag's id spent a dozen of its ~60 instructions on them (the LLVM kernel keeps them in
+// registers). The registers: r12 and r13 (the row loop's range, saved to slots for the walk),
+// then the last ones of seg_pool(). Two pool registers past the pointers stay free: index
 // arithmetic and a narrow row's tail copy (seg_leaf) take them.
 template <class Vmm>
 void Gen<Vmm>::seg_pin_gprs() {
@@ -253,9 +255,17 @@ void Gen<Vmm>::seg_pin_gprs() {
   for (const ir::Expr* u : sp.uniform)
     if (!sp.leaves.count(u)) walk(u);
   std::stable_sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  const int room = static_cast<int>(seg_pool().size()) - static_cast<int>(sp.ptrs.size()) - 2;
-  for (int i = 0; i < std::min(room, static_cast<int>(uses.size())); ++i) {
-    const Reg64 r = seg_pool()[seg_pool().size() - 1 - static_cast<size_t>(i)];
+  // r12 and r13 (the row loop's range: unused during the walk, saved around it) first, then the
+  // pool's registers past the pointers and the two kept free
+  std::vector<Reg64> regs = {r12, r13};
+  for (size_t i = seg_pool().size(); i-- > sp.ptrs.size() + 2;) regs.push_back(seg_pool()[i]);
+  const int n = std::min(static_cast<int>(regs.size()), static_cast<int>(uses.size()));
+  if (n > 0) {
+    mov(qword[rsp + seg_save_q_[0]], r12);
+    mov(qword[rsp + seg_save_q_[1]], r13);
+  }
+  for (int i = 0; i < n; ++i) {
+    const Reg64 r = regs[static_cast<size_t>(i)];
     const auto kind = static_cast<GprInv>(uses[static_cast<size_t>(i)].first >> 32);
     const auto index = static_cast<int>(static_cast<uint32_t>(uses[static_cast<size_t>(i)].first));
     if (kind == GprInv::Param) {
@@ -352,6 +362,10 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   inc(rcx);
   jmp(top, T_NEAR);
   L(end);
+  if (!gpr_inv_.empty()) {
+    mov(r12, qword[rsp + seg_save_q_[0]]);
+    mov(r13, qword[rsp + seg_save_q_[1]]);
+  }
   gpr_inv_.clear();
   // NaN markers into Max/Min accumulators; an empty bag's empty values
   bool fix_empty = false;
@@ -449,6 +463,8 @@ void Gen<Vmm>::segment_loop() {
     seg_nlo_q_ = q();
     seg_nhi_q_ = q();
     seg_tl_q_ = q();
+    seg_save_q_[0] = q();
+    seg_save_q_[1] = q();
     seg_acc_q_.clear();
     for (int a : sp.int_accs) seg_acc_q_[a] = q();
     seg_shared_q_.clear();
