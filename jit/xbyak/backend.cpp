@@ -46,7 +46,7 @@ using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
 // kVersion changes whenever emitted code or the binary layout changes (its history is in git log).
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 27;
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 29;
 constexpr size_t kHeader = 16;
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread

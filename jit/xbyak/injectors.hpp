@@ -116,17 +116,18 @@ struct Injectors {
     h.vpslld(n, n, 23);
     h.vmulps(r, r, n);
   }
-  // 2 scratch. nonpositive: the caller guarantees x <= 0 or NaN (only the lower clamp is needed)
-  void exp(const Vmm& x, const Vmm* t, bool nonpositive = false) {
+  // 2 scratch. nonpositive: the caller guarantees x <= 0 or NaN (only the lower clamp is needed).
+  // lo: the lower clamp (kExpLo; flush_tiny raises it, see there)
+  void exp(const Vmm& x, const Vmm* t, bool nonpositive = false, float lo = kfuse::ir::mathc::kExpLo) {
     using namespace kfuse::ir::mathc;
     if constexpr (!Z) {
-      if (nonpositive) return exp_nonpositive_avx2(x, t);
+      if (nonpositive) return exp_nonpositive_avx2(x, t, lo);
     }
     if (nonpositive) {
-      h.vmovups(t[0], h.cst(kExpLo));
+      h.vmovups(t[0], h.cst(lo));
       h.vmaxps(x, t[0], x);
     } else {
-      clamp(x, kExpLo, kExpHi, t[0]);
+      clamp(x, lo, kExpHi, t[0]);
     }
     // n = round(x log2e) in one rounding: x log2e + 1.5*2^23 rounds to an integer (the sum's ulp
     // is 1), and subtracting the magic gives n exactly. Two vector ops, where a product and
@@ -145,11 +146,11 @@ struct Injectors {
   // product p * 2^(n+64) rounds once, as exp_finish's exact-then-rounding pair does: same bits.
   // n comes from adding 1.5*2^23 + 191 to x*log2e (round to nearest even, as vroundps, with the
   // biased exponent n+191 in the low mantissa bits), which also replaces the float-to-int convert.
-  void exp_nonpositive_avx2(const Vmm& x, const Vmm* t) {
+  void exp_nonpositive_avx2(const Vmm& x, const Vmm* t, float lo) {
     using namespace kfuse::ir::mathc;
     constexpr float kScale = 0x1p-64f;
     constexpr float kMagic = 0x1.8p23f + 191.0f;  // 191 = 127 + 64
-    h.vmovups(t[0], h.cst(kExpLo));
+    h.vmovups(t[0], h.cst(lo));
     h.vmaxps(x, t[0], x);
     h.vmulps(t[0], x, h.cst(kLog2e));
     h.vaddps(t[0], t[0], h.cst(kMagic));  // bits: 0x4B400000 + n + 191
@@ -224,11 +225,28 @@ struct Injectors {
     recip(t[0], t[2]);  // Q in [1, 446]: finite, non-zero
     h.vmulps(x, x, t[0]);
   }
-  void sigmoid(const Vmm& x, const Vmm* t) {  // 4 scratch
+  // exp(x) for a caller that multiplies it by at most |x|: 0 below kExpNormalLo instead of a
+  // subnormal (math_constants.hpp). `m`: scratch for the mask. Lanes at or above the bound keep
+  // exp's bits, NaN stays NaN.
+  void exp_flush_tiny(const Vmm& x, const Vmm* t, bool nonpositive, const Vmm& m,
+                      float lo = kfuse::ir::mathc::kExpNormalLo) {
+    if constexpr (Z) {
+      h.vcmpps(h.k2, x, h.cst(lo), kLtOQ);
+      exp(x, t, nonpositive, lo);
+      h.vpxord(x | h.k2, x, x);
+    } else {
+      h.vcmpps(m, x, h.cst(lo), kLtOQ);
+      exp(x, t, nonpositive, lo);
+      h.vandnps(x, m, x);
+    }
+  }
+  // flush_tiny: for silu and gelu (x * sigmoid): exp_flush_tiny
+  void sigmoid(const Vmm& x, const Vmm* t, bool flush_tiny = false) {  // 4 scratch
     const Vmm &orig = t[2], &s = t[3];
     h.vmovups(orig, x);
     vor(x, x, h.cstu(0x80000000u));  // -|x|
-    exp(x, t, true);                 // e = exp(-|x|)
+    if (flush_tiny) exp_flush_tiny(x, t, true, s);
+    else exp(x, t, true);  // e = exp(-|x|)
     h.vaddps(t[1], x, h.cst(1.0f));
     recip(s, t[1]);     // 1/(1+e), 1+e in [1, 2]
     if constexpr (Z) {  // x < 0: e/(1+e), one masked product instead of a blend
@@ -250,7 +268,7 @@ struct Injectors {
   }
   void silu(const Vmm& x, const Vmm* t) {  // 5 scratch
     h.vmovups(t[4], x);
-    sigmoid(x, t);
+    sigmoid(x, t, true);
     h.vmulps(x, x, t[4]);
   }
   // gelu(x) = x * erfc(-x/sqrt2) / 2 = x * (x <= 0 ? e : 1 - e), e = erfc(|x|/sqrt2) / 2. 6 scratch
@@ -271,7 +289,7 @@ struct Injectors {
     h.vfmsub213ps(t[0], x, hi);  // lo = a*a - hi (exact)
     h.vsubps(c, c, t[0]);
     h.vsubps(c, c, hi);  // -a^2 + C(t)
-    exp(c, t);
+    exp_flush_tiny(c, t, false, hi, kGeluErfExpLo);
     h.vmulps(c, c, tt);
     h.vmulps(c, c, h.cst(0.5f));  // e
     h.vmovups(x, h.cst(1.0f));
@@ -286,7 +304,7 @@ struct Injectors {
     h.vmovups(t[1], h.cst(2.0f * kGeluTanhK * kGeluTanhC));
     h.vfmadd213ps(t[1], t[0], h.cst(2.0f * kGeluTanhK));  // 2k (1 + c x^2): one product fewer
     h.vmulps(x, x, t[1]);
-    sigmoid(x, t);
+    sigmoid(x, t, true);
     h.vmulps(x, x, t[4]);
   }
   // log1p(x) = log(u) * x / (u - 1), u = 1 + x; u == 1 -> x, u == inf -> inf. 5 scratch

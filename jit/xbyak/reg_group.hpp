@@ -52,6 +52,7 @@ struct GroupHost {
   KFUSE_XB_GROUP_OP(vminps)
   KFUSE_XB_GROUP_OP(vmaxps)
   KFUSE_XB_GROUP_OP(vandps)
+  KFUSE_XB_GROUP_OP(vandnps)
   KFUSE_XB_GROUP_OP(vorps)
   KFUSE_XB_GROUP_OP(vxorps)
   KFUSE_XB_GROUP_OP(vcmpps)

@@ -24,8 +24,15 @@ struct Builder {
   // f32 constants are the float literals xbyak uses; f64 ones the double values.
   double k(float f32, double f64) const { return dt == DType::F32 ? static_cast<double>(f32) : f64; }
 
-  ExprRef sigmoid(const ExprRef& x) const {
-    ExprRef e = un(Op::Exp, un(Op::Neg, un(Op::Abs, x)));
+  // exp(v) where the caller multiplies it by at most |x| (silu, gelu): 0 below kExpNormalLo,
+  // where it would be subnormal (math_constants.hpp), and exp's argument clamped there so that
+  // no lane computes a subnormal it then discards.
+  ExprRef exp_flush_tiny(const ExprRef& v, double lo) const {
+    return where(cmp(Op::Lt, v, lo), c(0), un(Op::Exp, bin(Op::Maximum, v, c(lo))));
+  }
+  ExprRef sigmoid(const ExprRef& x, bool flush_tiny = false) const {
+    ExprRef nz = un(Op::Neg, un(Op::Abs, x));
+    ExprRef e = flush_tiny ? exp_flush_tiny(nz, k(mathc::kExpNormalLo, mathc::kExpNormalLoD)) : un(Op::Exp, nz);
     ExprRef r = un(Op::Recip, add(c(1), e));
     return where(cmp(Op::Lt, x, 0), mul(e, r), r);
   }
@@ -33,7 +40,7 @@ struct Builder {
     using namespace mathc;
     const double two_kc = k(2.0f * kGeluTanhK * kGeluTanhC, 2 * kGeluTanhKD * kGeluTanhCD);
     const double two_k = k(2.0f * kGeluTanhK, 2 * kGeluTanhKD);
-    return mul(sigmoid(mul(x, add(mul(c(two_kc), mul(x, x)), c(two_k)))), x);
+    return mul(sigmoid(mul(x, add(mul(c(two_kc), mul(x, x)), c(two_k))), true), x);
   }
   ExprRef gelu_erf(const ExprRef& x) const {
     using namespace mathc;
@@ -42,7 +49,7 @@ struct Builder {
     ExprRef t = un(Op::Recip, add(mul(a, c(0.5)), c(1)));
     ExprRef p = c(kErfcC[0]);
     for (int i = 1; i < 10; ++i) p = add(mul(p, t), c(kErfcC[i]));
-    ExprRef h = mul(mul(un(Op::Exp, bin(Op::Sub, p, mul(a, a))), t), c(0.5));
+    ExprRef h = mul(mul(exp_flush_tiny(bin(Op::Sub, p, mul(a, a)), mathc::kGeluErfExpLo), t), c(0.5));
     return mul(where(cmp(Op::Le, x, 0), h, bin(Op::Sub, c(1), h)), x);
   }
 };
@@ -57,7 +64,7 @@ ExprRef decompose_op(Op o, const ExprRef& x) {
   Builder b{x->dtype};
   switch (o) {
     case Op::Sigmoid: return b.sigmoid(x);
-    case Op::Silu: return b.mul(x, b.sigmoid(x));
+    case Op::Silu: return b.mul(x, b.sigmoid(x, true));
     case Op::GeluTanh: return b.gelu_tanh(x);
     case Op::GeluErf: return b.gelu_erf(x);
     default: throw InternalError(std::string("decompose_op: not a composite op: ") + op_name(o));
