@@ -138,7 +138,7 @@ class Gen : public Xbyak::CodeGenerator {
   bool dry_ = false;
   int max_reg_ = -1;
   Label ctab_, masktab_;
-  Label nibtab_;  // segment kernels with nibble rows: the lanes' shifts 0, 4, 0, 4, ... (seg_leaf)
+  Label nibtab_;  // segment kernels with nibble rows: the lanes' shifts 0, 4, 0, 4, ..., a byte shuffle (seg_leaf)
   int vslot_base_ = 0;
   int nvslots_ = 0;
   bool prefetch_rows_ = false;                   // the loop being emitted prefetches the rows ahead

@@ -170,14 +170,17 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
   };
   const Ymm y(d.getIdx());
   if (p.nibble) {
-    // W / 2 bytes, each doubled (lanes 2j and 2j + 1 hold byte j), shifted right by 0 or 4 per
-    // lane (nibtab_), & 15: lane i is column i's nibble, as nibble_leaf proved the kernel asks.
-    if (!from_reg) {
-      if constexpr (Z) vmovq(x, row);  // (AVX-512 tails are k-masked loads: from_reg)
-      else vmovd(x, from_stack ? tail : row);
+    // W / 2 bytes broadcast to every 128-bit lane, lane i's byte i / 2 picked into its low byte
+    // (vpshufb, nibtab_'s second half; the other bytes zeroed), shifted right by 0 or 4 per lane
+    // (nibtab_), & 15: lane i is column i's nibble, as nibble_leaf proved the kernel asks. (One
+    // in-lane shuffle: vmovd + vpunpcklbw + vpmovzxbd took one instruction more.)
+    if constexpr (Z) {
+      if (from_reg) vpbroadcastq(d, x);
+      else vpbroadcastq(d, row);  // (AVX-512 tails are k-masked loads: from_reg)
+    } else {
+      vpbroadcastd(d, from_stack ? tail : row);
     }
-    vpunpcklbw(x, x, x);
-    vpmovzxbd(d, x);
+    vpshufb(d, d, dry_ ? ptr[rip] : ptr[rip + nibtab_ + VB]);
     vpsrlvd(d, d, dry_ ? ptr[rip] : ptr[rip + nibtab_]);
     if constexpr (Z) vpandd(d, d, cstu(15));
     else vpand(d, d, cstu(15));
