@@ -11,6 +11,7 @@
 #include "backend/factories.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
+#include "segment.hpp"
 #include "kfuse/error.hpp"
 #include "kfuse/options.hpp"
 #include "xbyak_backend.hpp"
@@ -46,8 +47,18 @@ using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
 // kVersion changes whenever emitted code or the binary layout changes (its history is in git log).
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 29;
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 30;
 constexpr size_t kHeader = 16;
+
+// A segment kernel launched with more columns than its nibble rows' shifts are proven for
+// (SegmentPlan::max_columns: an i32 arange of 2^31 columns): never wrong data.
+[[noreturn]] __attribute__((noinline, cold)) void too_many_columns(int64_t cols, int64_t max) {
+  std::string what = "xbyak: a 4-bit table's bag of ";
+  what += std::to_string(cols);
+  what += " columns: its nibble shifts are proven for at most ";
+  what += std::to_string(max);
+  throw BackendError(what + " columns");
+}
 
 // The calling thread's scratch row for Plan::reuse, at least `bytes`, 64-byte aligned. Per thread
 // and reused: a kernel's tasks run one at a time on each thread and never call back into kfuse.
@@ -191,6 +202,8 @@ class XbyakKernel final : public CompiledKernel {
       case Mode::Segment: {  // bags (all outer dims but the columns) split over threads
         if (outer_n == 0) return;
         const int64_t cols = ext[dims - 1], bags = outer_n / cols;
+        // (a nibble row's lanes are right where the kernel's column arithmetic is exact)
+        if (cols > plan_.segment->max_columns) too_many_columns(cols, plan_.segment->max_columns);
         parallel_for(bags, std::max<int64_t>(1, kSegmentGrain / cols), [&](int64_t b, int64_t e) {
           Frame f;
           frame_for_rows(f, b, e);

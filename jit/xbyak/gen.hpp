@@ -138,6 +138,7 @@ class Gen : public Xbyak::CodeGenerator {
   bool dry_ = false;
   int max_reg_ = -1;
   Label ctab_, masktab_;
+  Label nibtab_;  // segment kernels with nibble rows: the lanes' shifts 0, 4, 0, 4, ..., a byte shuffle (seg_leaf)
   int vslot_base_ = 0;
   int nvslots_ = 0;
   bool prefetch_rows_ = false;                   // the loop being emitted prefetches the rows ahead
@@ -272,6 +273,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
   int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
   int seg_save_q_[2] = {0, 0};  // qword slots of r12 and r13 while the id loop pins values in them
+  int seg_half_q_ = 0;          // qword slot: the block's first column / 2 (a nibble row's first byte)
   int seg_nptr_ = 0;            // pointers in seg_pool() (the next one is free)
   // Values an id loop keeps in general registers (the last ones of seg_pool(), seg_pin_gprs):
   // parameters and buffer bases, read by ieval and the row pointers instead of their slots.

@@ -77,6 +77,10 @@ void Gen<Vmm>::seg_broadcast(const ir::Expr* e, const Vmm& d) {
     case DType::I8:
       if (p.dtype == DType::U8) movzx(eax, byte[at]);
       else movsx(eax, byte[at]);
+      if (l.shift >= 0) {  // a 4-bit table's nibble
+        if (l.shift > 0) shr(eax, l.shift);
+        and_(eax, 15);
+      }
       vmovd(x, eax);
       vpbroadcastd(d, x);
       vcvtdq2ps(d, d);
@@ -115,7 +119,10 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
   const SegmentPlan::Ptr& p = p_.segment->ptrs[static_cast<size_t>(l.ptr)];
   const Reg64 b = seg_pool()[static_cast<size_t>(l.ptr)];
   const int esz = static_cast<int>(dtype_size(p.dtype));
-  const Address row = ptr[b + r14 * esz + (seg_v_ * W + l.offset) * esz], tail = ptr[rsp + seg_tail_off_];
+  // (a nibble row's pointer includes the block's first column / 2: vector v is W / 2 bytes on)
+  const Address row = p.nibble ? ptr[b + seg_v_ * (W / 2) + l.offset]
+                               : ptr[b + r14 * esz + (seg_v_ * W + l.offset) * esz],
+                tail = ptr[rsp + seg_tail_off_];
   bool from_stack = false;
   using Xbyak::Xmm;
   using Xbyak::Ymm;
@@ -126,12 +133,14 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
     else vmaskmovps(d, Vmm(kMaskReg), row);
     return true;
   }
-  // Narrow rows, masked: AVX-512 loads the lanes under k1 (bytes/words: the same lane bits);
-  // AVX2 copies the tail's elements into a zeroed stack vector (no byte-masked loads).
+  // Narrow rows, masked: AVX-512 loads the lanes under k1 (bytes/words: the same lane bits; a
+  // nibble row's ceil(lanes / 2) bytes under k4, seg_block); AVX2 copies the tail's bytes into a
+  // zeroed stack vector (no byte-masked loads). Neither reads past the row's last byte.
   bool from_reg = false;
   if (ev.masked) {
     if constexpr (Z) {
-      if (esz == 1) vmovdqu8(x | k1 | T_z, row);
+      if (p.nibble) vmovdqu8(x | k4 | T_z, row);
+      else if (esz == 1) vmovdqu8(x | k1 | T_z, row);
       else vmovdqu16(Ymm(d.getIdx()) | k1 | T_z, row);
       from_reg = true;
     } else {
@@ -141,8 +150,12 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
       lea(rax, row);
       vpxor(x, x, x);
       vmovdqu(ptr[rsp + seg_tail_off_], x);
-      mov(rdx, qword[rsp + seg_tl_q_]);
+      mov(rdx, qword[rsp + seg_tl_q_]);  // bytes: the tail's lanes * esz, ceil(lanes / 2) for nibbles
       if (esz == 2) add(rdx, rdx);
+      if (p.nibble) {
+        inc(rdx);
+        shr(rdx, 1);
+      }
       Label copy;
       L(copy);
       movzx(s.cvt32(), byte[rax + rdx - 1]);
@@ -157,6 +170,24 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
     return from_stack ? tail : row;
   };
   const Ymm y(d.getIdx());
+  if (p.nibble) {
+    // W / 2 bytes broadcast to every 128-bit lane, lane i's byte i / 2 picked into its low byte
+    // (vpshufb, nibtab_'s second half; the other bytes zeroed), shifted right by 0 or 4 per lane
+    // (nibtab_), & 15: lane i is column i's nibble, as nibble_leaf proved the kernel asks. (One
+    // in-lane shuffle: vmovd + vpunpcklbw + vpmovzxbd took one instruction more.)
+    if constexpr (Z) {
+      if (from_reg) vpbroadcastq(d, x);
+      else vpbroadcastq(d, row);  // (AVX-512 tails are k-masked loads: from_reg)
+    } else {
+      vpbroadcastd(d, from_stack ? tail : row);
+    }
+    vpshufb(d, d, dry_ ? ptr[rip] : ptr[rip + nibtab_ + VB]);
+    vpsrlvd(d, d, dry_ ? ptr[rip] : ptr[rip + nibtab_]);
+    if constexpr (Z) vpandd(d, d, cstu(15));
+    else vpand(d, d, cstu(15));
+    vcvtdq2ps(d, d);
+    return true;
+  }
   switch (p.dtype) {
     case DType::U8:
       vpmovzxbd(d, src(x));
@@ -206,13 +237,16 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
     const int esz = static_cast<int>(dtype_size(p.dtype));
-    // bytes [first, last] past the pointer (+ the block's first column for a row)
-    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? nv * W * esz : esz) - 1;
+    // bytes [first, last] past the pointer (+ the block's first column for a row: its bytes, the
+    // column / 2, for a nibble row, whose block of nv * W columns is nv * W / 2 bytes)
+    const int64_t block = p.nibble ? nv * W / 2 : nv * W * esz;
+    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? block : esz) - 1;
     ieval(p.base.get(), rdx, seg_free(seg_pool()));
     const Reg64* pinned = gpr_inv(GprInv::Buffer, p.buffer);
     if (!pinned) mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
     lea(rdx, ptr[(pinned ? *pinned : rbx) + rdx * esz]);
-    if (p.row) lea(rdx, ptr[rdx + r14 * esz]);
+    if (p.nibble) add(rdx, qword[rsp + seg_half_q_]);
+    else if (p.row) lea(rdx, ptr[rdx + r14 * esz]);
     for (int64_t off = first; off <= last; off += 64) prefetcht0(ptr[rdx + off]);
     if ((last - first) % 64 != 0) prefetcht0(ptr[rdx + last]);  // a span not aligned to lines touches one more
   }
@@ -295,12 +329,26 @@ template <class Vmm>
 void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
                          const std::vector<std::pair<const ir::Expr*, int>>& once_scalars) {
   const SegmentPlan& sp = *p_.segment;
+  bool nibbles = false;
+  for (const auto& p : sp.ptrs) nibbles |= p.nibble;
+  if (nibbles) {  // a nibble row's pointer adds the block's first byte (r14 / 2: r14 is a multiple of W)
+    mov(rax, r14);
+    shr(rax, 1);
+    mov(qword[rsp + seg_half_q_], rax);
+  }
   if (masked) {  // tail lanes = columns - r14 - (nv - 1) * W
     mov(rax, r15);
     sub(rax, r14);
     sub(rax, (nv - 1) * W);
     mov(qword[rsp + seg_tl_q_], rax);
     set_mask_rax();
+    if (Z && nibbles) {  // k4: the tail's ceil(lanes / 2) bytes of a nibble row (seg_leaf)
+      mov(rax, qword[rsp + seg_tl_q_]);
+      inc(eax);
+      shr(eax, 1);
+      bzhi(eax, dword[rip + masktab_], eax);
+      kmovw(k4, eax);
+    }
   }
   pin_accs(sp.vec_accs, nv);
   int next = kAccTmp - 1 - nv * acc_regs(sp.vec_accs);
@@ -336,6 +384,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
     const Reg64* pinned = gpr_inv(GprInv::Buffer, sp.ptrs[j].buffer);
     if (!pinned) mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
     lea(r, ptr[(pinned ? *pinned : rax) + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
+    if (sp.ptrs[j].nibble) add(r, qword[rsp + seg_half_q_]);
   }
   std::vector<Reg64> rest = {rdx};
   rest.insert(rest.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(sp.ptrs.size()), seg_pool().end());
@@ -465,6 +514,7 @@ void Gen<Vmm>::segment_loop() {
     seg_tl_q_ = q();
     seg_save_q_[0] = q();
     seg_save_q_[1] = q();
+    seg_half_q_ = q();
     seg_acc_q_.clear();
     for (int a : sp.int_accs) seg_acc_q_[a] = q();
     seg_shared_q_.clear();

@@ -1,9 +1,13 @@
 // xbyak backend: analysis of segment kernels (embedding bags), the subset segment.hpp describes.
 // Everything else is declined with a reason: the kernel then runs on LLVM.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_set>
 
 #include "ir/expr_util.hpp"
@@ -161,11 +165,16 @@ class Analysis {
     if (e->op == Op::Pow || e->op == Op::Sin || e->op == Op::Cos) decline(std::string("op ") + op_name(e->op));
     if (e->op == Op::Cast && e->args[0]->dtype != DType::F32 && e->args[0]->dtype != DType::Bool) {
       const ExprRef& x = e->args[0];
-      if (e->dtype != DType::F32 || x->kind != ExprKind::Load || !narrow_table(x->dtype) || !bag)
-        decline("cast.f32 of " + std::string(dtype_name(x->dtype)) + " other than a u8/i8/f16/bf16 table row (" +
-                ir::print_expr(e) + "); 4-bit tables run on LLVM");
-      row_leaf(e, x);
-      return;
+      if (e->dtype == DType::F32 && bag && x->kind == ExprKind::Load && narrow_table(x->dtype)) {
+        row_leaf(e, x);
+        return;
+      }
+      if (e->dtype == DType::F32 && bag && x->kind == ExprKind::Op && x->op == Op::BitAnd) {
+        nibble_leaf(e, x);  // (declines saying which part is not a 4-bit table's nibble)
+        return;
+      }
+      decline("cast.f32 of " + std::string(dtype_name(x->dtype)) +
+              " other than a u8/i8/f16/bf16 table row or a 4-bit table's nibble (" + ir::print_expr(e) + ")");
     }
     for (const auto& a : e->args) {
       if (a->dtype != DType::F32 && a->dtype != DType::Bool)
@@ -179,21 +188,163 @@ class Analysis {
     if (load->args.size() > 1) decline("masked table load");
     auto s = ir::affine_split(load->args[0], ir::Space::Outer, last_);
     if (!s || (s->step != 0 && s->step != 1))
-      decline("table index not (uniform + column), e.g. a 4-bit table's nibbles: " + ir::print_expr(load->args[0]));
-    ExprRef base = s->base ? s->base : ir::iconst(0);
+      decline("table index not (uniform + column): " + ir::print_expr(load->args[0]));
+    add_leaf(leaf, load, s->base ? s->base : ir::iconst(0), s->step == 1, false);
+  }
+
+  // Leaf `leaf` reads `load` through the pointer buffer + base (per id): a row (a vector of
+  // columns; nibble: a 4-bit table's, base in bytes) or one element, broadcast (shift >= 0: one
+  // nibble of a u8 element, (byte >> shift) & 15).
+  void add_leaf(const ExprRef& leaf, const ExprRef& load, ExprRef base, bool row, bool nibble, int shift = -1) {
     if (!uniform(base, true, false)) decline("table row index is not uniform: " + ir::print_expr(base));
     int64_t offset = 0;
     if (ExprRef rest = split_offset(base, offset); offset > -(1 << 24) && offset < (1 << 24)) base = rest;
     else offset = 0;  // (the offset goes into a 32-bit displacement in bytes)
-    const auto key = std::make_pair(load->index, ir::print_expr(base));
+    // (a nibble row's pointer also moves with the block's first column / 2: its own pointer)
+    const auto key = std::make_tuple(load->index, ir::print_expr(base), nibble);
     auto [it, fresh] = ptr_ids_.emplace(key, static_cast<int>(sp_.ptrs.size()));
-    if (fresh) sp_.ptrs.push_back({load->index, base, load->dtype, false, false, offset, offset});
+    if (fresh) sp_.ptrs.push_back({load->index, base, load->dtype, false, false, offset, offset, nibble});
     SegmentPlan::Ptr& p = sp_.ptrs[static_cast<size_t>(it->second)];
-    p.row |= s->step == 1;
+    p.row |= row;
     p.lo = std::min(p.lo, offset);
     p.hi = std::max(p.hi, offset);
-    sp_.leaves[leaf.get()] = {it->second, s->step == 1, offset};
-    if (s->step == 0) sp_.uniform.push_back(leaf.get());
+    sp_.leaves[leaf.get()] = {it->second, row, offset, shift};
+    if (!row) sp_.uniform.push_back(leaf.get());
+  }
+
+  // A 4-bit table's column (lib/api/quantize.cpp packs byte j = q[2j] | q[2j + 1] << 4):
+  //   leaf = cast.f32(bitwise_and(shift_right(cast.iN(load u8[base + idiv(o, 2)]), s), 15))
+  // (either operand order of the and), o the column and s = 4 * (o & 1): the low nibble of byte
+  // o / 2 for an even column, the high one for an odd column, which is what the emitter's lanes
+  // compute (segment.cpp, seg_leaf). A bag of one column has the column folded to a constant
+  // (lowering drops o when its extent is 1): s is then a constant 0 or 4 and the leaf one
+  // nibble per id, broadcast. Declines naming the part that differs.
+  void nibble_leaf(const ExprRef& leaf, const ExprRef& x) {
+    auto miss = [&](const std::string& what) {
+      decline("not a 4-bit table's nibble (" + what + "): " + ir::print_expr(leaf));
+    };
+    const ExprRef* shifted = nullptr;
+    for (int i = 0; i < 2; ++i)
+      if (int_value(x->args[static_cast<size_t>(1 - i)]) == 15) shifted = &x->args[static_cast<size_t>(i)];
+    if (!shifted) miss("the mask is not 15");
+    const ExprRef& shr = *shifted;
+    if (shr->kind != ExprKind::Op || shr->op != Op::Shr) miss("the masked value is not a shift_right");
+    const std::optional<int> shift = nibble_shift(shr->args[1]);
+    if (!shift) miss("the shift is not 4 * (column & 1)");
+    ExprRef load = shr->args[0];
+    if (load->kind == ExprKind::Op && load->op == Op::Cast && int_dtype(load->dtype) && load->dtype != DType::Bool)
+      load = load->args[0];
+    if (load->kind != ExprKind::Load || load->dtype != DType::U8 || load->args.size() != 1)
+      miss("the shifted value is not an unmasked u8 load");
+    if (*shift >= 0) {  // one nibble per id
+      if (ir::depends_on(load->args[0].get(), ir::Space::Outer, last_))
+        miss("a constant shift with a byte index that moves with the column");
+      add_leaf(leaf, load, load->args[0], false, false, *shift);
+      return;
+    }
+    // index = base + idiv(o, 2), the addends in any order
+    std::vector<ExprRef> terms;
+    std::function<void(const ExprRef&)> flatten = [&](const ExprRef& t) {
+      if (t->kind == ExprKind::Op && t->op == Op::Add && t->dtype == DType::I64) {
+        flatten(t->args[0]);
+        flatten(t->args[1]);
+      } else {
+        terms.push_back(t);
+      }
+    };
+    flatten(load->args[0]);
+    ExprRef base;
+    int halves = 0;
+    for (const auto& t : terms) {
+      if (t->kind == ExprKind::IDiv && is_column(t->args[0]) && int_value(t->args[1]) == 2) ++halves;
+      else base = base ? ir::iadd(base, t) : t;
+    }
+    if (halves != 1) miss("the byte index is not (row + column / 2)");
+    add_leaf(leaf, load, base ? base : ir::iconst(0), true, true);
+  }
+
+  bool is_column(const ExprRef& e) const {
+    return e->kind == ExprKind::Var && e->space == ir::Space::Outer && e->index == last_;
+  }
+
+  // The value of an integer constant (any dtype holding an integer), or nullopt.
+  static std::optional<int64_t> int_value(const ExprRef& e) {
+    if (e->kind != ExprKind::Const || e->value != std::floor(e->value) || std::abs(e->value) > 0x1p40) return {};
+    return static_cast<int64_t>(e->value);
+  }
+
+  // Whether s = 4 * (q & 1): shift_left(p, 2), mul(p, 4) or bitwise_and(shift_left(q, 2), 4)
+  // with p = bitwise_and(q, 1), q = o + c exactly (column_value). Returns -1 when q is the
+  // column o (c even, so s = 4 * (o & 1); the plan's max_columns is lowered to the columns for
+  // which the steps are exact), the shift 0 or 4 when q is a constant, nullopt otherwise.
+  std::optional<int> nibble_shift(const ExprRef& s) {
+    if (s->kind != ExprKind::Op || !int_dtype(s->dtype)) return {};
+    // the operand of e beside the constant c (either order but for a shift), or null
+    auto beside = [](const ExprRef& e, Op op, int64_t c) -> const ExprRef* {
+      if (e->kind != ExprKind::Op || e->op != op || e->args.size() != 2) return nullptr;
+      if (int_value(e->args[1]) == c) return &e->args[0];
+      if (op != Op::Shl && int_value(e->args[0]) == c) return &e->args[1];
+      return nullptr;
+    };
+    const ExprRef* q = nullptr;
+    if (const ExprRef* p = beside(s, Op::Shl, 2); p) q = beside(*p, Op::BitAnd, 1);
+    else if (const ExprRef* p4 = beside(s, Op::Mul, 4); p4) q = beside(*p4, Op::BitAnd, 1);
+    else if (const ExprRef* t = beside(s, Op::BitAnd, 4); t) q = beside(*t, Op::Shl, 2);
+    if (!q) return {};
+    int64_t c = 0, limit = INT64_MAX;
+    bool column = false;
+    if (!column_value(*q, c, limit, column) || limit < 1) return {};
+    if (!column) return c % 2 == 0 ? 0 : 4;
+    if (c % 2 != 0) return {};  // (the odd columns' low nibbles: not what the lanes compute)
+    sp_.max_columns = std::min(sp_.max_columns, limit);
+    return -1;
+  }
+
+  // Whether e is exactly o + c (`column`: o the column) or the constant c, for every column
+  // o < limit, through the steps an arange of the columns lowers to: casts, + or - an integer
+  // constant, * 1. A float step is exact while its values are integers its mantissa holds; a
+  // float -> i32/i64 cast while they fit (then it truncates nothing); integer steps wrap, which
+  // keeps the parity. `limit` is lowered to the columns for which every step is exact.
+  bool column_value(const ExprRef& e, int64_t& c, int64_t& limit, bool& column) const {
+    auto exact = [](DType d) -> int64_t {  // every integer of magnitude <= this is exact in d
+      switch (d) {
+        case DType::F32: return int64_t{1} << 24;
+        case DType::F64: return int64_t{1} << 53;
+        case DType::I32: return INT32_MAX;
+        default: return INT64_MAX;
+      }
+    };
+    const bool is_float = e->dtype == DType::F32 || e->dtype == DType::F64;
+    auto fits = [&](int64_t bound) {  // values o + c, o in [0, limit), within +-bound
+      const int64_t ac = c < 0 ? -c : c;
+      if (ac >= bound) return false;
+      limit = std::min(limit, bound - ac);
+      return true;
+    };
+    if (is_column(e)) return column = true;
+    if (const std::optional<int64_t> v = int_value(e); v && e->kind == ExprKind::Const) {
+      c += *v;
+      return !is_float || fits(exact(e->dtype));
+    }
+    if (e->kind != ExprKind::Op || (!is_float && !int_dtype(e->dtype)) || e->dtype == DType::Bool) return false;
+    if (e->op == Op::Cast) {
+      const DType from = e->args[0]->dtype;
+      if (!column_value(e->args[0], c, limit, column)) return false;
+      if (is_float) return fits(exact(e->dtype));
+      return from == DType::F32 || from == DType::F64 ? fits(exact(e->dtype)) : true;
+    }
+    if (e->args.size() != 2) return false;
+    for (int i = 0; i < 2; ++i) {
+      const ExprRef &k = e->args[static_cast<size_t>(i)], &rest = e->args[static_cast<size_t>(1 - i)];
+      const std::optional<int64_t> v = int_value(k);
+      if (!v || (e->op == Op::Sub && i == 0)) continue;
+      const bool add = e->op == Op::Add || e->op == Op::Sub;
+      if (!add && !(e->op == Op::Mul && *v == 1)) continue;
+      if (!column_value(rest, c, limit, column)) return false;
+      if (add) c += e->op == Op::Sub ? -*v : *v;
+      return !is_float || fits(exact(e->dtype));
+    }
+    return false;
   }
 
   // base = rest + c with c a constant addend: returns rest (iconst(0) when nothing is left) and
@@ -276,7 +427,7 @@ class Analysis {
   const int last_;
   SegmentPlan sp_;
   std::set<std::pair<const ir::Expr*, int>> seen_;
-  std::map<std::pair<int, std::string>, int> ptr_ids_;
+  std::map<std::tuple<int, std::string, bool>, int> ptr_ids_;
   std::map<std::string, int> base_ids_;
   std::map<std::pair<int, int>, int> addr_ids_;
 };

@@ -1,11 +1,12 @@
 // xbyak backend, segment kernels (embedding bags: jit/xbyak/segment.hpp): the backend takes the
 // bag kernel (no fallback, explain names xbyak) and matches the fp64 reference for f32, f16,
-// bf16 and 8-bit tables; Sum, Mean, Max; per-sample weights; padding_idx; an epilogue; widths D
-// in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked tails); an
-// empty bag (also the last), a one-id bag, repeated ids; 1 and 2 threads bitwise equal; the
-// bits of the LLVM bag kernel (same fold order, no FMA) when LLVM is built; a clean decline of
-// 4-bit tables; the AVX-512 code emitted (run only on an AVX-512 machine); the 8-bit table's
-// scale and bias read through one prefetched pointer.
+// bf16, 8-bit and 4-bit tables; Sum, Mean, Max; per-sample weights; padding_idx; an epilogue;
+// widths D in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked
+// tails; a 4-bit row of odd D ends in a byte of one nibble); an empty bag (also the last), a
+// one-id bag, repeated ids; 1 and 2 threads bitwise equal; the bits of the LLVM bag kernel (same
+// fold order, no FMA) when LLVM is built; a clean decline of near-miss nibble arithmetic; the
+// AVX-512 code emitted (run only on an AVX-512 machine); the 8-bit table's scale and bias read
+// through one prefetched pointer.
 #include <kfuse/explain.hpp>
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
@@ -78,9 +79,10 @@ Tensor bag_of(const Tensor& table, const Config& c, bool last_empty) {
   return c.epilogue ? relu(y * 2.0f + 0.25f) : y;
 }
 
-// Calls f with each segment kernel of y's plan (planned, not compiled) and its xbyak plan, which
-// must analyse; returns how many there were.
-size_t for_each_bag_kernel(const Tensor& y, const std::function<void(const ir::Kernel&, const detail::xb::Plan&)>& f) {
+// Calls f with each segment kernel of y's plan (planned, not compiled), its xbyak plan and why
+// xbyak declines it ("" when taken); returns how many there were.
+size_t for_each_bag_analysis(
+    const Tensor& y, const std::function<void(const ir::Kernel&, const detail::xb::Plan&, const std::string&)>& f) {
   auto plan = detail::make_plan({y.node()}, /*compile=*/false, options());
   size_t bags = 0;
   for (const auto& pk : plan->kernels) {
@@ -88,10 +90,18 @@ size_t for_each_bag_kernel(const Tensor& y, const std::function<void(const ir::K
     if (k.kind != ir::KernelKind::Segment) continue;
     ++bags;
     detail::xb::Plan p;
-    EXPECT_EQ(detail::xb::analyze(k, p), "");
-    f(k, p);
+    const std::string why = detail::xb::analyze(k, p);
+    f(k, p, why);
   }
   return bags;
+}
+
+// for_each_bag_analysis of kernels that must analyse.
+size_t for_each_bag_kernel(const Tensor& y, const std::function<void(const ir::Kernel&, const detail::xb::Plan&)>& f) {
+  return for_each_bag_analysis(y, [&](const ir::Kernel& k, const detail::xb::Plan& p, const std::string& why) {
+    EXPECT_EQ(why, "");
+    f(k, p);
+  });
 }
 
 // y (a fresh copy of an evaluated expression: explain reports the kernel it ran) ran on `backend`.
@@ -108,7 +118,7 @@ TEST_F(XbyakSegments, BagsOfEveryFormatModeAndWidthRunOnXbyak) {
                                    {BagMode::Sum, true, pad, false}, {BagMode::Mean, false, pad, true},
                                    {BagMode::Max, false, pad, true}};
   const std::vector<Config> some = {{BagMode::Sum, true, pad, true}, {BagMode::Max, false, {}, false}};
-  for (const std::string format : {"f32", "f16", "bf16", "8-bit"})
+  for (const std::string format : {"f32", "f16", "bf16", "8-bit", "4-bit"})
     for (const Config& c : format == "f32" ? all : some)
       for (int64_t D : format == "f32" ? std::vector<int64_t>{1, 7, 8, 17, 64, 65, 200} : std::vector<int64_t>{7, 65})
         for (bool last_empty : {false, true}) {
@@ -141,10 +151,11 @@ TEST_F(XbyakSegments, ThreadCountsAreBitwiseEqual) {
 }
 
 // Each column folds its ids in order with separate multiplies and adds, as the LLVM bag kernel
-// does: weighted f32 and 8-bit bags give LLVM's bits (register blocks and masked tails alike).
+// does: weighted f32, 8-bit and 4-bit bags give LLVM's bits (register blocks and masked tails
+// alike).
 TEST_F(XbyakSegments, BitwiseEqualToTheLlvmBagKernel) {
   if (!detail::find_backend("llvm")) GTEST_SKIP() << "llvm backend not built in";
-  for (const std::string format : {"f32", "8-bit"})
+  for (const std::string format : {"f32", "8-bit", "4-bit"})
     for (int64_t D : {17, 64}) {
       SCOPED_TRACE(format + " D " + std::to_string(D));
       Tensor table = table_of(format, D);
@@ -162,22 +173,85 @@ TEST_F(XbyakSegments, BitwiseEqualToTheLlvmBagKernel) {
     }
 }
 
-// 4-bit tables (nibble arithmetic on the byte load) are declined with a reason: the next backend
-// runs the bag.
-TEST_F(XbyakSegments, FourBitTablesAreDeclinedCleanly) {
-  use({"xbyak", "llvm"});
-  Tensor y = bag_of(table_of("4-bit", 64), {BagMode::Sum, false, {}, false}, false);
-  reset_counters();
-  const std::vector<double> got = values(y);
-  EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
-  expect_backend(bag_of(table_of("4-bit", 64), {BagMode::Sum, false, {}, false}, false), "llvm");
+// 4-bit tables (a nibble row: W / 2 bytes per vector of W columns) run on xbyak, no fallback:
+// every width (odd D: the row's last byte holds one nibble, and a masked tail must not read
+// past it), an empty bag (also the last), weighted, Mean and Max bags with padding.
+TEST_F(XbyakSegments, FourBitBagsRunOnXbyak) {
+  const auto pad = static_cast<int64_t>(bag_ids()[6]);
+  const std::vector<Config> configs = {
+      {BagMode::Sum, true, {}, false}, {BagMode::Mean, false, pad, true}, {BagMode::Max, false, {}, false}};
+  for (int64_t D : {1, 7, 8, 17, 64, 65, 200})
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const Config& c = configs[i];
+      const bool last_empty = i == 0;
+      SCOPED_TRACE("4-bit mode " + std::to_string(static_cast<int>(c.mode)) + " D " + std::to_string(D));
+      Tensor table = table_of("4-bit", D);
+      Tensor y = bag_of(table, c, last_empty);
+      reset_counters();
+      const std::vector<double> got = values(y);
+      EXPECT_EQ(counters().fallbacks, 0u) << "xbyak declined the 4-bit bag";
+      expect_backend(bag_of(table, c, last_empty), "xbyak");
+      EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
+    }
+}
+
+// A 4-bit table's dequantisation as lib/api/quantize.cpp writes it, with the parts a nibble
+// row's proof checks made adjustable: the column's parity (arange from `start`), the shift per
+// odd column (1 << shl) and the mask.
+Tensor nibble_table(const QuantizedTable& q, double start, int shl, int mask) {
+  const Tensor& v = q.values;
+  const int64_t rows = v.shape()[0], width = v.shape()[1];
+  Tensor bytes =
+      slice(reshape(expand(unsqueeze(v, 2), {rows, width, 2}), {rows, 2 * width}), {Range::all(), Range{0, q.cols}});
+  Tensor s = (arange(start, start + static_cast<double>(q.cols), 1, DType::I32) & 1) << shl;
+  Tensor vals = ((bytes >> s) & mask).cast(DType::F32);
+  return vals * slice(q.scale_bias, {Range::all(), Range{0, 1}}) + slice(q.scale_bias, {Range::all(), Range{1, 2}});
+}
+
+// Nibble arithmetic that is not exactly column c's nibble (shift by 2 or 8, mask 7, the parity
+// of c + 1) is declined with a reason (the bag then runs on the next backend, right), while the
+// form quantize.cpp records (shift 4, mask 15, parity of c) is taken.
+TEST_F(XbyakSegments, NearMissNibbleArithmeticIsDeclined) {
+  Tensor t = make_tensor(random_values(static_cast<size_t>(kRows * 17), 90, -1, 1), {kRows, 17});
+  QuantizedTable q = quantize_rowwise(t, 4);
+  eval({q.values, q.scale_bias});
+  struct Case {
+    double start;
+    int shl, mask;
+    const char* why;  // "" when taken
+  };
+  const char* shift = "the shift is not 4 * (column & 1)";
+  for (const Case& c : {Case{0, 2, 15, ""}, Case{2, 2, 15, ""}, Case{0, 1, 15, shift}, Case{0, 3, 15, shift},
+                        Case{0, 2, 7, "the mask is not 15"}, Case{1, 2, 15, shift}}) {
+    SCOPED_TRACE("start " + std::to_string(c.start) + " shl " + std::to_string(c.shl) + " mask " +
+                 std::to_string(c.mask));
+    Tensor y = bag_of(nibble_table(q, c.start, c.shl, c.mask), {BagMode::Sum, true, {}, false}, false);
+    const size_t bags =
+        for_each_bag_analysis(y, [&](const ir::Kernel&, const detail::xb::Plan& p, const std::string& why) {
+          if (*c.why == 0) {
+            EXPECT_EQ(why, "");
+            // the arange's steps (f64, then cast.i32) are exact while column + start < 2^31
+            ASSERT_TRUE(p.segment);
+            EXPECT_EQ(p.segment->max_columns, INT32_MAX - static_cast<int64_t>(c.start));
+          } else {
+            EXPECT_NE(why.find("not a 4-bit table's nibble"), std::string::npos) << why;
+            EXPECT_NE(why.find(c.why), std::string::npos) << why;
+          }
+        });
+    EXPECT_EQ(bags, 1u);
+    if (detail::find_backend("llvm")) {
+      use({"xbyak", "llvm"});
+      EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-6));
+      use({"xbyak"});
+    }
+  }
 }
 
 // The AVX-512 code of every format (16-vector blocks, k-masked narrow tails) is emitted even
 // where the CPU cannot run it (xbyak rejects bad operand forms while emitting); it runs in the
 // tests above on an AVX-512 machine.
 TEST_F(XbyakSegments, Avx512CodeIsEmittedForEveryFormat) {
-  for (const std::string format : {"f32", "f16", "bf16", "8-bit"}) {
+  for (const std::string format : {"f32", "f16", "bf16", "8-bit", "4-bit"}) {
     SCOPED_TRACE(format);
     Tensor y = bag_of(table_of(format, 65), {BagMode::Mean, false, 3, true}, true);
     EXPECT_EQ(for_each_bag_kernel(y,
