@@ -234,6 +234,25 @@ void Gen<Vmm>::seg_prefetch(int nv) {
   }
   L(here);
   seg_r0_ = rax;
+  // A shared value two prefetched bases read (the 8-bit table's clamped row id, for its row and
+  // its scale/bias) is computed once for the id ahead, into its shared slot: this id's value
+  // overwrites the slot after the prefetch (seg_block).
+  std::function<bool(const ir::Expr*, const ir::Expr*)> reads = [&](const ir::Expr* e, const ir::Expr* x) {
+    if (e == x) return true;
+    for (const auto& a : e->args)
+      if (reads(a.get(), x)) return true;
+    return false;
+  };
+  seg_cse_.clear();
+  seg_use_cse_ = true;
+  for (size_t i = 0; i < sp.shared.size(); ++i) {
+    int bases = 0;
+    for (const auto& p : sp.ptrs) bases += p.prefetch && reads(p.base.get(), sp.shared[i]);
+    if (bases < 2) continue;
+    ieval(sp.shared[i], rdx, seg_free(seg_pool()));
+    mov(qword[rsp + seg_shared_q_[i]], rdx);
+    seg_cse_[sp.shared[i]] = seg_shared_q_[i];
+  }
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
     const int esz = static_cast<int>(dtype_size(p.dtype));
@@ -250,6 +269,8 @@ void Gen<Vmm>::seg_prefetch(int nv) {
     for (int64_t off = first; off <= last; off += 64) prefetcht0(ptr[rdx + off]);
     if ((last - first) % 64 != 0) prefetcht0(ptr[rdx + last]);  // a span not aligned to lines touches one more
   }
+  seg_cse_.clear();
+  seg_use_cse_ = false;
   seg_r0_ = rcx;
   L(skip);
 }
