@@ -55,6 +55,7 @@ struct Options {
   /// xbyak GEMM path: "" or "auto" (by size), "packed", "direct" (where B is contiguous along N).
   std::string gemm_path;
   /// xbyak packed GEMM blocking; all 0: derived from the cache sizes (kc need not be a multiple of 4).
+  /// mc and nc are rounded down to whole micro-tiles of the running ISA, at least one tile.
   struct GemmBlocking {
     int64_t mc = 0, kc = 0, nc = 0;
   } gemm_blocking;

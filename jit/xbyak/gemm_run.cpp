@@ -245,7 +245,10 @@ class GemmKernel final : public CompiledKernel {
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
     es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
     plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
-    if (const GemmBlocking& b = force.blocking; b.kc > 0) blk_ = {b.mc / u_.mr * u_.mr, b.kc, b.nc / u_.nr * u_.nr};
+    // A forced mc or nc below one micro-tile (8 with AVX-512's 14-row tile) is one tile: rounded
+    // down to 0 it made the block loops step by 0, forever.
+    if (const GemmBlocking& b = force.blocking; b.kc > 0)
+      blk_ = {std::max<int64_t>(u_.mr, b.mc / u_.mr * u_.mr), b.kc, std::max<int64_t>(u_.nr, b.nc / u_.nr * u_.nr)};
   }
 
   // Compiles the operand prologues with the pointwise emitter; false (and why) when it declines.

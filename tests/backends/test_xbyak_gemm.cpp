@@ -208,6 +208,13 @@ TEST_F(XbyakGemm, BlockEdges) {
     Spec s;  // default blocking, K one past a KC block
     s.M = u.mr + 1, s.N = u.nr - 1, s.K = blk.kc + 1;
     run_check(s, isa);
+    // Forced blocks below one micro-tile are one tile (rounded down to 0 they stepped by 0
+    // forever: AVX-512's 14-row tile hung the knob test's mc = 8).
+    set_gemm_blocking(1, 16, 1);
+    Spec t;
+    t.M = 2 * u.mr + 3, t.N = 2 * u.nr + 5, t.K = 40;
+    run_check(t, isa);
+    set_gemm_blocking(0, 0, 0);
   }
 }
 
