@@ -212,11 +212,18 @@ ToF32 converter(DType dt) {
 GemmBlocking gemm_blocking(const Ukrs& u) {
   // KC: a KC x NR sliver of B fills half of L1 (the other half: A's stream, C). MC: an MC x KC
   // panel of A fills half of L2. NC: a KC x NC panel of B a quarter of L3 (shared by the cores).
+  //
+  // AVX-512 (NR = 32 floats) instead takes a sliver of 1/16 of L2 (KC = 512 for 1 MiB): half of
+  // L1 allowed KC = 128 only, and each KC block ends with a read-modify-write of the 14 x 32 C
+  // tile. The sliver then streams from L2 (128 bytes per 28 FMAs, which the hardware prefetcher
+  // sustains). Zen 4, 1 thread, 2048^3 (xbyak microkernel, C prefetched to L2): KC 128 168 ms,
+  // 256 159-160, 384 157, 512 155-157, 1024 156; MC 238..1022 made no difference.
   const int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   const int64_t l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10);
   const int64_t l3 = cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
   GemmBlocking b;
-  b.kc = std::clamp<int64_t>(round_down(l1 / 2 / (u.nr * 4), 8), 64, 1024);
+  const int64_t sliver_bytes = u.w == 16 ? l2 / 16 : l1 / 2;
+  b.kc = std::clamp<int64_t>(round_down(sliver_bytes / (u.nr * 4), 8), 64, 1024);
   b.mc = std::clamp<int64_t>(round_down(l2 / 2 / (b.kc * 4), u.mr), u.mr, 1024 / u.mr * u.mr);
   b.nc = std::clamp<int64_t>(round_down(l3 / 4 / (b.kc * 4), u.nr), u.nr,
                              4096 / u.nr * u.nr);  // (VMs report the whole L3)
