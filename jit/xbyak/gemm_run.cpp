@@ -53,8 +53,9 @@ struct Strides {
   int64_t batch[kMaxOuterDims] = {};
 };
 
-constexpr int64_t kParallelFlops = int64_t{1}
-                                   << 20;  // below this a launch runs on one thread (96^3 gains, 64^3 breaks even)
+// Below this a launch runs on one thread. 64^3 (2^19) takes two: on Zen 3 (AVX2) it broke even
+// and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
+constexpr int64_t kParallelFlops = int64_t{1} << 19;
 
 // GEMV: t[0, n) = sum over k of a[k * a_ks] * b[k * b_rs + j], B read along its rows, four rows
 // at a time (four contiguous streams the prefetchers follow; the register kernel walked a
