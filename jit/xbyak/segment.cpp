@@ -601,6 +601,24 @@ void Gen<Vmm>::segment_loop() {
     mov(rax, r15);
     sub(rax, r14);
     jle(done, T_NEAR);
+    // AVX-512 nibble rows: a rest of whole vectors (D = 64 where the tile is wider) runs
+    // unmasked. The masked tail loads a nibble vector's 8 bytes as 16 under k4, and where those
+    // 16 cross into the next, unfetched line the load waits for it: Zen 4, [2M, 64] 4-bit table,
+    // every other row.
+    bool nibbles = false;
+    for (const auto& p : sp.ptrs) nibbles |= p.nibble;
+    const bool exact_tails = Z && nibbles && n > 1;
+    std::vector<Label> exact(static_cast<size_t>(n));
+    Label masked_rest;
+    if (exact_tails) {
+      test(eax, W - 1);
+      jnz(masked_rest, T_NEAR);
+      for (int m = 1; m < n; ++m) {  // (the rest is under n * W: the full loop took those)
+        cmp(rax, m * W);
+        je(exact[static_cast<size_t>(m - 1)], T_NEAR);
+      }
+    }
+    L(masked_rest);
     // the rest: m = ceil(rest / W) vectors (1..n), the last masked
     std::vector<Label> blocks(static_cast<size_t>(n));
     for (int m = 1; m < n; ++m) {
@@ -613,6 +631,12 @@ void Gen<Vmm>::segment_loop() {
       seg_block(m, true, fold, once, once_scalars);
       jmp(done, T_NEAR);
     }
+    if (exact_tails)
+      for (int m = 1; m < n; ++m) {
+        L(exact[static_cast<size_t>(m - 1)]);
+        seg_block(m, false, fold, once, once_scalars);
+        jmp(done, T_NEAR);
+      }
     L(done);
   });
 }
