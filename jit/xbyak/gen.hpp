@@ -260,7 +260,7 @@ class Gen : public Xbyak::CodeGenerator {
   const std::vector<Reg64>& seg_pool();
   void seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f);
   void seg_broadcast(const ir::Expr* e, const Vmm& d);
-  void seg_prefetch(int nv);
+  void seg_prefetch(int nv, bool masked);
   void seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
                  const std::vector<std::pair<const ir::Expr*, int>>& once_scalars);
   int dag_width(const Dag& g) const;

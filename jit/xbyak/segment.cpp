@@ -215,7 +215,7 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
 // one's end) reads through each prefetched pointer: the block's vectors of a row (from the
 // block's first column), the elements of a gathered broadcast (an 8-bit table's scale and bias).
 template <class Vmm>
-void Gen<Vmm>::seg_prefetch(int nv) {
+void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   const SegmentPlan& sp = *p_.segment;
   bool any = false;
   for (const auto& p : sp.ptrs) any |= p.prefetch;
@@ -259,7 +259,10 @@ void Gen<Vmm>::seg_prefetch(int nv) {
     // bytes [first, last] past the pointer (+ the block's first column for a row: its bytes, the
     // column / 2, for a nibble row, whose block of nv * W columns is nv * W / 2 bytes)
     const int64_t block = p.nibble ? nv * W / 2 : nv * W * esz;
-    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? block : esz) - 1;
+    // (AVX-512's masked tail loads a nibble vector's W / 2 bytes as 16 (seg_leaf): the line
+    // those reach is fetched too, or the load waits for it)
+    const int64_t over = Z && masked && p.nibble ? W / 2 : 0;
+    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? block + over : esz) - 1;
     ieval(p.base.get(), rdx, seg_free(seg_pool()));
     const Reg64* pinned = gpr_inv(GprInv::Buffer, p.buffer);
     if (!pinned) mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
@@ -382,7 +385,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   L(top);
   cmp(rcx, qword[rsp + seg_hi_q_]);
   jge(end, T_NEAR);
-  seg_prefetch(nv);
+  seg_prefetch(nv, masked);
   // uniform values of this id
   seg_cse_.clear();
   seg_use_cse_ = true;
