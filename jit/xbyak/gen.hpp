@@ -267,6 +267,7 @@ class Gen : public Xbyak::CodeGenerator {
   // state
   Reg64 seg_r0_{Xbyak::Operand::RCX};                 // register read by Var(reduce 0)
   bool seg_next_ = false;                             // Var(outer, last bag dim) reads the next bag
+  bool seg_unclamped_ = false;                        // ieval: min/max against a constant pass their other side
   bool seg_use_cse_ = false;                          // shared values read from their slots
   std::unordered_map<const ir::Expr*, int> seg_cse_;  // shared value -> its qword slot
   std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values

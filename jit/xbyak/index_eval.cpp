@@ -105,6 +105,15 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
     }
     default: break;
   }
+  // A prefetch address (seg_prefetch) skips the clamps of the id ahead: a prefetch never
+  // faults, and the id itself was checked when the bag was recorded. (7 instructions per id
+  // fewer: the f32 bag's id ahead was clamped as its row load's id is.)
+  if (seg_unclamped_ && (e->op == Op::Minimum || e->op == Op::Maximum))
+    for (int i = 0; i < 2; ++i)
+      if (e->args[static_cast<size_t>(1 - i)]->kind == ExprKind::Const) {
+        ieval(e->args[static_cast<size_t>(i)].get(), d, f);
+        return;
+      }
   const ir::Expr* a0 = e->args[0].get();
   ieval(a0, d, f);
   switch (e->op) {

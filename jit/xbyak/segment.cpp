@@ -245,6 +245,7 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   };
   seg_cse_.clear();
   seg_use_cse_ = true;
+  seg_unclamped_ = true;
   for (size_t i = 0; i < sp.shared.size(); ++i) {
     int bases = 0;
     for (const auto& p : sp.ptrs) bases += p.prefetch && reads(p.base.get(), sp.shared[i]);
@@ -274,6 +275,7 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   }
   seg_cse_.clear();
   seg_use_cse_ = false;
+  seg_unclamped_ = false;
   seg_r0_ = rcx;
   L(skip);
 }
