@@ -89,8 +89,7 @@ size_t Gen<Vmm>::generate() {
   L(masktab_);
   for (int i = 0; i < 8; ++i) dd(0xffffffffu);
   for (int i = 0; i < 8; ++i) dd(0);
-  if (p_.segment && std::any_of(p_.segment->ptrs.begin(), p_.segment->ptrs.end(),
-                                [](const SegmentPlan::Ptr& p) { return p.nibble; })) {
+  if (p_.segment && p_.segment->has_nibbles()) {
     L(nibtab_);  // per lane i: the shift 4 * (i & 1), then the vpshufb control picking byte i / 2
     for (int i = 0; i < W; ++i) dd(i % 2 == 0 ? 0 : 4);
     for (int i = 0; i < W; ++i) dd(0x80808000u | static_cast<uint32_t>(i / 2));

@@ -355,8 +355,7 @@ template <class Vmm>
 void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
                          const std::vector<std::pair<const ir::Expr*, int>>& once_scalars) {
   const SegmentPlan& sp = *p_.segment;
-  bool nibbles = false;
-  for (const auto& p : sp.ptrs) nibbles |= p.nibble;
+  const bool nibbles = sp.has_nibbles();
   if (nibbles) {  // a nibble row's pointer adds the block's first byte (r14 / 2: r14 is a multiple of W)
     mov(rax, r14);
     shr(rax, 1);
@@ -610,9 +609,7 @@ void Gen<Vmm>::segment_loop() {
     // unmasked. The masked tail loads a nibble vector's 8 bytes as 16 under k4, and where those
     // 16 cross into the next, unfetched line the load waits for it: Zen 4, [2M, 64] 4-bit table,
     // every other row.
-    bool nibbles = false;
-    for (const auto& p : sp.ptrs) nibbles |= p.nibble;
-    const bool exact_tails = Z && nibbles && n > 1;
+    const bool exact_tails = Z && sp.has_nibbles() && n > 1;
     std::vector<Label> exact(static_cast<size_t>(n));
     Label masked_rest;
     if (exact_tails) {

@@ -50,6 +50,13 @@ struct SegmentPlan {
     int shift = -1;      ///< a nibble broadcast (a 4-bit bag of one column): (byte >> shift) & 15
   };
   std::vector<Ptr> ptrs;
+  /// Some pointer is a 4-bit table's nibble row (the kernel needs the nibble tables, the block's
+  /// first byte and, on AVX-512, k4 and unmasked whole-vector rests).
+  bool has_nibbles() const {
+    for (const auto& p : ptrs)
+      if (p.nibble) return true;
+    return false;
+  }
   std::unordered_map<const ir::Expr*, Leaf> leaves;
   /// Phase-0 broadcast leaves (uniform loads and scalar values), in a fixed order: each gets a
   /// pinned vector register per id.
