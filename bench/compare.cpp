@@ -22,7 +22,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include <unistd.h>  // sysconf: the L3 size
 
 #include "device_bench.hpp"
 #include "harness.hpp"
@@ -471,7 +470,7 @@ int main(int argc, char** argv) {
       "workload\n",
       kfuse::probe::stream_kind());
   // A working set the L3 holds runs from it between samples (the probes' 192 MiB stream to DRAM on most machines).
-  const double l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+  const double l3_bytes = static_cast<double>(kfuse::probe::cache_sizes().l3);
   if (l3_bytes > 0) std::printf("L3: %s\n", fmt_bytes(l3_bytes).c_str());
   std::vector<std::pair<int, double>> ceilings0;
   for (int t : cli.threads) {

@@ -16,7 +16,6 @@
 #include <kfuse/profile.hpp>
 #include <kfuse/quantize.hpp>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -163,7 +162,7 @@ int main(int argc, char** argv) {
   std::printf("kfuse_bag: embedding_bag sum, table [%lld, %lld], %lld bags of 20-100 ids\nmachine: %s\n",
               static_cast<long long>(cli.rows), static_cast<long long>(cli.cols), static_cast<long long>(cli.bags),
               machine_description().c_str());
-  const double l3 = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+  const double l3 = static_cast<double>(kfuse::probe::cache_sizes().l3);
   if (l3 > 0) std::printf("L3: %s\n", fmt_bytes(l3).c_str());
   std::printf("timing: median of >= %d samples and >= %.2f s per row; spread = p90/p10\n", cfg.min_reps,
               cfg.min_time_s);

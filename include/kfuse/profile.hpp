@@ -114,6 +114,15 @@ double fma_peak_gflops(DType dtype, int threads, int trials = 5, int64_t iters =
 bool avx512();
 const char* fma_kind();     ///< "avx2 (ymm)" or "avx512 (zmm)"
 const char* stream_kind();  ///< the stores the streaming kernels use
+
+/// Data cache sizes in bytes: L1d and L2 of one core, L3 of one core's cache complex.
+struct CacheSizes {
+  int64_t l1d = 0, l2 = 0, l3 = 0;
+};
+/// From /sys/devices/system/cpu/cpu0/cache (what the kernel read from CPUID), else sysconf, else
+/// 32 KiB / 512 KiB / 8 MiB. glibc's sysconf can be far off on VMs: it gave an L3 of 320 MiB on a
+/// 2-vCPU Zen 4 guest whose sysfs (and CPUID leaf 0x8000001D) says 32 MiB. Read once.
+const CacheSizes& cache_sizes();
 }  // namespace probe
 
 // ---------------------------------------------------------------- profiler

@@ -70,6 +70,11 @@ struct Ukrs {
   /// `direct`): the edges of a small problem run in place too instead of through packed scratch
   /// tiles (at 64^3 the 4 edge rows' packing was a fifth of the call).
   UkrFn direct_tile[kMaxMr + 1][kMaxNv + 1] = {};
+  /// Packed kernels of smaller tiles over full-size slivers ([mr][nr / w] is `packed`): the M
+  /// edge and the whole-vector N edge of the packed path store into C directly instead of
+  /// computing a full tile into a scratch tile and copying its live part (for 512 rows and
+  /// AVX-512's 14-row tile, the last 8 rows of every panel went through scratch).
+  UkrFn packed_tile[kMaxMr + 1][kMaxNv + 1] = {};
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);

@@ -33,8 +33,12 @@ class UkrGen : public Xbyak::CodeGenerator {
   static constexpr int W = Z ? 16 : 8;
   static constexpr int VB = W * 4;
 
-  // packed: constant strides (MR, NR floats per k), k unrolled by 4.
-  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed) : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
+  // packed: constant strides (sliver_mr floats of A, sliver_nv vectors of B per k), k unrolled
+  // by 4. A packed kernel of fewer rows or vectors than its slivers computes an edge tile of
+  // whole vectors straight into C: the first mr rows and nv vectors of full-size slivers.
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv)
+      : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
+    const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
@@ -69,19 +73,19 @@ class UkrGen : public Xbyak::CodeGenerator {
     for (int i = 0; i < mr * nv_; ++i) vxorps(acc(i), acc(i), acc(i));
     Xbyak::Label tail, tail_top, store;
     auto a_addr = [&](int i, int u) -> Xbyak::Address {
-      if (packed) return ptr[rax + (u * mr + i) * 4];
+      if (packed) return ptr[rax + (u * smr + i) * 4];
       const Reg64& b = bases[i / 3];
       if (i % 3 == 0) return ptr[b];
       return ptr[b + r9 * (i % 3)];
     };
     auto a_addr_b = [&](int i, int u) -> Xbyak::Address {  // embedded broadcast (AVX-512)
-      if (packed) return ptr_b[rax + (u * mr + i) * 4];
+      if (packed) return ptr_b[rax + (u * smr + i) * 4];
       const Reg64& b = bases[i / 3];
       if (i % 3 == 0) return ptr_b[b];
       return ptr_b[b + r9 * (i % 3)];
     };
     auto body = [&](int u) {
-      const int boff = packed ? u * nv_ * VB : 0;
+      const int boff = packed ? u * snv * VB : 0;
       for (int v = 0; v < nv_; ++v) vmovups(bvec(v), ptr[rsi + boff + v * VB]);
       for (int i = 0; i < mr; ++i) {
         if constexpr (Z) {
@@ -95,8 +99,8 @@ class UkrGen : public Xbyak::CodeGenerator {
     };
     auto advance = [&](int ks) {
       if (packed) {
-        add(rax, ks * mr * 4);
-        add(rsi, ks * nv_ * VB);
+        add(rax, ks * smr * 4);
+        add(rsi, ks * snv * VB);
       } else {
         for (int j = 0; j < nbases; ++j) add(bases[j], r10);
         add(rsi, r11);
@@ -111,8 +115,8 @@ class UkrGen : public Xbyak::CodeGenerator {
       Xbyak::Label top;
       L(top);
       // the A sliver streams from L2 (B's sliver stays in L1): 8 k ahead, two lines per 4 k
-      prefetcht0(ptr[rax + 8 * mr * 4]);
-      prefetcht0(ptr[rax + 8 * mr * 4 + 64]);
+      prefetcht0(ptr[rax + 8 * smr * 4]);
+      prefetcht0(ptr[rax + 8 * smr * 4 + 64]);
       for (int u = 0; u < 4; ++u) body(u);
       advance(4);
       dec(rdx);
@@ -162,18 +166,20 @@ struct UkrSet {
   Ukrs u;
   std::unique_ptr<ExecMem> mem[2];
   std::unique_ptr<ExecMem> tile_mem[Ukrs::kMaxMr + 1][Ukrs::kMaxNv + 1];
+  std::unique_ptr<ExecMem> packed_tile_mem[Ukrs::kMaxMr + 1][Ukrs::kMaxNv + 1];
 };
 
 template <class Vmm>
-UkrFn make_ukr(std::unique_ptr<ExecMem>& mem, int mr, int nv, bool packed) {
+UkrFn make_ukr(std::unique_ptr<ExecMem>& mem, int mr, int nv, bool packed, int sliver_mr = 0, int sliver_nv = 0) {
   constexpr size_t kBytes = 1 << 16;
   std::vector<uint8_t> buf(kBytes + 4096);
   uint8_t* top = buf.data() + (4096 - reinterpret_cast<uintptr_t>(buf.data()) % 4096) % 4096;
-  UkrGen<Vmm> g(top, kBytes, mr, nv, packed);
+  UkrGen<Vmm> g(top, kBytes, mr, nv, packed, sliver_mr ? sliver_mr : mr, sliver_nv ? sliver_nv : nv);
   g.ready();
   mem = std::make_unique<ExecMem>(g.getCode(), g.getSize(),
                                   std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
-                                      std::to_string(mr) + "x" + std::to_string(nv));
+                                      std::to_string(mr) + "x" + std::to_string(nv) +
+                                      (sliver_mr && (sliver_mr != mr || sliver_nv != nv) ? "_edge" : ""));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mem->entry()));
 }
 
@@ -187,8 +193,11 @@ UkrSet* make_set(int mr, int nv) {
   s->u.direct = make_ukr<Vmm>(s->mem[1], mr, nv, false);
   s->u.w = W;
   for (int r = 1; r <= mr; ++r)
-    for (int v = 1; v <= nv; ++v)
+    for (int v = 1; v <= nv; ++v) {
       s->u.direct_tile[r][v] = r == mr && v == nv ? s->u.direct : make_ukr<Vmm>(s->tile_mem[r][v], r, v, false);
+      s->u.packed_tile[r][v] =
+          r == mr && v == nv ? s->u.packed : make_ukr<Vmm>(s->packed_tile_mem[r][v], r, v, true, mr, nv);
+    }
   return s;
 }
 

@@ -12,7 +12,6 @@
 // from 0 in one register (the microkernel), then added to C in pc order. Tasks therefore split
 // M and N freely over threads and the result is bitwise independent of the thread count.
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,18 +23,19 @@
 #include "exec_memory.hpp"
 #include "gemm.hpp"
 #include "kfuse/half.hpp"
+#include "kfuse/profile.hpp"
 
 namespace kfuse::detail::xb {
 
 namespace {
 
-int64_t cache_bytes(int name, int64_t fallback) {
-  long v = sysconf(name);
-  return v > 0 ? v : fallback;
-}
-
 int64_t round_down(int64_t v, int64_t m) { return std::max(m, v / m * m); }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// The step that covers `n` in as few blocks of at most `most` (a multiple of `unit`) as the
+// plain step does, as even as whole units allow.
+int64_t even_block(int64_t n, int64_t most, int64_t unit) {
+  return std::min(most, ceil_div(ceil_div(n, ceil_div(n, most)), unit) * unit);
+}
 
 // Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C),
 // with at least 8 floats of slack past n: pack_a's vector stores may run 2 floats past a sliver.
@@ -219,9 +219,8 @@ GemmBlocking gemm_blocking(const Ukrs& u) {
   // tile. The sliver then streams from L2 (128 bytes per 28 FMAs, which the hardware prefetcher
   // sustains). Zen 4, 1 thread, 2048^3 (xbyak microkernel, C prefetched to L2): KC 128 168 ms,
   // 256 159-160, 384 157, 512 155-157, 1024 156; MC 238..1022 made no difference.
-  const int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
-  const int64_t l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10);
-  const int64_t l3 = cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
+  const probe::CacheSizes& cs = probe::cache_sizes();
+  const int64_t l1 = cs.l1d, l2 = cs.l2, l3 = cs.l3;
   GemmBlocking b;
   const int64_t sliver_bytes = u.w == 16 ? l2 / 16 : l1 / 2;
   b.kc = std::clamp<int64_t>(round_down(sliver_bytes / (u.nr * 4), 8), 64, 1024);
@@ -246,8 +245,8 @@ class GemmKernel final : public CompiledKernel {
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
         path_(force.path),
-        l2_(cache_bytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10)),
-        l3_(cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20)) {
+        l2_(probe::cache_sizes().l2),
+        l3_(probe::cache_sizes().l3) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
@@ -430,8 +429,15 @@ class GemmKernel final : public CompiledKernel {
   // calls per block of N (pack, then compute) make the join the barrier: nothing waits for a
   // thread the pool did not start. Every C element is still one task's FMA chain over k
   // ascending, so the result is bitwise the one-thread result.
+  //
+  // AVX-512 does not take it: on Zen 4 (2 threads, each core with 1 MiB of L2) the split tasks,
+  // each packing its own KC x NC blocks of B right before using them, were faster on every shape
+  // measured: [512,1024]x[1024,4096] 20.0 vs 21.4 ms, 2048^3 78.7 vs 80.3, [1000,999]x[999,1001]
+  // 9.98 vs 10.6, [256,4096]x[4096,4096] 43.1 vs 52.0, [128,2048]x[2048,2048] 5.70 vs 7.93,
+  // 1024^3 9.99 vs 9.95 (best of 3 x 6 calls each). The AVX2 kernels on that machine showed the
+  // same; the shared panel stays for AVX2, where it was chosen on Zen 3 (not re-measured there).
   bool shared_b_pays(const Launch& L, int64_t threads) const {
-    if (path_for(L, L.M, L.N) != Path::Packed) return false;
+    if (u_.w == 16 || path_for(L, L.M, L.N) != Path::Packed) return false;
     // Enough rows for balanced shares, and a panel of at least NR columns within its budget.
     return L.M >= threads * 4 * u_.mr && p_.K > 0 && p_.K * u_.nr <= shared_b_budget();
   }
@@ -612,28 +618,29 @@ class GemmKernel final : public CompiledKernel {
     }
   }
 
-  // C(m.., n..) (+)= the tile of packed slivers ap x bp, mr x nr of it (an edge through a scratch tile).
+  // C(m.., n..) (+)= the tile of packed slivers ap x bp, mr x nr of it. Whole vectors of columns
+  // run in place (the tile's own kernel); a last part-vector through a one-vector scratch tile
+  // (a whole 32-column scratch tile for N = 1001's last 9 columns cost 5%: 1024^2 x 1001 took
+  // 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
   void packed_tile(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
                    int64_t kc, bool first) const {
-    UkrArgs a{ap, bp, nullptr, kc, 0, 0, 0, 0, first ? 0 : 1};
-    if (mr == u_.mr && nr == u_.nr) {
-      a.c = t.c + m * t.c_rs + n;
-      a.c_rs = t.c_rs * 4;
-      u_.packed(&a);
-      return;
-    }
-    float* tile = scratch(2, static_cast<int64_t>(u_.mr) * u_.nr);
+    const int64_t W = u_.w, whole = nr / W, rest = nr % W;
+    UkrArgs a{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1};
+    if (whole > 0) u_.packed_tile[mr][whole](&a);
+    if (rest == 0) return;
+    float* tile = scratch(2, static_cast<int64_t>(u_.mr) * W);
+    a.b = bp + whole * W;
     a.c = tile;
-    a.c_rs = u_.nr * 4;
+    a.c_rs = W * 4;
     a.accumulate = 0;
-    u_.packed(&a);
+    u_.packed_tile[mr][1](&a);
     for (int64_t i = 0; i < mr; ++i) {
-      float* c = t.c + (m + i) * t.c_rs + n;
-      const float* s = tile + i * u_.nr;
+      float* c = t.c + (m + i) * t.c_rs + n + whole * W;
+      const float* s = tile + i * W;
       if (first)
-        for (int64_t j = 0; j < nr; ++j) c[j] = s[j];
+        for (int64_t j = 0; j < rest; ++j) c[j] = s[j];
       else
-        for (int64_t j = 0; j < nr; ++j) c[j] = c[j] + s[j];
+        for (int64_t j = 0; j < rest; ++j) c[j] = c[j] + s[j];
     }
   }
 
@@ -759,7 +766,10 @@ class GemmKernel final : public CompiledKernel {
     }
     float* ap = scratch(0, blk.mc * KC);
     // (shared panel: one block of exactly this task's columns, packed by run_shared_b)
-    const int64_t NC = L.shared_b ? n : blk.nc;
+    // Blocks of M and N as even as whole tiles allow, at most mc and nc: 266 rows at mc = 252 made
+    // a 252-row panel and a 14-row one that streamed all of B's panel for a single tile.
+    const int64_t MC = even_block(m, blk.mc, MR);
+    const int64_t NC = L.shared_b ? n : even_block(n, blk.nc, NR);
     float* bp = L.shared_b ? nullptr : scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
     for (int64_t jc = n0; jc < n1; jc += NC) {
       const int64_t nc = std::min(NC, n1 - jc);
@@ -772,8 +782,8 @@ class GemmKernel final : public CompiledKernel {
           pack_b(bp, t.b, sb, pc, kc, jc, nc);
           prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         }
-        for (int64_t ic = m0; ic < m1; ic += blk.mc) {
-          const int64_t mc = std::min(blk.mc, m1 - ic);
+        for (int64_t ic = m0; ic < m1; ic += MC) {
+          const int64_t mc = std::min(MC, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
           prologue(0, ap, ceil_div(mc, MR) * MR * kc);
           // On the last k block the epilogue follows each group of columns as soon as it is

@@ -293,9 +293,10 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   set_options(saved);
 }
 
-// The direct path runs every whole vector of columns in place, edge tiles included (the smaller
-// direct kernels, Ukrs::direct_tile): each tile shape of rows 1..MR x vectors 1..NR/W, plus a
-// part-vector tail (packed), against the packed path bit for bit (the same FMA chain per element).
+// Both paths run every whole vector of columns in place, edge tiles included (the smaller direct
+// kernels, Ukrs::direct_tile, and the smaller packed kernels over full-size slivers,
+// Ukrs::packed_tile): each tile shape of rows 1..MR x vectors 1..NR/W, plus a part-vector tail
+// (through a scratch tile), direct against packed bit for bit (the same FMA chain per element).
 // On the last k block the epilogue runs per group of columns while they are in L2 (about a
 // quarter of L2 over mc rows): tall blocks make the groups narrow, so a block of N has several,
 // and the scratch-C form (two outputs) too.

@@ -284,5 +284,24 @@ TEST(Machine, QuickMeasurementIsPositiveAndShort) {
   EXPECT_THROW(probe::fma_peak_gflops(DType::I32, 1, 1, 10), UserError);
 }
 
+// The cache sizes GEMM blocking uses: nested and plausible (sysfs, else sysconf, else defaults),
+// and the L3 the same as sysfs reports where it does (glibc's sysconf gave 10x that on a VM).
+TEST(Machine, CacheSizesAreNestedAndMatchSysfs) {
+  const probe::CacheSizes& c = probe::cache_sizes();
+  EXPECT_GE(c.l1d, int64_t{4} << 10);
+  EXPECT_GT(c.l2, c.l1d);
+  EXPECT_GE(c.l3, c.l2);
+  EXPECT_EQ(&c, &probe::cache_sizes());  // read once
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    std::string sz;
+    if (!(level >> lv)) break;
+    if (lv != 3 || !(size >> sz) || sz.empty() || sz.back() != 'K') continue;
+    EXPECT_EQ(c.l3, std::stoll(sz) * 1024) << dir << "size = " << sz;
+  }
+}
+
 }  // namespace
 }  // namespace kfuse
