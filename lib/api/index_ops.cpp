@@ -31,24 +31,19 @@ void require_index_dtype(const char* op, const char* what, const Tensor& t, cons
 // build's loop was scalar (no 64-bit vector compare in SSE2) at ~0.25 ns per id: on the
 // in-cache f32 bag (kfuse_bag --rows 20000, Zipf ids, Zen 4) the record-time scan of its 246k
 // ids took a sixth of the bag kernel's time.
-__attribute__((target("avx512f"))) bool any_outside_avx512(const int64_t* v, int64_t n, uint64_t limit) {
-  const __m512i lim = _mm512_set1_epi64(static_cast<int64_t>(limit));
-  __mmask8 bad = 0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) bad |= _mm512_cmpge_epu64_mask(_mm512_loadu_si512(v + i), lim);
-  const auto tail = static_cast<__mmask8>((1u << (n - i)) - 1);
-  bad |= _mm512_mask_cmpge_epu64_mask(tail, _mm512_maskz_loadu_epi64(tail, v + i), lim);
-  return bad != 0;
-}
-__attribute__((target("avx512f"))) bool any_outside_avx512(const int32_t* v, int64_t n, uint64_t limit) {
-  // (limit <= 2^31 - 1 + 1 for any i32 id that can pass: a larger one passes every non-negative id)
-  const auto lim32 = static_cast<uint32_t>(std::min<uint64_t>(limit, uint64_t{1} << 31));
-  const __m512i lim = _mm512_set1_epi32(static_cast<int32_t>(lim32));
-  __mmask16 bad = 0;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) bad |= _mm512_cmpge_epu32_mask(_mm512_loadu_si512(v + i), lim);
-  const auto tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-  bad |= _mm512_mask_cmpge_epu32_mask(tail, _mm512_maskz_loadu_epi32(tail, v + i), lim);
+// (i32 ids: the limit capped at 2^31, past every non-negative i32 id, keeps the compare 32-bit)
+template <typename T>
+__attribute__((target("avx512f"))) bool any_outside_avx512(const T* v, int64_t n, uint64_t limit) {
+  constexpr bool wide = sizeof(T) == 8;
+  constexpr int64_t lanes = 64 / sizeof(T);
+  const __m512i lim = wide ? _mm512_set1_epi64(static_cast<int64_t>(limit))
+                           : _mm512_set1_epi32(static_cast<int32_t>(std::min<uint64_t>(limit, uint64_t{1} << 31)));
+  unsigned bad = 0;
+  for (int64_t i = 0; i < n; i += lanes) {
+    const auto m = static_cast<__mmask16>(n - i >= lanes ? (1u << lanes) - 1 : (1u << (n - i)) - 1);
+    if constexpr (wide) bad |= _mm512_mask_cmpge_epu64_mask(m, _mm512_maskz_loadu_epi64(m, v + i), lim);
+    else bad |= _mm512_mask_cmpge_epu32_mask(m, _mm512_maskz_loadu_epi32(m, v + i), lim);
+  }
   return bad != 0;
 }
 // AVX2 has signed compares only: x >= limit unsigned is !(limit > x) with both biased by 2^63.
