@@ -261,6 +261,7 @@ class Gen : public Xbyak::CodeGenerator {
   void seg_scalar(const ir::Expr* e, const Vmm& d, const std::vector<Reg64>& f);
   void seg_broadcast(const ir::Expr* e, const Vmm& d);
   void seg_prefetch(int nv, bool masked);
+  void seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f);
   void seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
                  const std::vector<std::pair<const ir::Expr*, int>>& once_scalars);
   int dag_width(const Dag& g) const;
@@ -268,8 +269,9 @@ class Gen : public Xbyak::CodeGenerator {
   Reg64 seg_r0_{Xbyak::Operand::RCX};                 // register read by Var(reduce 0)
   bool seg_next_ = false;                             // Var(outer, last bag dim) reads the next bag
   bool seg_unclamped_ = false;                        // ieval: min/max against a constant pass their other side
-  bool seg_use_cse_ = false;                          // shared values read from their slots
-  std::unordered_map<const ir::Expr*, int> seg_cse_;  // shared value -> its qword slot
+  bool seg_use_cse_ = false;                          // shared values read from their slots or registers
+  std::unordered_map<const ir::Expr*, int> seg_cse_;  // shared value -> its qword slot (>= 0) or ~register
+  std::vector<int> seg_shared_reg_;                   // per shared value: the register holding it, or -1 (slot)
   std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values
   std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
   int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
@@ -284,7 +286,7 @@ class Gen : public Xbyak::CodeGenerator {
   }
   std::vector<std::pair<uint64_t, Reg64>> gpr_inv_;
   const Reg64* gpr_inv(GprInv kind, int index) const;
-  std::vector<Reg64> seg_free(std::vector<Reg64> regs) const;  // regs less the pinned ones
+  std::vector<Reg64> seg_free(std::vector<Reg64> regs) const;  // regs less the pinned and shared-value ones
   void seg_pin_gprs();
   int seg_v_ = 0;  // vector of the block being emitted
 

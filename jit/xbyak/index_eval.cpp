@@ -13,7 +13,8 @@ template <class Vmm>
 void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
   if (seg_use_cse_)
     if (auto it = seg_cse_.find(e); it != seg_cse_.end()) {
-      mov(d, qword[rsp + it->second]);
+      if (it->second >= 0) mov(d, qword[rsp + it->second]);
+      else if (~it->second != d.getIdx()) mov(d, Reg64(~it->second));
       return;
     }
   auto take = [&]() {

@@ -211,6 +211,21 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
   return true;
 }
 
+// Shared value i into its register (seg_shared_reg_) or, where it has none, through `d` into
+// its slot; later ievals of it read that (seg_cse_). `f`: the registers computing it may use.
+template <class Vmm>
+void Gen<Vmm>::seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f) {
+  const ir::Expr* e = p_.segment->shared[i];
+  if (const int r = seg_shared_reg_[i]; r >= 0) {
+    ieval(e, Reg64(r), f);
+    seg_cse_[e] = ~r;
+    return;
+  }
+  ieval(e, d, f);
+  mov(qword[rsp + seg_shared_q_[i]], d);
+  seg_cse_[e] = seg_shared_q_[i];
+}
+
 // Prefetch of the lines the id kSegmentPrefetch ahead of rcx (in the next bag when past this
 // one's end) reads through each prefetched pointer: the block's vectors of a row (from the
 // block's first column), the elements of a gathered broadcast (an 8-bit table's scale and bias).
@@ -235,8 +250,8 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   L(here);
   seg_r0_ = rax;
   // A shared value two prefetched bases read (the 8-bit table's clamped row id, for its row and
-  // its scale/bias) is computed once for the id ahead, into its shared slot: this id's value
-  // overwrites the slot after the prefetch (seg_block).
+  // its scale/bias) is computed once for the id ahead, into its register or slot: this id's
+  // value overwrites it after the prefetch (seg_block).
   std::function<bool(const ir::Expr*, const ir::Expr*)> reads = [&](const ir::Expr* e, const ir::Expr* x) {
     if (e == x) return true;
     for (const auto& a : e->args)
@@ -250,9 +265,7 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
     int bases = 0;
     for (const auto& p : sp.ptrs) bases += p.prefetch && reads(p.base.get(), sp.shared[i]);
     if (bases < 2) continue;
-    ieval(sp.shared[i], rdx, seg_free(seg_pool()));
-    mov(qword[rsp + seg_shared_q_[i]], rdx);
-    seg_cse_[sp.shared[i]] = seg_shared_q_[i];
+    seg_shared(i, rdx, seg_free(seg_pool()));
   }
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
@@ -344,6 +357,8 @@ std::vector<Reg64> Gen<Vmm>::seg_free(std::vector<Reg64> regs) const {
                             [&](const Reg64& r) {
                               for (const auto& [k, p] : gpr_inv_)
                                 if (p.getIdx() == r.getIdx()) return true;
+                              for (int h : seg_shared_reg_)
+                                if (h == r.getIdx()) return true;
                               return false;
                             }),
              regs.end());
@@ -382,6 +397,19 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   for (int a : sp.int_accs) mov(qword[rsp + seg_acc_q_.at(a)], 0);
   Label top, end;
   seg_pin_gprs();
+  // Shared values live in pool registers the pointers and pins leave, one kept free for index
+  // arithmetic; the rest in stack slots. Through a slot (a store, then a load per use) the 8-bit
+  // bag's clamped id cost a third of its time in cache: a hand loop of the 8-bit bag, Zen 4,
+  // [20000, 64] table, 246k ids, 775 us with the id in a register, 1066 us through a slot.
+  {
+    std::vector<Reg64> spare = seg_free(
+        std::vector<Reg64>(seg_pool().begin() + static_cast<std::ptrdiff_t>(sp.ptrs.size()), seg_pool().end()));
+    seg_shared_reg_.assign(sp.shared.size(), -1);
+    for (size_t i = 0; i < sp.shared.size() && spare.size() > 1; ++i) {
+      seg_shared_reg_[i] = spare.back().getIdx();
+      spare.pop_back();
+    }
+  }
   mov(rcx, qword[rsp + seg_lo_q_]);
   L(top);
   cmp(rcx, qword[rsp + seg_hi_q_]);
@@ -392,11 +420,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   seg_use_cse_ = true;
   std::vector<Reg64> all = seg_free(seg_pool());
   all.push_back(rdx);
-  for (size_t i = 0; i < sp.shared.size(); ++i) {
-    ieval(sp.shared[i], rax, all);
-    mov(qword[rsp + seg_shared_q_[i]], rax);
-    seg_cse_[sp.shared[i]] = seg_shared_q_[i];
-  }
+  for (size_t i = 0; i < sp.shared.size(); ++i) seg_shared(i, rax, all);
   for (int a : sp.int_accs) {
     ieval(k_.accs[static_cast<size_t>(a)].value.get(), rax, all);
     add(qword[rsp + seg_acc_q_.at(a)], rax);
@@ -441,6 +465,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
     mov(r13, qword[rsp + seg_save_q_[1]]);
   }
   gpr_inv_.clear();
+  seg_shared_reg_.clear();
   // NaN markers into Max/Min accumulators; an empty bag's empty values
   bool fix_empty = false;
   for (int v = 0; v < nv; ++v)
@@ -605,11 +630,11 @@ void Gen<Vmm>::segment_loop() {
     mov(rax, r15);
     sub(rax, r14);
     jle(done, T_NEAR);
-    // AVX-512 nibble rows: a rest of whole vectors (D = 64 where the tile is wider) runs
-    // unmasked. The masked tail loads a nibble vector's 8 bytes as 16 under k4, and where those
-    // 16 cross into the next, unfetched line the load waits for it: Zen 4, [2M, 64] 4-bit table,
-    // every other row.
-    const bool exact_tails = Z && sp.has_nibbles() && n > 1;
+    // A rest of whole vectors (D = 64 where the block is wider) runs unmasked: the masked last
+    // vector cost the in-cache 8-bit bag 2.5% ([20000, 64], Zipf ids, Zen 4: 1031 -> 1005 us).
+    // AVX-512 nibble rows needed it first: the masked tail loads a nibble vector's 8 bytes as 16
+    // under k4, and where those cross into the next, unfetched line the load waits for it.
+    const bool exact_tails = n > 1;
     std::vector<Label> exact(static_cast<size_t>(n));
     Label masked_rest;
     if (exact_tails) {
