@@ -1,8 +1,7 @@
 // xbyak backend: running a contraction (gemm.hpp): the GotoBLAS/BLIS loop nest over packed
 // panels, the small and GEMV paths that read the operands in place, threads, the epilogue.
-// Over 800 lines: one GemmKernel whose paths (packed, direct, GEMV, shared-B threads) share its
-// launch geometry, scratch and epilogue; planning (gemm_plan.cpp) and code (gemm_kernel.cpp) are
-// already separate files, and the packing routines are the next piece to move out.
+// One GemmKernel whose paths (packed, direct, GEMV) share its launch geometry, scratch and
+// epilogue; planning is gemm_plan.cpp, the microkernels gemm_kernel.cpp.
 //
 // Loop nest per task (a block of rows x columns of one batch's C):
 //   for jc (NC columns) / for pc (KC of K, in order) / pack B (KC x NC, NR-wide slivers) /
@@ -40,7 +39,7 @@ int64_t even_block(int64_t n, int64_t most, int64_t unit) {
 // Thread-local scratch of at least `n` floats, 64-byte aligned (one per use: A, B, tile, C),
 // with at least 8 floats of slack past n: pack_a's vector stores may run 2 floats past a sliver.
 float* scratch(int which, int64_t n) {
-  thread_local std::vector<float> bufs[5];  // A panel, B panel, edge tile, temp C, shared B (launcher)
+  thread_local std::vector<float> bufs[4];  // A panel, B panel, edge tile, temp C
   std::vector<float>& v = bufs[which];
   if (v.size() < static_cast<size_t>(n) + 32) v.resize(static_cast<size_t>(n) + 32);
   auto p = reinterpret_cast<uintptr_t>(v.data());
@@ -245,8 +244,7 @@ class GemmKernel final : public CompiledKernel {
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
         path_(force.path),
-        l2_(probe::cache_sizes().l2),
-        l3_(probe::cache_sizes().l3) {
+        l2_(probe::cache_sizes().l2) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
@@ -336,13 +334,15 @@ class GemmKernel final : public CompiledKernel {
     L.b_base = static_cast<const char*>(args.buffers[p_.b_buf]);
     L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
 
-    // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads.
+    // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads, each
+    // packing its own KC x NC blocks of B right before using them. A BLIS-style shared B panel
+    // (the threads pack all of K x NC together, then split M, each packing only its own A) lost
+    // on every shape measured on Zen 4, with the AVX-512 and the AVX2 kernels (2 threads:
+    // [512,1024]x[1024,4096] 21.4 vs 20.0 ms split, [256,4096]x[4096,4096] 52.0 vs 43.1,
+    // [128,2048]x[2048,2048] 7.93 vs 5.70, 2048^3 80.3 vs 78.7, 1024^3 level), and on Zen 3 it
+    // had not separated from the host's noise; it was removed.
     const int64_t flops = 2 * M * N * std::max<int64_t>(K, 1);
     const int64_t threads = flops * batches < kParallelFlops ? 1 : num_threads();
-    if (threads > 1 && batches == 1 && shared_b_pays(L, threads)) {
-      run_shared_b(L, threads);
-      return;
-    }
     int64_t gm = 1, gn = 1;
     if (batches < threads) {
       const int64_t want = ceil_div(threads, batches);
@@ -407,9 +407,6 @@ class GemmKernel final : public CompiledKernel {
     int64_t per_m, per_n;
     GemmBlocking blk;
     int path;
-    // run_shared_b: B's panel for the task's columns, packed already (k block pc at pc * the
-    // padded width); the task takes the packed path over exactly those columns.
-    const float* shared_b = nullptr;
   };
   // One task's view: operands of its batch, its C.
   struct Task {
@@ -421,26 +418,6 @@ class GemmKernel final : public CompiledKernel {
     int64_t bidx[kMaxOuterDims];
     int64_t brow;  // first outer row of this batch (batch index * M)
   };
-
-  // One GEMM on several threads, BLIS-style: the threads pack B's panel (all of K x a block of
-  // N columns) together into one buffer, then each takes a share of M's rows, packing only its
-  // own A, against that shared panel (in the L3 the cores share). Splitting N instead had every
-  // thread pack all of A, and splitting M had every thread pack all of B. Two parallel_for
-  // calls per block of N (pack, then compute) make the join the barrier: nothing waits for a
-  // thread the pool did not start. Every C element is still one task's FMA chain over k
-  // ascending, so the result is bitwise the one-thread result.
-  //
-  // AVX-512 does not take it: on Zen 4 (2 threads, each core with 1 MiB of L2) the split tasks,
-  // each packing its own KC x NC blocks of B right before using them, were faster on every shape
-  // measured: [512,1024]x[1024,4096] 20.0 vs 21.4 ms, 2048^3 78.7 vs 80.3, [1000,999]x[999,1001]
-  // 9.98 vs 10.6, [256,4096]x[4096,4096] 43.1 vs 52.0, [128,2048]x[2048,2048] 5.70 vs 7.93,
-  // 1024^3 9.99 vs 9.95 (best of 3 x 6 calls each). The AVX2 kernels on that machine showed the
-  // same; the shared panel stays for AVX2, where it was chosen on Zen 3 (not re-measured there).
-  bool shared_b_pays(const Launch& L, int64_t threads) const {
-    if (u_.w == 16 || path_for(L, L.M, L.N) != Path::Packed) return false;
-    // Enough rows for balanced shares, and a panel of at least NR columns within its budget.
-    return L.M >= threads * 4 * u_.mr && p_.K > 0 && p_.K * u_.nr <= shared_b_budget();
-  }
 
   // The path of an m x n block: GEMV (one or two rows) and direct (small problems in L2, or
   // forced) read f32 operands in place with B contiguous along N; everything else is packed.
@@ -457,40 +434,6 @@ class GemmKernel final : public CompiledKernel {
       if (u_.w == 16 && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
     }
     return Path::Packed;
-  }
-
-  int64_t shared_b_budget() const { return std::min<int64_t>(l3_ / 2, int64_t{32} << 20) / 4; }  // floats
-
-  void run_shared_b(Launch& L, int64_t threads) const {
-    const int64_t M = L.M, N = L.N, K = p_.K, NR = u_.nr, KC = L.blk.kc;
-    // The panel: K x nc floats, at most half the L3 (capped: VMs report a whole socket's).
-    const int64_t budget = shared_b_budget();
-    const int64_t nc = std::clamp<int64_t>(std::min(round_down(budget / K, NR), L.blk.nc), NR, ceil_div(N, NR) * NR);
-    float* panel = scratch(4, K * nc);  // the launching thread's; the workers only read it
-    L.shared_b = panel;
-    const int64_t per_m = ceil_div(ceil_div(M, u_.mr), threads) * u_.mr;
-    const int64_t shares = ceil_div(M, per_m);
-    const void* b_base = L.b_base + L.b.off * es_[1];  // (one batch)
-    for (int64_t jc = 0; jc < N; jc += nc) {
-      const int64_t ncb = std::min(nc, N - jc), ncp = ceil_div(ncb, NR) * NR;
-      // Pack: units of (KC block, group of slivers), about 4 per thread.
-      const int64_t kblocks = ceil_div(K, KC), slivers = ceil_div(ncb, NR);
-      const int64_t groups = std::min(slivers, ceil_div(4 * threads, kblocks));
-      const int64_t per_g = ceil_div(slivers, groups) * NR;
-      parallel_for(kblocks * groups, 1, [&](int64_t b, int64_t e) {
-        for (int64_t u = b; u < e; ++u) {
-          const int64_t pc = u / groups * KC, kc = std::min(KC, K - pc);
-          const int64_t j0 = u % groups * per_g, w = std::min(per_g, ncb - j0);
-          if (w <= 0) continue;
-          float* dst = panel + pc * ncp + j0 * kc;
-          pack_b(dst, b_base, L.b, pc, kc, jc + j0, w);
-          prologue(1, dst, ceil_div(w, NR) * NR * kc);
-        }
-      });
-      parallel_for(shares, 1, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) task(L, 0, t * per_m, std::min(M, (t + 1) * per_m), jc, jc + ncb);
-      });
-    }
   }
 
   // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
@@ -717,8 +660,7 @@ class GemmKernel final : public CompiledKernel {
     // GEMV (one or two rows): stream B along its rows once per row (gemv_rows), no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
     const float* bf = static_cast<const float*>(t.b);
-    // (a task over the shared panel is packed)
-    const Path path = L.shared_b ? Path::Packed : path_for(L, m, n);
+    const Path path = path_for(L, m, n);
     if (path == Path::Gemv) {
       float* sums = scratch(2, n);
       for (int64_t pc = 0; pc < K; pc += KC) {
@@ -765,23 +707,18 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     float* ap = scratch(0, blk.mc * KC);
-    // (shared panel: one block of exactly this task's columns, packed by run_shared_b)
     // Blocks of M and N as even as whole tiles allow, at most mc and nc: 266 rows at mc = 252 made
     // a 252-row panel and a 14-row one that streamed all of B's panel for a single tile.
     const int64_t MC = even_block(m, blk.mc, MR);
-    const int64_t NC = L.shared_b ? n : even_block(n, blk.nc, NR);
-    float* bp = L.shared_b ? nullptr : scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
+    const int64_t NC = even_block(n, blk.nc, NR);
+    float* bp = scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
     for (int64_t jc = n0; jc < n1; jc += NC) {
       const int64_t nc = std::min(NC, n1 - jc);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0, last = pc + kc == K;
-        if (L.shared_b) {
-          bp = const_cast<float*>(L.shared_b) + pc * ceil_div(nc, NR) * NR;
-        } else {
-          pack_b(bp, t.b, sb, pc, kc, jc, nc);
-          prologue(1, bp, ceil_div(nc, NR) * NR * kc);
-        }
+        pack_b(bp, t.b, sb, pc, kc, jc, nc);
+        prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           const int64_t mc = std::min(MC, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
@@ -830,7 +767,7 @@ class GemmKernel final : public CompiledKernel {
   const Ukrs& u_;
   GemmBlocking blk_;
   int path_;  ///< GemmForce::path: the path of variant 0
-  int64_t l2_, l3_;
+  int64_t l2_;
   const uint64_t serial_ = next_serial();
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
