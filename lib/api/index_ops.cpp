@@ -4,14 +4,12 @@
 // per-bag extent is data), or a plain reduction for 2-D ids (fixed-size bags).
 #include "kfuse/index_ops.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "eval/check_index.hpp"
-#include "kfuse/options.hpp"
+#include "eval/index_scan.hpp"
 #include "eval/reference_eval.hpp"
 #include "record.hpp"
 
@@ -26,55 +24,6 @@ void require_index_dtype(const char* op, const char* what, const Tensor& t, cons
                     "; cast them first, e.g. ids.cast(DType::I64)");
 }
 
-// Whether any of v[0, n) lies outside [0, limit): one unsigned compare per id (a negative id
-// wraps above any size), OR-ed without branches, in vectors where the CPU has them. The generic
-// build's loop was scalar (no 64-bit vector compare in SSE2) at ~0.25 ns per id: on the
-// in-cache f32 bag (kfuse_bag --rows 20000, Zipf ids, Zen 4) the record-time scan of its 246k
-// ids took a sixth of the bag kernel's time.
-// (i32 ids: the limit capped at 2^31, past every non-negative i32 id, keeps the compare 32-bit)
-template <typename T>
-__attribute__((target("avx512f"))) bool any_outside_avx512(const T* v, int64_t n, uint64_t limit) {
-  constexpr bool wide = sizeof(T) == 8;
-  constexpr int64_t lanes = 64 / sizeof(T);
-  const __m512i lim = wide ? _mm512_set1_epi64(static_cast<int64_t>(limit))
-                           : _mm512_set1_epi32(static_cast<int32_t>(std::min<uint64_t>(limit, uint64_t{1} << 31)));
-  unsigned bad = 0;
-  for (int64_t i = 0; i < n; i += lanes) {
-    const auto m = static_cast<__mmask16>(n - i >= lanes ? (1u << lanes) - 1 : (1u << (n - i)) - 1);
-    if constexpr (wide) bad |= _mm512_mask_cmpge_epu64_mask(m, _mm512_maskz_loadu_epi64(m, v + i), lim);
-    else bad |= _mm512_mask_cmpge_epu32_mask(m, _mm512_maskz_loadu_epi32(m, v + i), lim);
-  }
-  return bad != 0;
-}
-// AVX2 has signed compares only: x >= limit unsigned is !(limit > x) with both biased by 2^63.
-__attribute__((target("avx2"))) bool any_outside_avx2(const int64_t* v, int64_t n, uint64_t limit) {
-  const __m256i bias = _mm256_set1_epi64x(std::numeric_limits<int64_t>::min());
-  const __m256i lim = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<int64_t>(limit)), bias);
-  __m256i ok = _mm256_set1_epi64x(-1);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256i x = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), bias);
-    ok = _mm256_and_si256(ok, _mm256_cmpgt_epi64(lim, x));
-  }
-  bool bad = _mm256_movemask_epi8(ok) != -1;
-  for (; i < n; ++i) bad |= static_cast<uint64_t>(v[i]) >= limit;
-  return bad;
-}
-// 2: AVX-512, 1: AVX2, 0: neither; Options::isa "avx2" caps it as it caps the xbyak backend.
-int scan_isa() {
-  static const int cpu = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-  return options().isa == "avx2" ? std::min(cpu, 1) : cpu;
-}
-template <typename T>
-bool any_outside(const T* v, int64_t n, uint64_t limit, int isa) {
-  if (isa == 2) return any_outside_avx512(v, n, limit);
-  if constexpr (sizeof(T) == 8)  // (i32's generic loop vectorises with SSE2 compares)
-    if (isa == 1) return any_outside_avx2(v, n, limit);
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint64_t>(static_cast<int64_t>(v[i])) >= limit;
-  return bad;
-}
-
 // Whether the host i32/i64 indices in `st` all pass check_indices, scanned in place: converting
 // 246k ids to exact values first cost about half of a bag kernel's time (kfuse_bag).
 template <typename T>
@@ -84,13 +33,7 @@ bool all_valid(const T* v, int64_t n, int64_t size, IndexUse use) {
     for (int64_t i = 1; i < n; ++i)
       if (v[i] < v[i - 1]) return false;
   }
-  // Branch-free within blocks, with an early exit between blocks.
-  constexpr int64_t kBlock = 4096;
-  const auto limit = static_cast<uint64_t>(size);
-  const int isa = scan_isa();
-  for (int64_t b = 0; b < n; b += kBlock)
-    if (any_outside(v + b, std::min(kBlock, n - b), limit, isa)) return false;
-  return true;
+  return all_in_range(v, n, size);
 }
 bool all_valid(const Storage& st, int64_t size, IndexUse use) {
   if (st.device != Device::cpu()) return false;
