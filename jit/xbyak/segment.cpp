@@ -398,9 +398,10 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   Label top, end;
   seg_pin_gprs();
   // Shared values live in pool registers the pointers and pins leave, one kept free for index
-  // arithmetic; the rest in stack slots. Through a slot (a store, then a load per use) the 8-bit
-  // bag's clamped id cost a third of its time in cache: a hand loop of the 8-bit bag, Zen 4,
-  // [20000, 64] table, 246k ids, 775 us with the id in a register, 1066 us through a slot.
+  // arithmetic (and for the AVX2 tail copy, seg_pool()[seg_nptr_]: the first of them); the rest
+  // in stack slots. Through a slot (a store, then a load per use, on the row address path) the
+  // 8-bit bag's clamped id cost it 15-20%: [2M, 64], 1 thread, Zen 4, uniform ids 3.87-3.97 ms
+  // through the slot against 3.21-3.27 ms in a register, Zipf 2.11 against 1.87-1.92 ms.
   {
     std::vector<Reg64> spare = seg_free(
         std::vector<Reg64>(seg_pool().begin() + static_cast<std::ptrdiff_t>(sp.ptrs.size()), seg_pool().end()));
