@@ -135,7 +135,7 @@ ExecMem::ExecMem(const uint8_t* code, size_t n, const std::string& name) {
     arena().give(mem_, pages_);
     throw BackendError("xbyak: mprotect(read+execute) failed");
   }
-  perf_map_note(mem_, n, name);
+  if (!name.empty()) perf_map_note(mem_, n, name);
 }
 
 ExecMem::~ExecMem() { arena().give(mem_, pages_); }

@@ -16,7 +16,8 @@ namespace kfuse::detail::xb {
 class ExecMem {
  public:
   /// Copies `n` bytes of code to fresh pages and makes them read+execute. Throws BackendError.
-  /// `name` labels the code in the perf map when KFUSE_PERF_MAP=1 (perf_map_note).
+  /// `name` labels the code in the perf map when KFUSE_PERF_MAP=1 (perf_map_note); empty: no
+  /// label (a block of several kernels names each itself).
   ExecMem(const uint8_t* code, size_t n, const std::string& name = "kfuse_xbyak");
   ~ExecMem();
   ExecMem(const ExecMem&) = delete;
