@@ -11,7 +11,8 @@ namespace kfuse::probe {
 
 namespace {
 
-// "32K", "1024K", "32768K", "2M" (sysfs cache size syntax) in bytes; 0 when unreadable.
+// "32K", "1024K", "32768K", "2M" (sysfs cache size syntax) in bytes, a plain number as itself; 0
+// when unreadable.
 int64_t parse_size(const std::string& s) {
   size_t used = 0;
   int64_t v = 0;
@@ -38,7 +39,7 @@ int64_t sysfs_cache(int level) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
     const std::string lv = read_line(dir + "level");
     if (lv.empty()) break;
-    if (std::stoi(lv) != level || read_line(dir + "type") == "Instruction") continue;
+    if (parse_size(lv) != level || read_line(dir + "type") == "Instruction") continue;  // (no throw on junk)
     return parse_size(read_line(dir + "size"));
   }
   return 0;
