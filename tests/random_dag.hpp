@@ -1,4 +1,4 @@
-// Seeded random DAGs for property tests: element-wise ops (bitwise ones on integer values),
+// Seeded random DAGs for property tests: element-wise ops (bitwise ones on integer values, fma),
 // broadcasts, views, reductions over random axes, softmax, matmul, gathers, rand/randn
 // generators, shapes with 1 and odd sizes, several outputs.
 #pragma once
@@ -21,6 +21,7 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
   // Bitwise ops replace a binary op of two integer values one time in two, drawn from their own
   // generator: the draws from g, and so the DAGs of float inputs, are unchanged.
   std::mt19937_64 gb(seed ^ 0xb17b17);
+  std::mt19937_64 gf(seed ^ 0xf3a);
   const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 17};
   Shape base = {sizes[pick(7)], sizes[pick(7)]};
   std::vector<Tensor> pool;
@@ -61,6 +62,14 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
           case 1: r = a * b; break;
           case 2: r = maximum(a, b); break;
           default: r = a - b; break;
+        }
+        // One float binary op in four becomes an fma with a third value (its own generator, so
+        // the other DAGs are unchanged).
+        if (is_float(a.dtype()) && is_float(b.dtype()) && gf() % 4 == 0) {
+          std::vector<Tensor> third;
+          for (const auto& c : pool)
+            if (is_float(c.dtype()) && numpy_broadcast(r.shape(), c.shape())) third.push_back(c);
+          r = fma(a, b, third[gf() % third.size()]);
         }
         if (is_integer(a.dtype()) && is_integer(b.dtype()) && gb() % 2) {
           // (the counts are small integers, negative ones and ones past a u8's width included)

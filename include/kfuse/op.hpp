@@ -19,6 +19,7 @@ enum class Op : uint8_t {
 #include "kfuse/ops.def"
   Cast,   ///< dtype conversion (the node's dtype is the target)
   Where,  ///< where(cond, a, b)
+  Fma,    ///< fma(a, b, c) = a * b + c: floats rounded once (f16/bf16: in f32, then to the dtype), integers wrap
   // reductions over attrs.ints = axes (sorted); the node keeps reduced dims with size 1
   ReduceSum,
   ReduceProd,

@@ -165,7 +165,7 @@ class KernelBuilder {
   KExpr constant(double v, DType dt) const;  ///< scalar constant
   /// Element `index` of input buffer `buffer`; when `mask` (bool) is false, 0 and no access.
   KExpr load(int buffer, const KExpr& index, const KExpr& mask = {}) const;
-  /// An element-wise kfuse op (any unary/binary op of ops.def, Where, Cast) with result `dt`.
+  /// An element-wise kfuse op (any unary/binary op of ops.def, Where, Fma, Cast) with result `dt`.
   KExpr apply(Op op, DType dt, std::vector<KExpr> args) const;
   // i64 index arithmetic (constant-folded); div/mod are floor division/modulo of values >= 0.
   KExpr add(const KExpr& a, const KExpr& b) const;

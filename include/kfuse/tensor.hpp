@@ -186,6 +186,12 @@ Tensor round(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// Fused multiply-add a * b + c, broadcast and promoted as arithmetic (bool refused). Floats are
+/// rounded once (std::fma; f16/bf16 compute in f32, then round to the dtype), so the result can
+/// differ from (a * b) + c in the last bit; integers wrap like + and *. An element-wise `a * b + c`
+/// is a multiply and an add on every backend (no contraction), so fma() is how a kernel asks for
+/// one rounding and one FMA instruction.
+Tensor fma(const Tensor& a, const Tensor& b, const Tensor& c);
 Tensor cast(const Tensor& x, DType t);
 
 // scalar forms (the scalar is "weak": it does not widen the tensor's dtype within a category)

@@ -72,7 +72,9 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
               "nvrtcCreateProgram");
   NvrtcOutput out;
   auto run = [&](const std::string& arch_opt) {
-    std::vector<std::string> opts = {arch_opt, "--std=c++17"};
+    // --fmad=false: a * b + c is a multiply and an add, as on the CPU backends; kernels that
+    // want one rounding say fma() (Op::Fma, the GEMM's multiply-accumulate).
+    std::vector<std::string> opts = {arch_opt, "--std=c++17", "--fmad=false"};
     std::vector<const char*> o;
     for (const auto& s : opts) o.push_back(s.c_str());
     nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(o.size()), o.data());

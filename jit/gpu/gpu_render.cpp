@@ -237,6 +237,11 @@ class Emitter {
     };
     if (o == Op::Cast) return c_.cast(val(e.args[0]), e.args[0]->dtype, t);
     if (o == Op::Where) return "(" + truth(0) + " ? " + arg(e, 1, t) + " : " + arg(e, 2, t) + ")";
+    if (o == Op::Fma) {  // one rounding: fma() (CUDA fmaf for f32); integers wrap as * and + do
+      const std::string a = arg(e, 0, t), b = arg(e, 1, t), c = arg(e, 2, t);
+      if (F) return c_.math("fma", t) + "(" + a + ", " + b + ", " + c + ")";
+      return wrap_arith("add", "+", t, wrap_arith("mul", "*", t, a, b), c);
+    }
     if (e.args.size() == 1) {
       if (o == Op::Not || (o == Op::BitNot && t == DType::Bool))
         return c_.cast("(" + val(e.args[0]) + " == 0)", DType::Bool, t);
@@ -1332,8 +1337,14 @@ class GemmWriter {
     os << J << "for (int kf_i = 0; kf_i < " << kGemmMR << "; ++kf_i)\n";
     os << J << "  for (int kf_j = 0; kf_j < " << kGemmNR << "; ++kf_j) {\n";
     const std::string el = acc + "[kf_i * " + std::to_string(kGemmNR) + " + kf_j]";
-    const std::string prod = c_.cast(wrap_arith("mul", "*", g_.mt, "kf_a[kf_i]", "kf_b[kf_j]"), g_.mt, g_.at);
-    os << J << "    " << el << " = " << wrap_arith("add", "+", g_.at, el, prod) << ";\n";
+    // Floats multiply-accumulate with one rounding (fma, as the CPU microkernels): the backends
+    // compile without contraction, so el + a * b would be two roundings and two instructions.
+    if (is_float(g_.mt) && g_.mt == g_.at) {
+      os << J << "    " << el << " = " << c_.math("fma", g_.at) << "(kf_a[kf_i], kf_b[kf_j], " << el << ");\n";
+    } else {
+      const std::string prod = c_.cast(wrap_arith("mul", "*", g_.mt, "kf_a[kf_i]", "kf_b[kf_j]"), g_.mt, g_.at);
+      os << J << "    " << el << " = " << wrap_arith("add", "+", g_.at, el, prod) << ";\n";
+    }
     os << J << "  }\n" << I << "}\n";
     if (two)
       os << I << "for (int kf_i = 0; kf_i < " << n

@@ -244,6 +244,12 @@ Value* ExprEmitter::emit_op(const ir::Expr& e) {
     Value* c = truth(emit(e.args.at(0)), e.args[0]->dtype);
     return b_.CreateSelect(c, arg_as(1, dt), arg_as(2, dt));
   }
+  if (e.op == Op::Fma) {  // one rounding (llvm.fma, never fmuladd); integers wrap as * and + do
+    Value *a = arg_as(0, dt), *m = arg_as(1, dt), *c = arg_as(2, dt);
+    if (fl) return intrinsic(llvm::Intrinsic::fma, {a, m, c});
+    if (dt == DType::Bool) return unsupported();
+    return b_.CreateAdd(b_.CreateMul(a, m), c);
+  }
   // Comparisons and logical ops: operands compared in their common dtype, result bool.
   switch (e.op) {
     case Op::Eq:

@@ -280,6 +280,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       if (e->dtype != DType::F32 && e->dtype != DType::Bool)
         decline(std::string(dtype_name(e->dtype)) + " arithmetic not supported (" + op_name(e->op) + ")");
       if (!supported_value_op(e->op)) decline(std::string("op ") + op_name(e->op) + " not supported");
+      if (e->op == Op::Fma && e->dtype != DType::F32) decline("fma of bools");
       for (const auto& a : e->args) {
         if (a->dtype != DType::F32 && a->dtype != DType::Bool)
           decline(std::string(dtype_name(a->dtype)) + " operand of " + op_name(e->op) + " not supported");

@@ -526,6 +526,17 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
       if (e->dtype == DType::Bool && e->args[1]->dtype != DType::Bool) throw DeclineError("xbyak: where dtype mix");
       return;
     }
+    case Op::Fma: {  // d = a * b + c, one rounding; whichever operand d shares a register with
+      Vmm c(o[2]);
+      if (d.getIdx() == c.getIdx()) vfmadd231ps(d, a, b);
+      else if (d.getIdx() == a.getIdx()) vfmadd213ps(d, b, c);
+      else if (d.getIdx() == b.getIdx()) vfmadd213ps(d, a, c);
+      else {
+        vmovups(d, c);
+        vfmadd231ps(d, a, b);
+      }
+      return;
+    }
     case Op::Cast: {
       DType from = e->args[0]->dtype, to = e->dtype;
       if (from == to) {

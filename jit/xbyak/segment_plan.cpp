@@ -163,6 +163,7 @@ class Analysis {
     if (e->dtype != DType::F32 && e->dtype != DType::Bool)
       decline(std::string(dtype_name(e->dtype)) + " arithmetic (" + op_name(e->op) + ")");
     if (e->op == Op::Pow || e->op == Op::Sin || e->op == Op::Cos) decline(std::string("op ") + op_name(e->op));
+    if (e->op == Op::Fma && e->dtype != DType::F32) decline("fma of bools");
     if (e->op == Op::Cast && e->args[0]->dtype != DType::F32 && e->args[0]->dtype != DType::Bool) {
       const ExprRef& x = e->args[0];
       if (e->dtype == DType::F32 && bag && x->kind == ExprKind::Load && narrow_table(x->dtype)) {

@@ -102,6 +102,7 @@ inline int scratch_count(const ir::Expr* e) {
     case Op::GeluTanh: return 5;
     case Op::Log1p: return 5;
     case Op::Expm1: return 6;
+    case Op::Fma: return 0;
     case Op::Maximum:
     case Op::Minimum:
     case Op::Sign:

@@ -258,6 +258,19 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                  broadcast_to_shape(cast_if_needed(b, dt), out)});
 }
 
+Tensor fma(const Tensor& a, const Tensor& b, const Tensor& c) {
+  require_defined("fma", a);
+  require_defined("fma", b);
+  require_defined("fma", c);
+  common_device("fma", {a, b, c});
+  const DType dt = promote_types(promote_types(a.dtype(), b.dtype()), c.dtype());
+  if (dt == DType::Bool)
+    throw UserError(describe_call("fma", {a, b, c}) +
+                    ": arithmetic is not defined on bool tensors; cast to an integer or float dtype first");
+  const Shape out = broadcast_shapes("fma", c, make_const(0.0, dt, broadcast_shapes("fma", a, b)));
+  return record_nodes(Op::Fma, dt, out, {operand_node(a, dt, out), operand_node(b, dt, out), operand_node(c, dt, out)});
+}
+
 Tensor cast(const Tensor& x, DType t) {
   require_defined("cast", x);
   if (x.dtype() == t) return x;

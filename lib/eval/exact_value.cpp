@@ -115,6 +115,11 @@ Num int_binary(Op op, DType result, int64_t a, int64_t b) {
 Num apply_elementwise(Op op, DType result, DType first, const Num* args) {
   if (op == Op::Cast) return num_cast(args[0], first, result);
   if (op == Op::Where) return num_truth(args[0], first) ? args[1] : args[2];
+  if (op == Op::Fma) {  // (the reference is fp64 throughout: one rounding, to double)
+    if (is_float(first)) return from_ref(std::fma(args[0].f, args[1].f, args[2].f), result);
+    const auto u = [&](int i) { return static_cast<uint64_t>(args[i].i); };
+    return int_num(wrap_to(u(0) * u(1) + u(2), result));
+  }
   if (op_arity(op) == 1)
     return is_float(first) ? from_ref(unary_ref(op, args[0].f), result) : int_unary(op, result, args[0].i);
   return is_float(first) ? from_ref(binary_ref(op, args[0].f, args[1].f), result)

@@ -40,7 +40,7 @@ Num num_from_double(double v, DType dt);
 /// Float -> float keeps the double (the interpreter rounds f32 results itself).
 Num num_cast(Num v, DType from, DType to);
 bool num_truth(Num v, DType dt);
-/// An element-wise op (ops.def rows, Cast, Where) of `args`, whose first argument has dtype
+/// An element-wise op (ops.def rows, Cast, Where, Fma) of `args`, whose first argument has dtype
 /// `first` (the operands of unary/binary ops share it: recording casts them). Float results are
 /// the double reference values (not rounded to f32).
 Num apply_elementwise(Op op, DType result, DType first, const Num* args);

@@ -84,11 +84,11 @@ KExpr KernelBuilder::load(int buffer, const KExpr& index, const KExpr& mask) con
 }
 
 KExpr KernelBuilder::apply(Op op, DType dt, std::vector<KExpr> args) const {
-  int arity = op == Op::Where             ? 3
-              : op == Op::Cast            ? 1
-              : is_unary_elementwise(op)  ? 1
-              : is_binary_elementwise(op) ? 2
-                                          : -1;
+  int arity = op == Op::Where || op == Op::Fma ? 3
+              : op == Op::Cast                 ? 1
+              : is_unary_elementwise(op)       ? 1
+              : is_binary_elementwise(op)      ? 2
+                                               : -1;
   if (arity < 0) fail(std::string("apply(") + op_name(op) + "): not an element-wise op");
   if (static_cast<int>(args.size()) != arity)
     fail(std::string("apply(") + op_name(op) + "): takes " + std::to_string(arity) + " operands, got " +

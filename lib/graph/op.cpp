@@ -17,21 +17,22 @@ struct OpInfo {
 constexpr bool bitwise_rule(std::string_view rule) { return rule == "Bitwise" || rule == "Shift"; }
 
 constexpr OpInfo kOps[] = {
-    {"buffer", OpKind::Source, 0, 0},       {"const", OpKind::Source, 0, 0},
-    {"iota", OpKind::Source, 0, 0},         {"rand", OpKind::Source, 0, 0},
+    {"buffer", OpKind::Source, 0, 0},      {"const", OpKind::Source, 0, 0},
+    {"iota", OpKind::Source, 0, 0},        {"rand", OpKind::Source, 0, 0},
 #define KFUSE_UNARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 1, tol, bitwise_rule(#rule)},
 #define KFUSE_BINARY_OP(name, str, rule, expr, tol) {str, OpKind::ElemWise, 2, tol, bitwise_rule(#rule)},
 #include "kfuse/ops.def"
-    {"cast", OpKind::ElemWise, 1, 0},       {"where", OpKind::ElemWise, 3, 0},
-    {"sum", OpKind::Reduce, 1, 0},          {"prod", OpKind::Reduce, 1, 0},
-    {"max", OpKind::Reduce, 1, 0},          {"min", OpKind::Reduce, 1, 0},
-    {"argmax", OpKind::Reduce, 1, 0},       {"argmin", OpKind::Reduce, 1, 0},
-    {"segment_sum", OpKind::Reduce, 3, 0},  {"segment_max", OpKind::Reduce, 3, 0},
-    {"reshape", OpKind::Injective, 1, 0},   {"permute", OpKind::Injective, 1, 0},
-    {"expand", OpKind::Broadcast, 1, 0},    {"slice", OpKind::Injective, 1, 0},
-    {"pad", OpKind::Injective, 1, 0},       {"concat", OpKind::Injective, -1, 0},
-    {"gather", OpKind::Injective, 2, 0},    {"matmul", OpKind::Contraction, 2, 0},
-    {"check_labels", OpKind::Opaque, 1, 0}, {"check_index", OpKind::Opaque, 1, 0},
+    {"cast", OpKind::ElemWise, 1, 0},      {"where", OpKind::ElemWise, 3, 0},
+    {"fma", OpKind::ElemWise, 3, 2e-7},    {"sum", OpKind::Reduce, 1, 0},
+    {"prod", OpKind::Reduce, 1, 0},        {"max", OpKind::Reduce, 1, 0},
+    {"min", OpKind::Reduce, 1, 0},         {"argmax", OpKind::Reduce, 1, 0},
+    {"argmin", OpKind::Reduce, 1, 0},      {"segment_sum", OpKind::Reduce, 3, 0},
+    {"segment_max", OpKind::Reduce, 3, 0}, {"reshape", OpKind::Injective, 1, 0},
+    {"permute", OpKind::Injective, 1, 0},  {"expand", OpKind::Broadcast, 1, 0},
+    {"slice", OpKind::Injective, 1, 0},    {"pad", OpKind::Injective, 1, 0},
+    {"concat", OpKind::Injective, -1, 0},  {"gather", OpKind::Injective, 2, 0},
+    {"matmul", OpKind::Contraction, 2, 0}, {"check_labels", OpKind::Opaque, 1, 0},
+    {"check_index", OpKind::Opaque, 1, 0},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::Count_), "op table out of sync");
 

@@ -10,7 +10,7 @@ namespace {
 void count_ops(const ExprRef& e, std::unordered_set<const Expr*>& seen, int64_t& n) {
   if (!e || !seen.insert(e.get()).second) return;
   if (e->kind == ExprKind::Load) return;  // its index and mask are integer/bool work
-  if (e->kind == ExprKind::Op && is_float(e->dtype) && e->op != Op::Cast) ++n;
+  if (e->kind == ExprKind::Op && is_float(e->dtype) && e->op != Op::Cast) n += e->op == Op::Fma ? 2 : 1;
   for (const ExprRef& a : e->args) count_ops(a, seen, n);
 }
 

@@ -25,11 +25,13 @@
 //     in its dtype); when `mask` (bool) is false the load must not touch memory and yields 0.
 //     The index may itself contain Loads (a gather: data-dependent, clamped into range by
 //     lowering), so it is not always affine in the loop vars.
-//   Op: an element-wise kfuse::Op (unary/binary from ops.def, Where, Cast) with the fp64
+//   Op: an element-wise kfuse::Op (unary/binary from ops.def, Where, Fma, Cast) with the fp64
 //     reference semantics rounded to the expression's dtype; integer ops wrap; float -> int casts
 //     truncate and give the dtype minimum for NaN/out-of-range (x86 cvtt behaviour).
 //     Bitwise ops and shifts take integer operands (i32/i64 after widen_narrow); a shift count
 //     outside [0, bits) gives 0 (shift_left) or the sign fill (shift_right, arithmetic).
+//     Fma(a, b, c) is a * b + c rounded once in its compute dtype (f32 for f32/f16/bf16, f64),
+//     never a separate multiply and add: every backend emits its FMA instruction or fma().
 //   IDiv/IMod: floor division and modulo of non-negative i64 values.
 //   Var(outer k) / Var(reduce k): the current index along that domain dimension.
 //   Acc(k): the final value of accumulator k (phase order guarantees it is complete).

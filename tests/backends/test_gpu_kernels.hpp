@@ -125,6 +125,7 @@ inline GpuCase pointwise_binary(DType t) {
   }
   ExprRef gt = bin(Op::Gt, DType::Bool, a, b);
   ph.stores.push_back({add_out(k, t), O(0), op(Op::Where, t, {gt, a, bin(Op::Mul, t, b, constant(2, t))})});
+  ph.stores.push_back({add_out(k, t), O(0), op(Op::Fma, t, {a, b, bin(Op::Sub, t, constant(0, t), a)})});
   for (DType to : {DType::I32, DType::I64, DType::Bool, t == DType::F32 ? DType::F64 : DType::F32})
     ph.stores.push_back({add_out(k, to), O(0), un(Op::Cast, to, a)});
   k.phases = {ph};
@@ -159,6 +160,7 @@ inline GpuCase pointwise_int() {
     for (Op o : {Op::Add, Op::Sub, Op::Mul, Op::Maximum, Op::Minimum, Op::BitAnd, Op::BitOr, Op::BitXor})
       st(t, bin(o, t, v, w));
     st(t, un(Op::BitNot, t, v));
+    st(t, op(Op::Fma, t, {v, w, v}));  // wraps
     // shifts by counts in and out of [0, bits): v & 127 spans both for i32 and i64
     ExprRef count = bin(Op::BitAnd, t, w, constant(127, t));
     for (Op o : {Op::Shl, Op::Shr}) {

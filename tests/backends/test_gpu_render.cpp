@@ -125,6 +125,35 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
 }
 
 #ifdef KFUSE_HAVE_CUDA
+// a * b + c stays a multiply and an add (NVRTC --fmad=false, as the CPU backends never contract);
+// Op::Fma and the tiled GEMM's multiply-accumulate are one fma.rn each.
+TEST(GpuRender, NvrtcContractsOnlyExplicitFma) {
+  auto ptx_of = [](bool fused) {
+    GpuCase c;
+    Kernel& k = c.k;
+    k.name = fused ? "pw_fma" : "pw_mul_add";
+    k.kind = ir::KernelKind::Pointwise;
+    k.params = {{"outer0", 0}};
+    k.outer = {param(0)};
+    for (int i = 0; i < 3; ++i) k.buffers.push_back({"in" + std::to_string(i), DType::F32, false});
+    ExprRef a = load(0, DType::F32, O(0)), b = load(1, DType::F32, O(0)), x = load(2, DType::F32, O(0));
+    Phase ph;
+    ph.stores.push_back(
+        {add_out(k, DType::F32), O(0),
+         fused ? op(Op::Fma, DType::F32, {a, b, x}) : bin(Op::Add, DType::F32, bin(Op::Mul, DType::F32, a, b), x)});
+    k.phases = {ph};
+    ir::verify_kernel(k);
+    return detail::nvrtc_compile(g::render(k, g::cuda_dialect()).source, k.name, "sm_90").ptx;
+  };
+  const std::string plain = ptx_of(false), fused = ptx_of(true);
+  EXPECT_EQ(plain.find("fma.rn.f32"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("mul.rn.f32"), std::string::npos) << plain;
+  EXPECT_NE(fused.find("fma.rn.f32"), std::string::npos) << fused;
+  const GpuCase gemm = gemm_case({DType::F32, 1, 19, true, false, {}, {}, true}, {});
+  const std::string g_ptx = detail::nvrtc_compile(g::render(gemm.k, g::cuda_dialect()).source, "gemm", "sm_90").ptx;
+  EXPECT_NE(g_ptx.find("fma.rn.f32"), std::string::npos);
+}
+
 TEST(GpuRender, NvrtcErrorCarriesLog) {
   try {
     detail::nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken", "sm_80");

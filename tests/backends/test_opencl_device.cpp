@@ -34,6 +34,17 @@ TEST(OpenCLDevice, ChainsReductionsAndViews) {
   EXPECT_TRUE(all_close(reference_values(dev[0]), ref[0], 1e-12, 0));
 }
 
+// The same bits as the CPU backends: a * b + c is not contracted (FP_CONTRACT OFF in the
+// prelude: PoCL on x86 does not contract even without it, GPU compilers do), fma() rounds once.
+// With x = 1 + 2^-12, x * x - (1 + 2^-11) is 0 in two roundings and 2^-24 in one.
+TEST(OpenCLDevice, MultiplyAddIsNotContractedAndFmaRoundsOnce) {
+  if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
+  Tensor x = Tensor::from_vector<float>(std::vector<float>(37, 1.0f + 0x1p-12f), {37}).to(Device::opencl());
+  Tensor c = Tensor::from_vector<float>(std::vector<float>(37, -(1.0f + 0x1p-11f)), {37}).to(Device::opencl());
+  for (float v : (x * x + c).to_vector<float>()) ASSERT_EQ(v, 0.0f);
+  for (float v : fma(x, x, c).to_vector<float>()) ASSERT_EQ(v, 0x1p-24f);
+}
+
 TEST(OpenCLDevice, MixingDevicesIsARecordTimeError) {
   if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
   Tensor a = make_tensor(random_values(6, 4), {2, 3});

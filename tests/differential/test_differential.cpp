@@ -87,6 +87,28 @@ std::vector<Case> all_cases() {
                   logical ? std::vector<DType>{DType::Bool} : std::vector<DType>{result, result},
                   std::max(4 * op_tolerance_f32(op), 1e-6), 1e-6});
   }
+  // fma: f32 and f64 on every shape (empty and size 1 included), with a broadcast operand and a
+  // transposed one; integers wrap (i32, and u8 computed in i32); f16 computes in f32.
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& s : shapes)
+      cs.push_back({std::string("fma/") + dtype_name(dt) + shape_str(s),
+                    [=] {
+                      Tensor a = rnd(s, 91, -2, 2, dt), b = rnd(s, 92, -2, 2, dt), c = rnd(s, 93, -2, 2, dt);
+                      return std::vector<Tensor>{fma(a, b, c), fma(a, a, -c)};
+                    },
+                    {dt, dt}});
+  cs.push_back(
+      {"fma/broadcast-and-views",
+       [] {
+         Tensor a = rnd({33, 17}, 94), b = rnd({17}, 95), c = transpose(rnd({17, 33}, 96));
+         Tensor i = make_tensor(random_ints(17, 97, -50000, 50000), {17}, DType::I32);
+         Tensor u = make_tensor(random_ints(17, 98, 0, 255), {17}, DType::U8);
+         Tensor h = rnd({17}, 99, -2, 2, DType::F16);
+         return std::vector<Tensor>{fma(a, b, c), fma(b, a, 1.5 * b), fma(i, i, i), fma(u, u, u), fma(h, h, h)};
+       },
+       {DType::F32, DType::F32, DType::I32, DType::U8, DType::F16},
+       4e-3,
+       1e-6});
   // Integer and bool arithmetic, casts (incl. NaN/Inf to int), where, logical not.
   cs.push_back({"int-arith",
                 [] {
