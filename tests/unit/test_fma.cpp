@@ -50,7 +50,8 @@ TEST_P(FmaBackend, RoundsOnceInF32AndF64) {
 // Random values, broadcast and transposed operands: bitwise std::fmaf of the stored operands.
 TEST_P(FmaBackend, MatchesStdFmaBitwiseWithBroadcastAndViews) {
   std::vector<float> a(33 * 17), b(17), c(17 * 33);
-  std::vector<double> ra = random_values(a.size(), 81), rb = random_values(b.size(), 82), rc = random_values(c.size(), 83);
+  std::vector<double> ra = random_values(a.size(), 81), rb = random_values(b.size(), 82),
+                      rc = random_values(c.size(), 83);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(ra[i]);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(rb[i]);
   for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(rc[i]);
@@ -59,15 +60,34 @@ TEST_P(FmaBackend, MatchesStdFmaBitwiseWithBroadcastAndViews) {
   reset_counters();
   std::vector<float> y = read<float>(fma(A, B, C));
   // (xbyak declines the transposed operand: a stride that is a launch parameter)
-  if (GetParam() != "xbyak") {
-    EXPECT_EQ(counters().fallbacks, 0u) << GetParam() << " declined the kernel";
-  }
+  if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << GetParam() << " declined the kernel"; }
   ASSERT_EQ(y.size(), a.size());
   for (int64_t i = 0; i < 33; ++i)
     for (int64_t j = 0; j < 17; ++j) {
       const float want = std::fma(a[i * 17 + j], b[j], c[j * 33 + i]);
-      ASSERT_EQ(std::memcmp(&y[i * 17 + j], &want, 4), 0) << "(" << i << ", " << j << "): " << y[i * 17 + j] << " vs " << want;
+      ASSERT_EQ(std::memcmp(&y[i * 17 + j], &want, 4), 0)
+          << "(" << i << ", " << j << "): " << y[i * 17 + j] << " vs " << want;
     }
+}
+
+// The same value in several operand positions: the register allocator may give the result the
+// register of any operand (xbyak picks vfmadd231 or vfmadd213 by which one).
+TEST_P(FmaBackend, RepeatedOperands) {
+  std::vector<double> ra = random_values(41, 87), rb = random_values(41, 88);
+  std::vector<float> a(ra.begin(), ra.end()), b(rb.begin(), rb.end());
+  Tensor A = Tensor::borrow(a.data(), {41}), B = Tensor::borrow(b.data(), {41});
+  // (the last three: an operand computed just before, whose register the result may reuse)
+  const std::vector<Tensor> ys = {fma(A, A, A),           fma(A, B, A),      fma(A, B, B),         fma(B, A, A),
+                                  fma(exp(A), B, exp(A)), fma(A, exp(B), A), fma(B, exp(A), A) * A};
+  eval(ys);
+  const std::vector<float> ex = read<float>(exp(A)), ey = read<float>(exp(B));
+  for (size_t i = 0; i < 41; ++i) {
+    const float x = a[i], y = b[i], e = ex[i], f = ey[i];
+    const float want[] = {std::fma(x, x, x), std::fma(x, y, x), std::fma(x, y, y),    std::fma(y, x, x),
+                          std::fma(e, y, e), std::fma(x, f, x), std::fma(y, e, x) * x};
+    for (size_t k = 0; k < ys.size(); ++k)
+      ASSERT_EQ(read<float>(ys[k])[i], want[k]) << "form " << k << ", element " << i;
+  }
 }
 
 TEST_P(FmaBackend, NanInfAndSignedZero) {
@@ -84,10 +104,11 @@ TEST_P(FmaBackend, NanInfAndSignedZero) {
 // Integers wrap as * and + do; u8 and i8 compute in i32 and wrap on the store.
 TEST_P(FmaBackend, IntegersWrap) {
   std::vector<int32_t> a{70000, -3, 5}, b{70000, 7, -9}, c{1, 100, 2};
-  std::vector<int32_t> y = read<int32_t>(
-      fma(Tensor::borrow(a.data(), {3}), Tensor::borrow(b.data(), {3}), Tensor::borrow(c.data(), {3})));
+  std::vector<int32_t> y =
+      read<int32_t>(fma(Tensor::borrow(a.data(), {3}), Tensor::borrow(b.data(), {3}), Tensor::borrow(c.data(), {3})));
   for (int i = 0; i < 3; ++i) {
-    const auto want = static_cast<int32_t>(static_cast<uint32_t>(a[i]) * static_cast<uint32_t>(b[i]) + static_cast<uint32_t>(c[i]));
+    const auto want =
+        static_cast<int32_t>(static_cast<uint32_t>(a[i]) * static_cast<uint32_t>(b[i]) + static_cast<uint32_t>(c[i]));
     EXPECT_EQ(y[i], want) << i;
   }
   std::vector<uint8_t> u{200, 17, 255}, v{3, 15, 255}, w{100, 1, 255};
