@@ -12,7 +12,8 @@ add_custom_command(
   COMMENT "Embedding GPU kernel templates"
   VERBATIM)
 add_custom_target(kfuse_gpu_templates DEPENDS ${KFUSE_GPU_TEMPLATES_CPP})
-kfuse_stage(jit/gpu ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
+kfuse_stage(jit/gpu ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/gemm_render.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
             ${CMAKE_CURRENT_LIST_DIR}/staging.cpp
             ${KFUSE_GPU_TEMPLATES_CPP})
 add_dependencies(kfuse_jit_gpu kfuse_gpu_templates)

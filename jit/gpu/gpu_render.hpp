@@ -15,7 +15,7 @@
 // combined in fixed order, then the remaining phases). Lanes fold strided reduce indices in
 // increasing order and combine through a fixed tree, so results do not depend on the grid size.
 // Contraction kernels (matmul) in the GEMM form run "gemm-tiled" instead: a unit is a tile of C,
-// computed by a block through shared/local memory (gpu_render.cpp, templates/gpu/gemm.tmpl).
+// computed by a block through shared/local memory (gemm_render.cpp, templates/gpu/gemm.tmpl).
 #pragma once
 #include <cstdint>
 #include <stdexcept>

@@ -1,0 +1,200 @@
+// The tiled GEMM writer of the C-like GPU renderer (the strategy "gemm-tiled"; gemm_render.hpp).
+// A contraction (lib/ir/kernel.hpp, README "Matmul") in the form outer [batch.., M, N], reduce
+// [K], one Sum of pa * pb (pa free of the N var, pb free of the M var), then one phase of stores:
+// a block computes a kGemmTM x kGemmTN tile of C (templates/gpu/gemm.tmpl). The operands are
+// evaluated through their own expressions while staging, so any strides (transposed, sliced,
+// broadcast) work without copies. Anything else renders as a generic row kernel.
+#include "gemm_render.hpp"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ir/expr_util.hpp"
+
+namespace kfuse::detail::gpu {
+
+namespace {
+
+using namespace rx;
+using ir::AccKind;
+
+constexpr int kGemmWX = 16, kGemmWY = 16;  // lanes along N and M
+constexpr int kGemmMR = 4, kGemmNR = 4;    // elements per lane along M and N
+constexpr int kGemmTM = kGemmWY * kGemmMR, kGemmTN = kGemmWX * kGemmNR, kGemmTK = 16;
+constexpr int kGemmRow = kGemmTM + 1;  // staged slice row length (padded: no bank conflicts)
+static_assert(kGemmTM == kGemmTN, "one padded row length serves both slices");
+
+// Whether some Load in `e` moves by one element along the var: the var is a bare addend of its
+// index's top-level sum. Only picks which way lanes walk while staging (coalescing).
+bool unit_step(const ir::Expr* e, ir::Space s, int dim) {
+  if (e->kind == ExprKind::Load) {
+    std::vector<const ir::Expr*> sum = {e->args[0].get()};
+    while (!sum.empty()) {
+      const ir::Expr* x = sum.back();
+      sum.pop_back();
+      if (x->kind == ExprKind::Var && x->space == s && x->index == dim) return true;
+      if (x->kind == ExprKind::Op && x->op == Op::Add)
+        for (const auto& a : x->args) sum.push_back(a.get());
+    }
+  }
+  for (const auto& a : e->args)
+    if (unit_step(a.get(), s, dim)) return true;
+  return false;
+}
+
+struct GemmForm {
+  ExprRef pa, pb;                           // the operands of the product
+  DType mt = DType::F32, at = DType::F32;   // product and accumulator dtypes
+  bool a_m_fast = false, b_n_fast = false;  // staging walks M (N) fastest, else K
+};
+
+bool gemm_form(const ir::Kernel& k, GemmForm& g) {
+  if (k.kind != ir::KernelKind::Contraction || k.outer.size() < 2 || k.reduce.size() != 1 || k.accs.size() != 1 ||
+      k.phases.size() != 2)
+    return false;
+  const ir::Accumulator& A = k.accs[0];
+  const ir::Phase &p0 = k.phases[0], &p1 = k.phases[1];
+  if (A.kind != AccKind::Sum || A.dtype == DType::Bool || !p0.over_reduce || p0.accs != std::vector<int>{0} ||
+      !p0.stores.empty() || p1.over_reduce || p1.stores.empty())
+    return false;
+  const ExprRef& v = A.value;
+  if (v->kind != ExprKind::Op || v->op != Op::Mul || v->args.size() != 2 || v->dtype == DType::Bool) return false;
+  const int md = static_cast<int>(k.outer.size()) - 2, nd = md + 1;
+  auto fits = [&](const ExprRef& a, const ExprRef& b) {
+    return !ir::depends_on(a.get(), ir::Space::Outer, nd) && !ir::depends_on(b.get(), ir::Space::Outer, md);
+  };
+  if (fits(v->args[0], v->args[1])) {
+    g.pa = v->args[0];
+    g.pb = v->args[1];
+  } else if (fits(v->args[1], v->args[0])) {  // the product commutes exactly
+    g.pa = v->args[1];
+    g.pb = v->args[0];
+  } else {
+    return false;
+  }
+  g.mt = v->dtype;
+  g.at = A.dtype;
+  g.a_m_fast = unit_step(g.pa.get(), ir::Space::Outer, md);
+  g.b_n_fast = unit_step(g.pb.get(), ir::Space::Outer, nd);
+  return true;
+}
+
+class GemmWriter {
+ public:
+  GemmWriter(Ctx& c, const GemmForm& g) : c_(c), g_(g), md_(static_cast<int>(c.k.outer.size()) - 2) {}
+
+  std::string kernel(const std::string& name) {
+    c_.note(g_.mt);
+    c_.note(g_.at);
+    std::string batch;
+    const std::string ext = outer_extents(c_, static_cast<size_t>(md_), batch);
+    std::ostringstream bv;
+    for (int i = md_; i-- > 0;)
+      bv << "    const kf_i64 kf_o" << i << " = kf_rem % kf_e" << i << "; kf_rem /= kf_e" << i << ";\n";
+    std::ostringstream epi;
+    Emitter em(c_, epi, "          ");
+    emit_stores(em, c_.k.phases[1], "          ", epi);
+    return fill(template_text("gpu/gemm.tmpl"), {{"ENTRY", name},
+                                                 {"ARGS", kernel_args(c_)},
+                                                 {"EXTENTS", ext},
+                                                 {"BATCH", batch},
+                                                 {"BATCH_VARS", bv.str()},
+                                                 {"STAGE_A", stage(true)},
+                                                 {"STAGE_B", stage(false)},
+                                                 {"MAC_FULL", mac(std::to_string(kGemmTK))},
+                                                 {"MAC_TAIL", mac("kf_kn")},
+                                                 {"EPILOGUE", epi.str()},
+                                                 {"K", c_.int_lit(c_.k.reduce[0], DType::I64)},
+                                                 {"MT", ctype(g_.mt)},
+                                                 {"AT", ctype(g_.at)},
+                                                 {"AZERO", c_.lit(0, g_.at)},
+                                                 {"ROW", std::to_string(kGemmRow)},
+                                                 {"THREADS", std::to_string(kGemmWX * kGemmWY)},
+                                                 {"WX", std::to_string(kGemmWX)},
+                                                 {"WY", std::to_string(kGemmWY)},
+                                                 {"MR", std::to_string(kGemmMR)},
+                                                 {"NR", std::to_string(kGemmNR)},
+                                                 {"TM", std::to_string(kGemmTM)},
+                                                 {"TN", std::to_string(kGemmTN)},
+                                                 {"TK", std::to_string(kGemmTK)},
+                                                 {"MD", std::to_string(md_)},
+                                                 {"ND", std::to_string(md_ + 1)}});
+  }
+
+ private:
+  // One element (kf_q) of the A (or B) slice: its operand expression at (m or n, k), or 0 outside
+  // the matrix (the loads are not evaluated there).
+  std::string stage(bool a) {
+    const std::string I = "        ";
+    const int dim = a ? md_ : md_ + 1, T = a ? kGemmTM : kGemmTN;
+    const bool fast = a ? g_.a_m_fast : g_.b_n_fast;
+    const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
+    std::ostringstream os;
+    if (fast) os << I << "const int kf_x = kf_q % " << T << ", kf_kk = kf_q / " << T << ";\n";
+    else os << I << "const int kf_x = kf_q / " << kGemmTK << ", kf_kk = kf_q % " << kGemmTK << ";\n";
+    os << I << "const kf_i64 " << v << " = " << (a ? "kf_m0" : "kf_n0") << " + kf_x;\n";
+    os << I << "const kf_i64 kf_r0 = kf_k0 + kf_kk;\n";
+    os << I << ctype(g_.mt) << " kf_v = " << c_.lit(0, g_.mt) << ";\n";
+    os << I << "if (" << v << " < " << e << " && kf_r0 < " << c_.int_lit(c_.k.reduce[0], DType::I64) << ") {\n";
+    const ExprRef& x = a ? g_.pa : g_.pb;
+    Emitter em(c_, os, I + "  ");
+    const std::string val = em.val(x);
+    os << I << "  kf_v = " << c_.cast(val, x->dtype, g_.mt) << ";\n";
+    os << I << "}\n";
+    os << I << (a ? "kf_As" : "kf_Bs") << "[kf_kk * " << kGemmRow << " + kf_x] = kf_v;\n";
+    return os.str();
+  }
+
+  // The products of k = 0 .. bound-1 of the staged slice into the lane's elements. Float sums go
+  // through a per-slice partial (error ~ (TK + K / TK) u instead of K u; order still fixed).
+  std::string mac(const std::string& bound) {
+    const std::string I = "        ", J = I + "  ";
+    const int n = kGemmMR * kGemmNR;
+    const bool two = is_float(g_.at);
+    const std::string acc = two ? "kf_s" : "kf_c", zero = c_.lit(0, g_.at);
+    std::ostringstream os;
+    if (two) {
+      os << I << ctype(g_.at) << " kf_s[" << n << "];\n";
+      os << I << "for (int kf_i = 0; kf_i < " << n << "; ++kf_i) kf_s[kf_i] = " << zero << ";\n";
+    }
+    os << I << "for (int kf_kk = 0; kf_kk < " << bound << "; ++kf_kk) {\n";
+    os << J << ctype(g_.mt) << " kf_a[" << kGemmMR << "], kf_b[" << kGemmNR << "];\n";
+    os << J << "for (int kf_i = 0; kf_i < " << kGemmMR << "; ++kf_i) kf_a[kf_i] = kf_As[kf_kk * " << kGemmRow
+       << " + kf_ty + kf_i * " << kGemmWY << "];\n";
+    os << J << "for (int kf_j = 0; kf_j < " << kGemmNR << "; ++kf_j) kf_b[kf_j] = kf_Bs[kf_kk * " << kGemmRow
+       << " + kf_tx + kf_j * " << kGemmWX << "];\n";
+    os << J << "for (int kf_i = 0; kf_i < " << kGemmMR << "; ++kf_i)\n";
+    os << J << "  for (int kf_j = 0; kf_j < " << kGemmNR << "; ++kf_j) {\n";
+    const std::string el = acc + "[kf_i * " + std::to_string(kGemmNR) + " + kf_j]";
+    // Floats multiply-accumulate with one rounding (fma, as the CPU microkernels): the backends
+    // compile without contraction, so el + a * b would be two roundings and two instructions.
+    if (is_float(g_.mt) && g_.mt == g_.at) {
+      os << J << "    " << el << " = " << c_.math("fma", g_.at) << "(kf_a[kf_i], kf_b[kf_j], " << el << ");\n";
+    } else {
+      const std::string prod = c_.cast(wrap_arith("mul", "*", g_.mt, "kf_a[kf_i]", "kf_b[kf_j]"), g_.mt, g_.at);
+      os << J << "    " << el << " = " << wrap_arith("add", "+", g_.at, el, prod) << ";\n";
+    }
+    os << J << "  }\n" << I << "}\n";
+    if (two)
+      os << I << "for (int kf_i = 0; kf_i < " << n
+         << "; ++kf_i) kf_c[kf_i] = " << wrap_arith("add", "+", g_.at, "kf_c[kf_i]", "kf_s[kf_i]") << ";\n";
+    return os.str();
+  }
+
+  Ctx& c_;
+  const GemmForm& g_;
+  int md_;
+};
+
+}  // namespace
+
+bool render_gemm(rx::Ctx& c, const std::string& name, std::string& kernels, Stage& stage) {
+  GemmForm g;
+  if (!gemm_form(c.k, g)) return false;
+  kernels = GemmWriter(c, g).kernel(name);
+  stage = {name, Team::Block, kGemmWX * kGemmWY, 1, false, kGemmTM, kGemmTN};
+  return true;
+}
+
+}  // namespace kfuse::detail::gpu
