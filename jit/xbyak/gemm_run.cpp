@@ -603,11 +603,24 @@ class GemmKernel final : public CompiledKernel {
     for (int i = 0; i < nin; ++i) bp[i] = args.buffers[i];
     bp[nin] = t.acc_ptr;
     for (size_t i = nin; i < args.buffers.size(); ++i) bp[i + 1] = args.buffers[i];
-    std::vector<int64_t> params(args.params);
-    if (p_.c_buf < 0) params.push_back(ld);
+    // Temp C appends its row stride to the launch's params (in place C passes them as they are).
+    int64_t pbuf[32];
+    std::vector<int64_t> pbig;
+    const int64_t* params = args.params.data();
+    if (p_.c_buf < 0) {
+      const size_t np = args.params.size();
+      int64_t* q = pbuf;
+      if (np + 1 > 32) {
+        pbig.resize(np + 1);
+        q = pbig.data();
+      }
+      std::copy(args.params.begin(), args.params.end(), q);
+      q[np] = ld;
+      params = q;
+    }
     Frame f{};
     f.bufs = bp;
-    f.params = params.data();
+    f.params = params;
     f.row_begin = t.brow + m0;
     f.row_end = t.brow + m1;
     for (int d = 0; d < L.nb; ++d) f.idx[d] = t.bidx[d];
