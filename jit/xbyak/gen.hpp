@@ -23,6 +23,7 @@
 #include <xbyak/xbyak.h>
 
 #include <array>
+#include <deque>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -266,10 +267,15 @@ class Gen : public Xbyak::CodeGenerator {
                  const std::vector<std::pair<const ir::Expr*, int>>& once_scalars);
   int dag_width(const Dag& g) const;
   // state
-  Reg64 seg_r0_{Xbyak::Operand::RCX};                 // register read by Var(reduce 0)
-  bool seg_next_ = false;                             // Var(outer, last bag dim) reads the next bag
-  bool seg_unclamped_ = false;                        // ieval: min/max against a constant pass their other side
-  bool seg_use_cse_ = false;                          // shared values read from their slots or registers
+  Reg64 seg_r0_{Xbyak::Operand::RCX};  // register read by Var(reduce 0)
+  bool seg_next_ = false;              // Var(outer, last bag dim) reads the next bag
+  bool seg_unclamped_ = false;         // ieval: min/max against a constant pass their other side
+  bool seg_use_cse_ = false;           // shared values read from their slots or registers
+  // ieval inside an id loop: a clamp of an id into [0, c] is a compare and a branch to code
+  // emitted after the loop (seg_cold_), not taken for the ids the record-time check passed.
+  bool seg_cold_ok_ = false;
+  std::deque<Label> seg_cold_labels_;                 // (xbyak labels must outlive their references)
+  std::vector<std::function<void()>> seg_cold_;       // the out-of-line fix-ups, emitted by seg_block
   std::unordered_map<const ir::Expr*, int> seg_cse_;  // shared value -> its qword slot (>= 0) or ~register
   std::vector<int> seg_shared_reg_;                   // per shared value: the register holding it, or -1 (slot)
   std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values

@@ -2,6 +2,8 @@
 // every strategy uses for the values it computes once per row or per id: a row's stream bases and
 // steps (emitter.cpp), a segment kernel's bag bounds, row ids, row pointers and shared values
 // (segment.cpp: those add the id position, accumulators and index loads as leaves).
+#include <optional>
+
 #include "gen.hpp"
 #include "segment.hpp"
 
@@ -105,6 +107,48 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
       return;
     }
     default: break;
+  }
+  // An id clamped into [0, c] (min(max(x, 0), c), either nesting) inside an id loop: one
+  // unsigned compare (a negative x is above c too) and a branch to a fix-up after the loop. The
+  // ids were checked when the bag was recorded, so the branch is never taken unless the buffer
+  // changed since: the fix-up still clamps, so no id reads outside the table. The in-line form
+  // took six instructions per id (two constants into a register, two compares, two cmovs).
+  if (seg_cold_ok_ && (e->op == Op::Minimum || e->op == Op::Maximum) && !seg_unclamped_) {
+    const Op outer = e->op, inner = outer == Op::Minimum ? Op::Maximum : Op::Minimum;
+    auto konst = [](const ir::Expr* x) -> std::optional<int64_t> {
+      if (x->kind != ExprKind::Const || x->value < 0 || x->value > 2147483647.0) return std::nullopt;
+      return static_cast<int64_t>(x->value);
+    };
+    for (int i = 0; i < 2; ++i) {
+      const ir::Expr* k1 = e->args[static_cast<size_t>(i)].get();
+      const ir::Expr* in = e->args[static_cast<size_t>(1 - i)].get();
+      if (!konst(k1) || in->kind != ExprKind::Op || in->op != inner) continue;
+      for (int j = 0; j < 2; ++j) {
+        const ir::Expr* k2 = in->args[static_cast<size_t>(j)].get();
+        if (!konst(k2)) continue;
+        const int64_t lo = outer == Op::Minimum ? *konst(k2) : *konst(k1);
+        const int64_t hi = outer == Op::Minimum ? *konst(k1) : *konst(k2);
+        if (lo != 0) continue;
+        ieval(in->args[static_cast<size_t>(1 - j)].get(), d, f);
+        Label& fix = seg_cold_labels_.emplace_back();
+        Label& back = seg_cold_labels_.emplace_back();
+        Label& neg = seg_cold_labels_.emplace_back();
+        cmp(d, static_cast<int32_t>(hi));
+        ja(fix, T_NEAR);
+        L(back);
+        seg_cold_.push_back([this, d, hi, &fix, &back, &neg] {
+          L(fix);
+          test(d, d);
+          js(neg, T_NEAR);
+          mov(d, hi);
+          jmp(back, T_NEAR);
+          L(neg);
+          xor_(d.cvt32(), d.cvt32());
+          jmp(back, T_NEAR);
+        });
+        return;
+      }
+    }
   }
   // A prefetch address (seg_prefetch) skips the clamps of the id ahead: a prefetch never
   // faults, and the id itself was checked when the bag was recorded. (7 instructions per id

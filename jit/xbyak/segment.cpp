@@ -419,6 +419,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   // uniform values of this id
   seg_cse_.clear();
   seg_use_cse_ = true;
+  seg_cold_ok_ = true;
   std::vector<Reg64> all = seg_free(seg_pool());
   all.push_back(rdx);
   for (size_t i = 0; i < sp.shared.size(); ++i) seg_shared(i, rax, all);
@@ -447,6 +448,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
     ireg_.push_back({inv_key(InvKind::Slot, static_cast<uint32_t>(i)), ureg[i]});
   }
   seg_use_cse_ = false;
+  seg_cold_ok_ = false;
   for (int v = 0; v < nv; ++v) {
     seg_v_ = v;
     use_acc_set(v);
@@ -460,6 +462,8 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   ireg_.clear();
   inc(rcx);
   jmp(top, T_NEAR);
+  for (const auto& cold : seg_cold_) cold();  // (reached only by their branches)
+  seg_cold_.clear();
   L(end);
   if (!gpr_inv_.empty()) {
     mov(r12, qword[rsp + seg_save_q_[0]]);

@@ -3,8 +3,9 @@
 // bf16, 8-bit and 4-bit tables; Sum, Mean, Max; per-sample weights; padding_idx; an epilogue;
 // widths D in {1, 7, 8, 17, 64, 65, 200} (whole register blocks, a block of the rest, masked
 // tails; a 4-bit row of odd D ends in a byte of one nibble); an empty bag (also the last), a
-// one-id bag, repeated ids; 1 and 2 threads bitwise equal; the bits of the LLVM bag kernel (same
-// fold order, no FMA) when LLVM is built; a clean decline of near-miss nibble arithmetic; the
+// one-id bag, repeated ids; ids changed after recording clamped into the table; 1 and 2 threads
+// bitwise equal; the bits of the LLVM bag kernel (same fold order, FMA only where the IR says fma)
+// when LLVM is built; a clean decline of near-miss nibble arithmetic; the
 // AVX-512 code emitted (run only on an AVX-512 machine); the 8-bit table's scale and bias read
 // through one prefetched pointer.
 #include <kfuse/explain.hpp>
@@ -135,6 +136,33 @@ TEST_F(XbyakSegments, BagsOfEveryFormatModeAndWidthRunOnXbyak) {
         }
 }
 
+// Borrowed ids changed after the bag was recorded (and checked): the kernel still clamps each id
+// into the table, on the out-of-line path of its clamp (a negative id reads row 0, a too large
+// one the last row), never a row outside it.
+TEST_F(XbyakSegments, IdsChangedAfterRecordingAreClampedIntoTheTable) {
+  for (const std::string format : {"f32", "8-bit"}) {
+    SCOPED_TRACE(format);
+    Tensor table = table_of(format, 64);
+    std::vector<int64_t> ids(kIds);
+    for (int64_t i = 0; i < kIds; ++i) ids[static_cast<size_t>(i)] = i % kRows;
+    const std::vector<double> offsets = bag_offsets(false);
+    Tensor off = make_tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64);
+    Tensor y = embedding_bag(table, Tensor::borrow(ids.data(), {kIds}), off);
+    std::vector<int64_t> clamped = ids;
+    for (int64_t i = 0; i < kIds; i += 3) {
+      ids[static_cast<size_t>(i)] = i % 2 ? -1000 - i : kRows + i;
+      clamped[static_cast<size_t>(i)] = i % 2 ? 0 : kRows - 1;
+    }
+    reset_counters();
+    const std::vector<float> got = y.eval().to_vector<float>();
+    EXPECT_EQ(counters().fallbacks, 0u);
+    const std::vector<float> want =
+        embedding_bag(table, Tensor::from_vector<int64_t>(clamped, {kIds}), off).eval().to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
+}
+
 // Every bag on one thread or split over two: the same bits (a bag runs whole on one thread).
 TEST_F(XbyakSegments, ThreadCountsAreBitwiseEqual) {
   const Config c{BagMode::Sum, true, {}, true};
@@ -150,9 +178,9 @@ TEST_F(XbyakSegments, ThreadCountsAreBitwiseEqual) {
   }
 }
 
-// Each column folds its ids in order with separate multiplies and adds, as the LLVM bag kernel
-// does: weighted f32, 8-bit and 4-bit bags give LLVM's bits (register blocks and masked tails
-// alike).
+// Each column folds its ids in order with separate multiplies and adds (the dequantisation is
+// its explicit fma), as the LLVM bag kernel does: weighted f32, 8-bit and 4-bit bags give LLVM's
+// bits (register blocks and masked tails alike).
 TEST_F(XbyakSegments, BitwiseEqualToTheLlvmBagKernel) {
   if (!detail::find_backend("llvm")) GTEST_SKIP() << "llvm backend not built in";
   for (const std::string format : {"f32", "8-bit", "4-bit"})
