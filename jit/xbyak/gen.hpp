@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -263,6 +264,7 @@ class Gen : public Xbyak::CodeGenerator {
   void seg_broadcast(const ir::Expr* e, const Vmm& d);
   void seg_prefetch(int nv, bool masked);
   void seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f);
+  std::optional<Reg64> seg_held(const ir::Expr* e) const;
   void seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
                  const std::vector<std::pair<const ir::Expr*, int>>& once_scalars);
   int dag_width(const Dag& g) const;

@@ -22,6 +22,7 @@
 // slots of the body.
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <unordered_set>
 
 #include "gen.hpp"
@@ -31,6 +32,29 @@ namespace kfuse::detail::xb {
 
 namespace {
 constexpr int64_t kSegmentPrefetch = 16;  // ids ahead whose rows are prefetched (LLVM's distance)
+
+// A pointer's element index `e` (elements of `esz` bytes) as (index, byte scale): x * c with
+// c * esz a lea scale folds its multiply into the pointer's lea. The 8-bit table's scale/bias
+// row (id * 2 floats) is then `lea [sb + id * 8]`, the id read from its register, where it took
+// a copy, an imul and the lea.
+std::pair<const ir::Expr*, int> lea_index(const ir::Expr* e, int esz) {
+  if (e->kind == ir::ExprKind::Op && e->op == Op::Mul)
+    for (size_t i = 0; i < 2; ++i) {
+      const ir::Expr* k = e->args[i].get();
+      const double s = k->kind == ir::ExprKind::Const ? k->value * esz : 0;
+      if (s == 1 || s == 2 || s == 4 || s == 8) return {e->args[1 - i].get(), static_cast<int>(s)};
+    }
+  return {e, esz};
+}
+}  // namespace
+
+// `e`'s register when it is a shared value held in one (seg_shared), else none.
+template <class Vmm>
+std::optional<Reg64> Gen<Vmm>::seg_held(const ir::Expr* e) const {
+  if (!seg_use_cse_) return std::nullopt;
+  auto it = seg_cse_.find(e);
+  if (it == seg_cse_.end() || it->second >= 0) return std::nullopt;
+  return Reg64(~it->second);
 }
 
 template <class Vmm>
@@ -277,10 +301,12 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
     // those reach is fetched too, or the load waits for it)
     const int64_t over = Z && masked && p.nibble ? W / 2 : 0;
     const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? block + over : esz) - 1;
-    ieval(p.base.get(), rdx, seg_free(seg_pool()));
+    const auto [ix, scale] = lea_index(p.base.get(), esz);
+    const std::optional<Reg64> held = seg_held(ix);
+    if (!held) ieval(ix, rdx, seg_free(seg_pool()));
     const Reg64* pinned = gpr_inv(GprInv::Buffer, p.buffer);
     if (!pinned) mov(rbx, qword[rsp + seg_buf_q_.at(static_cast<size_t>(p.buffer))]);
-    lea(rdx, ptr[(pinned ? *pinned : rbx) + rdx * esz]);
+    lea(rdx, ptr[(pinned ? *pinned : rbx) + (held ? *held : rdx) * scale]);
     if (p.nibble) add(rdx, qword[rsp + seg_half_q_]);
     else if (p.row) lea(rdx, ptr[rdx + r14 * esz]);
     for (int64_t off = first; off <= last; off += 64) prefetcht0(ptr[rdx + off]);
@@ -431,10 +457,12 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
     std::vector<Reg64> f = {rax, rdx};
     f.insert(f.end(), seg_pool().begin() + static_cast<std::ptrdiff_t>(j) + 1, seg_pool().end());
     const Reg64 r = seg_pool()[j];
-    ieval(sp.ptrs[j].base.get(), r, seg_free(f));
+    const auto [ix, scale] = lea_index(sp.ptrs[j].base.get(), static_cast<int>(dtype_size(sp.ptrs[j].dtype)));
+    const std::optional<Reg64> held = seg_held(ix);
+    if (!held) ieval(ix, r, seg_free(f));
     const Reg64* pinned = gpr_inv(GprInv::Buffer, sp.ptrs[j].buffer);
     if (!pinned) mov(rax, qword[rsp + seg_buf_q_.at(static_cast<size_t>(sp.ptrs[j].buffer))]);
-    lea(r, ptr[(pinned ? *pinned : rax) + r * static_cast<int>(dtype_size(sp.ptrs[j].dtype))]);
+    lea(r, ptr[(pinned ? *pinned : rax) + (held ? *held : r) * scale]);
     if (sp.ptrs[j].nibble) add(r, qword[rsp + seg_half_q_]);
   }
   std::vector<Reg64> rest = {rdx};
