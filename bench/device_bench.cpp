@@ -31,12 +31,14 @@ struct DeviceWorkload {
   std::vector<Shape> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> f;
   int64_t out_elems;
+  double flops = 0;  ///< arithmetic per evaluation where it, not memory, bounds the time (GEMM)
 };
 
 // The workloads of the table; --quick (and PoCL, a CPU) scales the largest down.
 std::vector<DeviceWorkload> device_workloads(bool small) {
   const int64_t R = small ? 2048 : 32768, S = small ? 1024 : 4096, E = small ? (int64_t{1} << 22) : (int64_t{1} << 26);
-  const int64_t C = small ? 1024 : 4096;
+  const int64_t C = small ? 1024 : 4096, G = small ? 1024 : 4096;
+  const std::string g = std::to_string(G);
   return {
       {"log_softmax [" + std::to_string(R) + ",512]",
        {{R, 512}},
@@ -67,6 +69,16 @@ std::vector<DeviceWorkload> device_workloads(bool small) {
          return y;
        },
        8},
+      {"matmul [" + g + "," + g + "]x[" + g + "," + g + "]",
+       {{G, G}, {G, G}},
+       [](auto& x) { return matmul(x[0], x[1]); },
+       G * G,
+       2.0 * G * G * G},
+      {"gelu(x@W+b) [" + g + "," + g + "]",
+       {{G, G}, {G, G}, {G}},
+       [](auto& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
+       G * G,
+       2.0 * G * G * G},
   };
 }
 
@@ -108,8 +120,8 @@ int device_compare(const DeviceBenchArgs& a) {
     const double ceiling = 2.0 * 4 * static_cast<double>(cn) / cs * 1e-9;
     std::printf("device copy ceiling (read + write of %lld MiB, kernel -x): %.1f GB/s\n\n",
                 static_cast<long long>(cn * 4 >> 20), ceiling);
-    std::printf("%-32s %8s %12s %9s %8s %12s %12s\n", "workload", "kernels", "us/eval", "GB/s", "of copy",
-                "torch eager", "torch.compile");
+    std::printf("%-32s %8s %12s %9s %8s %9s %12s %12s\n", "workload", "kernels", "us/eval", "GB/s", "of copy",
+                "TFLOP/s", "torch eager", "torch.compile");
     nlohmann::json rows = nlohmann::json::array();
     for (const DeviceWorkload& w : device_workloads(a.quick)) {
       std::vector<Tensor> in;
@@ -140,13 +152,17 @@ int device_compare(const DeviceBenchArgs& a) {
           tc = buf;
         }
       }
-      std::printf("%-32s %8llu %12.1f %9.1f %7.0f%% %12s %12s\n", w.name.c_str(),
-                  static_cast<unsigned long long>(launches), s * 1e6, gbs, 100 * gbs / ceiling, te.c_str(), tc.c_str());
+      char tf[16] = "-";
+      if (w.flops > 0) std::snprintf(tf, sizeof tf, "%.2f", w.flops / s * 1e-12);
+      std::printf("%-32s %8llu %12.1f %9.1f %7.0f%% %9s %12s %12s\n", w.name.c_str(),
+                  static_cast<unsigned long long>(launches), s * 1e6, gbs, 100 * gbs / ceiling, tf, te.c_str(),
+                  tc.c_str());
       rows.push_back({{"workload", w.name},
                       {"kernels", launches},
                       {"us_per_eval", s * 1e6},
                       {"gbps", gbs},
                       {"copy_ceiling_gbps", ceiling}});
+      if (w.flops > 0) rows.back()["tflops"] = w.flops / s * 1e-12;
     }
     if (!a.json.empty()) std::ofstream(a.json) << rows.dump(2) << "\n";
   } catch (const std::exception& e) {

@@ -19,6 +19,7 @@ def workloads(small):
     R, S = (2048, 1024) if small else (32768, 4096)
     E = (1 << 22) if small else (1 << 26)
     C = 1024 if small else 4096
+    G = 1024 if small else 4096
 
     def chain(x):
         for _ in range(5):
@@ -34,6 +35,10 @@ def workloads(small):
         (f"sum axis 0 [{C},{C}]", [(C, C)], lambda x: x.sum(0)),
         (f"x - mean(x,0) [{C},{C}]", [(C, C)], lambda x: x - x.mean(0, keepdim=True)),
         ("10-op chain [8]", [(8,)], chain),
+        # fp32 GEMM as kfuse computes it: no TF32 (torch's default for matmul, set in main()).
+        (f"matmul [{G},{G}]x[{G},{G}]", [(G, G), (G, G)], lambda a, b: a @ b),
+        (f"gelu(x@W+b) [{G},{G}]", [(G, G), (G, G), (G,)],
+         lambda x, w, b: torch.nn.functional.gelu(x @ w + b)),
     ]
 
 
@@ -68,6 +73,7 @@ def main():
     ap.add_argument("--json", help="write {workload: {eager_us, compile_us}} here")
     a = ap.parse_args()
     min_s = 0.05 if a.quick else 0.5
+    torch.backends.cuda.matmul.allow_tf32 = False
     out = {}
     for name, shapes, fn in workloads(a.quick):
         args = [torch.randn(s, device=a.device) for s in shapes]

@@ -36,12 +36,16 @@ struct DeviceMemoryStats {
   uint64_t reuses = 0;         ///< requests served from freed blocks (cache or stream-ordered pool)
   uint64_t host_syncs = 0;     ///< times the host waited for the device (reads, synchronize())
   uint64_t bytes_in_use = 0;   ///< held by live tensors and kernel scratch
-  uint64_t bytes_cached = 0;   ///< freed, kept for reuse
+  /// Freed, kept for reuse. With the driver's stream-ordered pool this is what the pool holds
+  /// beyond live allocations; the pool reserves in chunks (32 MiB on an H100), so the free rest
+  /// of a chunk that still holds a live tensor counts here and stays through empty_cache().
+  uint64_t bytes_cached = 0;
 };
 
 /// The counters of `device` since the process started ("host" and zeros for the CPU).
 DeviceMemoryStats device_memory_stats(Device device);
-/// Gives the memory cached for reuse on `device` back to the driver (after its pending work).
+/// Gives the memory cached for reuse on `device` back to the driver (after its pending work):
+/// every cached block, or with the driver's pool every chunk with no live allocation in it.
 void empty_cache(Device device);
 /// Waits until every kernel and copy enqueued on `device` so far has finished. Reads of values
 /// (to_vector, item, printing, to(Device::cpu())) wait by themselves; this is for timing and

@@ -6,7 +6,7 @@
  *   KFUSE_ISA          avx512 | avx2: force the x86 ISA level (avx2 on an AVX-512 machine)
  *   KFUSE_NUM_THREADS  CPU threads (default: hardware concurrency)
  *   KFUSE_LOG          comma list of channels: fusion, patterns, cache, codegen, passes, backend
- *   KFUSE_DUMP         directory for per-kernel graph, IR, source and binary dumps
+ *   KFUSE_DUMP         directory for per-kernel IR, source and binary dumps (lib/runtime/kernel_dump.hpp)
  *   KFUSE_CACHE        off | memory | disk (default disk)
  *   KFUSE_CACHE_DIR    default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse
  *   KFUSE_CACHE_MAX_BYTES  disk cache bound (default 1 GiB)

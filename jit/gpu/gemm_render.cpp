@@ -96,7 +96,7 @@ class GemmWriter {
     Emitter em(c_, epi, "          ");
     emit_stores(em, c_.k.phases[1], "          ", epi);
     return fill(template_text("gpu/gemm.tmpl"), {{"ENTRY", name},
-                                                 {"ARGS", kernel_args(c_)},
+                                                 {"ARGS", kernel_args(c_, /*restrict=*/false)},
                                                  {"EXTENTS", ext},
                                                  {"BATCH", batch},
                                                  {"BATCH_VARS", bv.str()},

@@ -298,9 +298,8 @@ class KernelWriter {
     const std::string I = "    ";
     // Units of stage 1 (and of stage 2 with chunked stores) are (outer point, chunk kf_s).
     per_chunk_ = stage == 1 || (stage == 2 && p_.chunked_stores);
-    std::string outer_var = per_chunk_ ? "(kf_u / " + std::to_string(p_.split) + ")" : "kf_u";
-    decompose_outer(outer_var, I);
-    if (per_chunk_) body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
+    if (per_chunk_) chunk_units(I);
+    else decompose_outer("kf_u", I);
     size_t first = 0;
     if (stage == 1) {
       phase_reduce(0, I, true);
@@ -317,14 +316,24 @@ class KernelWriter {
     return fill_kernel(stage, name);
   }
 
+  // Units (outer point, chunk kf_s) in chunk-major order, u = kf_s * kf_points + point. Why:
+  // with a thread per unit (column kernels), neighbouring threads then take neighbouring points,
+  // i.e. neighbouring columns of the same rows, and a warp's loads coalesce; point-major order
+  // put the chunks of one column on neighbouring threads, 32 rows apart, one cache line each.
+  // The partials keep the unit's index, so a point's partials are kf_points apart.
+  void chunk_units(const std::string& I) {
+    body_ << I << "const kf_i64 kf_points = kf_units / " << p_.split << ";\n";
+    decompose_outer("(kf_u % kf_points)", I);
+    body_ << I << "const kf_i64 kf_s = kf_u / kf_points;\n";
+  }
+
   // Stage s (0-based) of a row-split kernel (Plan::row_folds): unit = (row, chunk kf_s).
   std::string split_entry(int s, const std::string& name) {
     body_.str("");
     shared_slots_ = 0;
     per_chunk_ = true;
     const std::string I = "    ";
-    decompose_outer("(kf_u / " + std::to_string(p_.split) + ")", I);
-    body_ << I << "const kf_i64 kf_s = kf_u % " << p_.split << ";\n";
+    chunk_units(I);
     for (int q = 0; q < std::min(s, p_.row_folds); ++q) combine_partials(q, I);
     if (s < p_.row_folds) {
       phase_reduce(s, I, true);
@@ -526,8 +535,10 @@ class KernelWriter {
     const int levels = cascade_levels(((chunked ? p_.chunk : R) + T_ - 1) / T_);
     cascade_declare(ph.accs, levels, tag, I);
     loop << cascade_step(ph.accs, levels, tag, J);
-    // Unrolled f64 exp/log bodies make ptxas spill; keep such loops rolled.
-    if (c_.heavy) body_ << I << "KF_NO_UNROLL\n";
+    // Unrolled f64 exp/log bodies make ptxas spill; keep such loops rolled. Others unroll by 4:
+    // a lane's loads do not depend on its accumulators, so four are in flight instead of one
+    // (a chunked column or a long row is latency-bound otherwise).
+    body_ << I << (c_.heavy ? "KF_NO_UNROLL\n" : "KF_UNROLL4\n");
     body_ << I << "for (kf_i64 kf_r = " << first << "; kf_r < " << end << "; kf_r += " << T_ << ") {\n";
     decompose_reduce(J);
     body_ << loop.str() << I << "}\n";
@@ -729,15 +740,16 @@ class KernelWriter {
   void combine_partials(int q, const std::string& I) {
     const auto& js = k().phases[q].accs;
     const std::string S = std::to_string(p_.split), tag = "c" + std::to_string(q);
-    // The partials of (point, chunk) sit at point * split + chunk of the stage-1 units.
+    // The partials of (point, chunk) sit at chunk * points + point (chunk_units).
     auto ptrs = scratch_ptrs(q, per_chunk_ ? "kf_units" : "(kf_units * " + S + ")");
-    const std::string point = per_chunk_ ? "(kf_u / " + S + ")" : "kf_u";
+    const std::string point = per_chunk_ ? "(kf_u % kf_points)" : "kf_u";
+    const std::string points = per_chunk_ ? "kf_points" : "kf_units";
     body_ << I << "// combine the " << S << " partials of this outer point in fixed order\n";
     for (int j : js) body_ << I << accs_.declare(j) << "\n";
     const int levels = cascade_levels((p_.split + T_ - 1) / T_);
     cascade_declare(js, levels, tag, I);
     body_ << I << "for (kf_i64 kf_t = kf_lane; kf_t < " << S << "; kf_t += " << T_ << ") {\n";
-    body_ << I << "  const kf_i64 kf_q = " << point << " * " << S << " + kf_t;\n";
+    body_ << I << "  const kf_i64 kf_q = kf_t * " << points << " + " << point << ";\n";
     for (size_t n = 0; n < js.size(); ++n) {
       const int j = js[n];
       const char* tt = ctype(accs_.vtype(j));

@@ -362,13 +362,15 @@ inline void emit_stores(Emitter& em, const ir::Phase& ph, const std::string& I, 
 }
 
 // The kernel's parameter list: its buffers, then the params struct.
-inline std::string kernel_args(Ctx& c) {
+// `restrict`: KF_RESTRICT on every buffer (they never alias). The tiled GEMM goes without: its
+// operands go through shared memory anyway, and the freedom to hoist loads made ptxas spill there.
+inline std::string kernel_args(Ctx& c, bool restrict = true) {
   std::string args;
   for (size_t i = 0; i < c.k.buffers.size(); ++i) {
     const auto& b = c.k.buffers[i];
     c.note(b.dtype);
-    args += std::string(i ? ", " : "") + c.d.global_qual + (b.output ? "" : "const ") + mem_ctype(b.dtype) + "* kf_b" +
-            std::to_string(i);
+    args += std::string(i ? ", " : "") + c.d.global_qual + (b.output ? "" : "const ") + mem_ctype(b.dtype) +
+            (restrict ? "* KF_RESTRICT kf_b" : "* kf_b") + std::to_string(i);
   }
   return args + (args.empty() ? "" : ", ") + "const kf_params kf_p";
 }

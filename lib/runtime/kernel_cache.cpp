@@ -13,6 +13,7 @@
 #include "kfuse/stats.hpp"
 #include "kfuse/options.hpp"
 #include "prof/recorder.hpp"
+#include "runtime/kernel_dump.hpp"
 #include "runtime/tune.hpp"
 #include "stats_impl.hpp"
 
@@ -162,6 +163,7 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
       const double t0 = prof::on() ? prof::now_s() : 0;
       if (auto ck = load_from_disk(*disk, be, k, key, opts)) {
         if (t0 != 0) prof::record_compile(k.name, be.name(), true, t0, prof::now_s() - t0);
+        if (!opts.dump_dir.empty()) dump_kernel(opts.dump_dir, key, text, *ck);
         return {ck, {}};
       }
     }
@@ -177,6 +179,7 @@ std::shared_ptr<CompiledKernel> compile_cached(Backend& be, const ir::Kernel& k,
         prof::record_compile(k.name, be.name(), false, std::chrono::duration<double>(t0.time_since_epoch()).count(),
                              static_cast<double>(ns) / 1e9);
       if (disk) store_to_disk(*disk, be, k, f, key, *r.kernel, prov);
+      if (!opts.dump_dir.empty()) dump_kernel(opts.dump_dir, key, text, *r.kernel);
     }
     return r;
   };

@@ -64,12 +64,22 @@ void reads_wait(Device dev) {
 void empty_cache_and_synchronize(Device dev) {
   Tensor xd = make_tensor(random_values(999, 4), {999}).to(dev);
   (exp(xd) * 2.0).eval();  // its memory is cached once the result is dropped
+  // 64 MiB, allocated and freed: the driver's pool reserves memory in chunks (32 MiB on an H100),
+  // and the chunk that holds xd stays reserved through empty_cache (its free rest counted as
+  // cached), while a chunk with nothing live in it goes back.
+  const int64_t big = (int64_t{64} << 20) / 4;
+  (full({big}, 1.5).to(dev) * 2.0).eval();
   const DeviceMemoryStats before = device_memory_stats(dev);
   EXPECT_GT(before.bytes_cached, 0u);
   synchronize(dev);
   empty_cache(dev);
   const DeviceMemoryStats after = device_memory_stats(dev);
-  EXPECT_EQ(after.bytes_cached, 0u);
+  if (after.allocator == "block cache") {
+    EXPECT_EQ(after.bytes_cached, 0u);  // blocks are exact: every cached one goes back
+  } else {
+    EXPECT_GE(before.bytes_cached, static_cast<uint64_t>(4 * big));
+    EXPECT_LE(after.bytes_cached + 4 * big, before.bytes_cached) << after.allocator;
+  }
   EXPECT_GE(after.host_syncs, before.host_syncs + 1);
   EXPECT_GT(after.bytes_in_use, 0u);  // xd is still alive
 }

@@ -47,7 +47,7 @@ TEST(GpuRender, DialectTableShowsInSource) {
   EXPECT_NE(cu.find("__shfl_xor_sync"), std::string::npos);
   EXPECT_NE(cu.find("expf("), std::string::npos);
   EXPECT_NE(cl.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos);
-  EXPECT_NE(cl.find("__global const float* kf_b0"), std::string::npos);
+  EXPECT_NE(cl.find("__global const float* KF_RESTRICT kf_b0"), std::string::npos);
   EXPECT_EQ(cl.find("expf("), std::string::npos);
 }
 
