@@ -6,6 +6,7 @@
 #include "gpu_render.hpp"
 
 #include <cctype>
+#include <functional>
 #include <algorithm>
 #include <limits>
 #include <sstream>
@@ -141,6 +142,9 @@ struct Plan {
   /// stage 2 runs per (outer point, chunk) too, each unit combining the partials and storing its
   /// chunk, so the stores get the same row-block parallelism as the fold.
   bool chunked_stores = false;
+  /// row-warp rows short enough for registers (RowCache): the loop over a lane's elements is
+  /// fully unrolled, and loads that several phases make are read from memory once.
+  bool row_cache = false;
   /// row-split (very long rows, e.g. a vocabulary softmax): every stage runs per (row, chunk);
   /// stage s < folds combines the partials of folding phases 0..s-1 and folds phase s of its
   /// chunk into partials; the last stage combines them all and stores its chunk. folds + 1 launches.
@@ -222,6 +226,11 @@ Plan choose(const ir::Kernel& k, const Dialect& d) {
   } else if (d.warp_shuffle && R <= 1024) {
     p.team = Team::Warp;
     p.strategy = "row-warp";
+    // f64 bodies stay rolled (KF_NO_UNROLL: unrolled f64 exp/log make ptxas spill).
+    bool f64 = false;
+    for (const auto& b : k.buffers) f64 |= b.dtype == DType::F64;
+    for (const auto& a : k.accs) f64 |= a.value->dtype == DType::F64;
+    p.row_cache = !f64 && !k.reduce.empty() && k.phases.size() > 1;
   } else {
     p.team = Team::Block;
     p.block = static_cast<int>(std::min<int64_t>(d.block_size, pow2_ceil(R)));
@@ -300,6 +309,7 @@ class KernelWriter {
     per_chunk_ = stage == 1 || (stage == 2 && p_.chunked_stores);
     if (per_chunk_) chunk_units(I);
     else decompose_outer("kf_u", I);
+    if (stage == 0 && p_.row_cache) plan_row_cache(I);
     size_t first = 0;
     if (stage == 1) {
       phase_reduce(0, I, true);
@@ -314,6 +324,46 @@ class KernelWriter {
       else phase_once(static_cast<int>(i), I);
     }
     return fill_kernel(stage, name);
+  }
+
+  // The loads worth caching (RowCache): reduce-dependent Loads that two or more over-reduce
+  // phases make, at most 64 registers per lane in all (n = elements per lane); their arrays are
+  // declared per unit.
+  void plan_row_cache(const std::string& I) {
+    rc_ = RowCache{};
+    const int64_t n = (k().reduce_numel() + T_ - 1) / T_;
+    std::unordered_map<ir::ExprRef, std::vector<int>, ir::ExprStructHash, ir::ExprStructEq> phases_of;
+    std::vector<ir::ExprRef> order;
+    std::function<void(const ir::ExprRef&, int)> walk = [&](const ir::ExprRef& e, int p) {
+      if (!e) return;
+      if (e->kind == ExprKind::Load && depends_on_reduce(e.get())) {
+        auto& ps = phases_of[e];
+        if (ps.empty()) order.push_back(e);
+        if (ps.empty() || ps.back() != p) ps.push_back(p);
+      }
+      for (const auto& a : e->args) walk(a, p);
+    };
+    for (size_t p = 0; p < k().phases.size(); ++p) {
+      const ir::Phase& ph = k().phases[p];
+      if (!ph.over_reduce) continue;
+      for (int j : ph.accs) walk(k().accs[j].value, static_cast<int>(p));
+      for (const auto& st : ph.stores) {
+        walk(st.index, static_cast<int>(p));
+        walk(st.value, static_cast<int>(p));
+      }
+    }
+    for (const ir::ExprRef& e : order) {
+      if (phases_of[e].size() < 2 || static_cast<int64_t>(rc_.slot.size() + 1) * n > 64) continue;
+      const int slot = static_cast<int>(rc_.slot.size());
+      rc_.slot.emplace(e, slot);
+      body_ << I << ctype(e->dtype) << " kf_row" << slot << "[" << n << "];  // " << ir::print_expr(e) << "\n";
+    }
+    rc_.filled.assign(rc_.slot.size(), false);
+  }
+  bool depends_on_reduce(const ir::Expr* e) const {
+    for (size_t d = 0; d < k().reduce.size(); ++d)
+      if (ir::depends_on(e, ir::Space::Reduce, static_cast<int>(d))) return true;
+    return false;
   }
 
   // Units (outer point, chunk kf_s) in chunk-major order, u = kf_s * kf_points + point. Why:
@@ -524,6 +574,7 @@ class KernelWriter {
     std::ostringstream loop;
     Emitter pre(c_, body_, I);
     Emitter em(c_, loop, J, &pre);
+    if (!rc_.slot.empty() && !chunked) em.use_row_cache(&rc_);
     c_.heavy = false;
     for (int j : ph.accs) {
       const auto& A = k().accs[j];
@@ -535,6 +586,13 @@ class KernelWriter {
     const int levels = cascade_levels(((chunked ? p_.chunk : R) + T_ - 1) / T_);
     cascade_declare(ph.accs, levels, tag, I);
     loop << cascade_step(ph.accs, levels, tag, J);
+    if (!rc_.slot.empty() && !chunked) {
+      row_cached_loop(loop.str(), R, I);
+      cascade_end(ph.accs, levels, tag, I);
+      team_reduce(ph.accs, I);
+      for (int j : ph.accs) body_ << I << accs_.result(j) << "\n";
+      return;
+    }
     // Unrolled f64 exp/log bodies make ptxas spill; keep such loops rolled. Others unroll by 4:
     // a lane's loads do not depend on its accumulators, so four are in flight instead of one
     // (a chunked column or a long row is latency-bound otherwise).
@@ -546,6 +604,19 @@ class KernelWriter {
     team_reduce(ph.accs, I);
     if (!chunked)
       for (int j : ph.accs) body_ << I << accs_.result(j) << "\n";
+  }
+
+  // The row-cache form of a phase's loop: lane element kf_i of n, fully unrolled so that the
+  // kf_row arrays are registers; a row that is not a multiple of the team guards the last one.
+  void row_cached_loop(const std::string& loop, int64_t R, const std::string& I) {
+    const int64_t n = (R + T_ - 1) / T_;
+    const std::string J = I + "  ";
+    body_ << I << "KF_UNROLL_ALL\n";
+    body_ << I << "for (int kf_i = 0; kf_i < " << n << "; ++kf_i) {\n";
+    body_ << J << "const kf_i64 kf_r = kf_lane + (kf_i64)kf_i * " << T_ << ";\n";
+    if (R % T_ != 0) body_ << J << "if (kf_r >= " << R << ") break;\n";
+    decompose_reduce(J);
+    body_ << loop << I << "}\n";
   }
 
   // An over-reduce phase of a dynamic domain: the team's lanes stride over this point's
@@ -826,6 +897,7 @@ class KernelWriter {
   std::ostringstream body_;
   int shared_slots_ = 0;
   bool per_chunk_ = false;        // the current stage's units are (outer point, chunk)
+  RowCache rc_;                   // the row cache of the current unit (Plan::row_cache)
   std::string units_, unit_doc_;  // the unit count and its description when not the defaults
 
  public:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpu_render.hpp"
+#include "ir/expr_util.hpp"
 #include "kfuse/error.hpp"
 
 namespace kfuse::detail::gpu::rx {
@@ -138,6 +139,15 @@ inline bool is_inner_var(const ir::Expr& e) {
   return e.kind == ExprKind::Var && e.space == ir::Space::Outer && e.index == 0;
 }
 
+// Row cache (row-warp kernels, gpu_render.cpp): a row that fits in registers is read from
+// memory once. Loads that several phases make (structurally the same Load) get a per-lane array
+// kf_row<slot>[n], indexed by the fully unrolled loop counter kf_i: the first phase that reads one
+// fills it, later phases read the register instead of memory.
+struct RowCache {
+  std::unordered_map<ir::ExprRef, int, ir::ExprStructHash, ir::ExprStructEq> slot;  ///< cached loads
+  std::vector<bool> filled;                                                         ///< by slot
+};
+
 class Emitter {
  public:
   Emitter(Ctx& c, std::ostringstream& os, std::string indent, Emitter* hoist = nullptr)
@@ -159,6 +169,22 @@ class Emitter {
         if (vec_loads_ && e->args.size() == 1 && is_inner_var(*e->args[0])) {
           auto it = vec_loads_->find(e->index);  // this element of the unit's vector load
           if (it != vec_loads_->end()) return it->second;
+        }
+        int row_slot = -1;
+        if (row_cache_) {
+          auto it = row_cache_->slot.find(e);
+          if (it != row_cache_->slot.end()) {
+            row_slot = it->second;
+            if (row_cache_->filled[row_slot]) return "kf_row" + std::to_string(row_slot) + "[kf_i]";
+          }
+        }
+        if (row_slot >= 0) {  // first read: load it, and keep it for the later phases
+          row_cache_->filled[row_slot] = true;
+          row_cache_ = nullptr;  // the load itself (its index, its mask) is emitted plainly
+          std::string t = val(e);
+          row_cache_ = saved_row_cache_;
+          os_ << ind_ << "kf_row" << row_slot << "[kf_i] = " << t << ";\n";
+          return t;
         }
         std::string idx = val(e->args[0]);
         const std::string b = "kf_b" + std::to_string(e->index);
@@ -189,6 +215,8 @@ class Emitter {
   /// Vector form (pointwise-vec): loads of buffer b at exactly kf_o0 read this element's value
   /// (already in the compute type) from the unit's vector load instead.
   void use_vector_loads(const std::unordered_map<int, std::string>* m) { vec_loads_ = m; }
+  /// Row cache (RowCache): this emitter is inside the unrolled loop over kf_i.
+  void use_row_cache(RowCache* rc) { row_cache_ = saved_row_cache_ = rc; }
   // Operand `i` of `e` converted to `t`.
   std::string arg(const ir::Expr& e, size_t i, DType t) { return c_.cast(val(e.args[i]), e.args[i]->dtype, t); }
 
@@ -339,6 +367,8 @@ class Emitter {
   std::string ind_;
   Emitter* hoist_;
   const std::unordered_map<int, std::string>* vec_loads_ = nullptr;
+  RowCache* row_cache_ = nullptr;
+  RowCache* saved_row_cache_ = nullptr;
   std::unordered_map<const ir::Expr*, std::string> names_;
   std::unordered_map<const ir::Expr*, bool> dep_;
 };

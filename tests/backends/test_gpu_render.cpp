@@ -161,3 +161,26 @@ TEST(GpuRender, NvrtcErrorCarriesLog) {
   } catch (const BackendError& e) { EXPECT_NE(e.log().find("undeclared_thing"), std::string::npos) << e.log(); }
 }
 #endif
+
+// Row-warp rows that fit in registers read the row from memory once: the later phases of
+// softmax, log_softmax and layer_norm take it from the per-lane kf_row array (the device run of
+// CudaBackend.Differential checks the values; here the form).
+TEST(GpuRender, RowWarpReadsItsRowOnce) {
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string ls = g::render(softmax(DType::F32, 512, true).k, g::cuda_dialect()).source;
+  EXPECT_NE(ls.find("float kf_row0[16];"), std::string::npos) << ls;
+  EXPECT_EQ(count(ls, "kf_b0["), 1u) << ls;  // one load of x, three phases
+  const std::string ln = g::render(layer_norm(DType::F32, 512).k, g::cuda_dialect()).source;
+  EXPECT_EQ(count(ln, "kf_b0["), 1u) << ln;
+  // 1000 is no multiple of the warp: the last element of a lane is guarded.
+  const std::string odd = g::render(softmax(DType::F32, 1000, false).k, g::cuda_dialect()).source;
+  EXPECT_NE(odd.find("float kf_row0[32];"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("if (kf_r >= 1000) break;"), std::string::npos) << odd;
+  // f64 rows stay rolled (no register arrays); OpenCL has no warp form.
+  EXPECT_EQ(g::render(softmax(DType::F64, 512, true).k, g::cuda_dialect()).source.find("kf_row"), std::string::npos);
+  EXPECT_EQ(g::render(softmax(DType::F32, 512, true).k, g::opencl_dialect()).source.find("kf_row"), std::string::npos);
+}
