@@ -19,11 +19,26 @@ namespace {
 using namespace rx;
 using ir::AccKind;
 
-constexpr int kGemmWX = 16, kGemmWY = 16;  // lanes along N and M
-constexpr int kGemmMR = 4, kGemmNR = 4;    // elements per lane along M and N
-constexpr int kGemmTM = kGemmWY * kGemmMR, kGemmTN = kGemmWX * kGemmNR, kGemmTK = 16;
+// A 64 x 64 tile of C per block, K in slices of 16. How its lanes split it depends on the
+// accumulator's width: 4-byte values (f32, i32) take 64 lanes of 8 x 8 elements, so that per k a
+// lane reads 8 + 8 staged values for 64 multiply-adds (4 x 4 on 256 lanes read 4 + 4 for 16, and
+// shared-memory reads bounded the rate); 8-byte values (f64, i64) keep 256 lanes of 4 x 4, since
+// 8 x 8 of them (accumulators, slice partials, the prefetched slice) exceed 255 registers.
+constexpr int kGemmTM = 64, kGemmTN = 64, kGemmTK = 16;
 constexpr int kGemmRow = kGemmTM + 1;  // staged slice row length (padded: no bank conflicts)
 static_assert(kGemmTM == kGemmTN, "one padded row length serves both slices");
+
+struct Tiling {
+  int wx, wy;  // lanes along N and M
+  int mr, nr;  // elements per lane along M and N
+  int threads() const { return wx * wy; }
+  int per_lane() const { return kGemmTK * kGemmTM / threads(); }  // slice elements each lane stages
+};
+Tiling tiling_for(DType mt, DType at) {
+  const bool wide = dtype_size(mt) > 4 || dtype_size(at) > 4;
+  const Tiling t = wide ? Tiling{16, 16, 4, 4} : Tiling{8, 8, 8, 8};
+  return t;
+}
 
 // Whether some Load in `e` moves by one element along the var: the var is a bare addend of its
 // index's top-level sum. Only picks which way lanes walk while staging (coalescing).
@@ -82,7 +97,8 @@ bool gemm_form(const ir::Kernel& k, GemmForm& g) {
 
 class GemmWriter {
  public:
-  GemmWriter(Ctx& c, const GemmForm& g) : c_(c), g_(g), md_(static_cast<int>(c.k.outer.size()) - 2) {}
+  GemmWriter(Ctx& c, const GemmForm& g, const Tiling& t)
+      : c_(c), g_(g), t_(t), md_(static_cast<int>(c.k.outer.size()) - 2) {}
 
   std::string kernel(const std::string& name) {
     c_.note(g_.mt);
@@ -100,8 +116,11 @@ class GemmWriter {
                                                  {"EXTENTS", ext},
                                                  {"BATCH", batch},
                                                  {"BATCH_VARS", bv.str()},
-                                                 {"STAGE_A", stage(true)},
-                                                 {"STAGE_B", stage(false)},
+                                                 {"LOAD_A", load(true)},
+                                                 {"LOAD_B", load(false)},
+                                                 {"STORE_A", store(true)},
+                                                 {"STORE_B", store(false)},
+                                                 {"PER_LANE", std::to_string(t_.per_lane())},
                                                  {"MAC_FULL", mac(std::to_string(kGemmTK))},
                                                  {"MAC_TAIL", mac("kf_kn")},
                                                  {"EPILOGUE", epi.str()},
@@ -110,11 +129,11 @@ class GemmWriter {
                                                  {"AT", ctype(g_.at)},
                                                  {"AZERO", c_.lit(0, g_.at)},
                                                  {"ROW", std::to_string(kGemmRow)},
-                                                 {"THREADS", std::to_string(kGemmWX * kGemmWY)},
-                                                 {"WX", std::to_string(kGemmWX)},
-                                                 {"WY", std::to_string(kGemmWY)},
-                                                 {"MR", std::to_string(kGemmMR)},
-                                                 {"NR", std::to_string(kGemmNR)},
+                                                 {"THREADS", std::to_string(t_.threads())},
+                                                 {"WX", std::to_string(t_.wx)},
+                                                 {"WY", std::to_string(t_.wy)},
+                                                 {"MR", std::to_string(t_.mr)},
+                                                 {"NR", std::to_string(t_.nr)},
                                                  {"TM", std::to_string(kGemmTM)},
                                                  {"TN", std::to_string(kGemmTN)},
                                                  {"TK", std::to_string(kGemmTK)},
@@ -123,26 +142,47 @@ class GemmWriter {
   }
 
  private:
-  // One element (kf_q) of the A (or B) slice: its operand expression at (m or n, k), or 0 outside
-  // the matrix (the loads are not evaluated there).
-  std::string stage(bool a) {
-    const std::string I = "        ";
-    const int dim = a ? md_ : md_ + 1, T = a ? kGemmTM : kGemmTN;
+  // Where element kf_w of this lane's share of the A (or B) slice sits: its row kf_x of the tile
+  // (m or n) and its kf_kk in the slice. Lanes walk the operand's unit-stride dimension fastest,
+  // so that loads coalesce.
+  std::string place(bool a, const std::string& I) const {
+    const int T = a ? kGemmTM : kGemmTN;
     const bool fast = a ? g_.a_m_fast : g_.b_n_fast;
-    const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
     std::ostringstream os;
+    os << I << "const int kf_q = (int)kf_lane + kf_w * " << t_.threads() << ";\n";
     if (fast) os << I << "const int kf_x = kf_q % " << T << ", kf_kk = kf_q / " << T << ";\n";
     else os << I << "const int kf_x = kf_q / " << kGemmTK << ", kf_kk = kf_q % " << kGemmTK << ";\n";
-    os << I << "const kf_i64 " << v << " = " << (a ? "kf_m0" : "kf_n0") << " + kf_x;\n";
-    os << I << "const kf_i64 kf_r0 = kf_k0 + kf_kk;\n";
-    os << I << ctype(g_.mt) << " kf_v = " << c_.lit(0, g_.mt) << ";\n";
-    os << I << "if (" << v << " < " << e << " && kf_r0 < " << c_.int_lit(c_.k.reduce[0], DType::I64) << ") {\n";
+    return os.str();
+  }
+
+  // This lane's elements of the slice at kf_kl into kf_pa (kf_pb): the operand expression at
+  // (m or n, k), or 0 outside the matrix (the loads are not evaluated there).
+  std::string load(bool a) {
+    const std::string I = "      ", J = I + "  ", L = J + "  ";
+    const int dim = a ? md_ : md_ + 1;
+    const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
+    std::ostringstream os;
+    os << I << "for (int kf_w = 0; kf_w < " << t_.per_lane() << "; ++kf_w) {\n" << place(a, J);
+    os << J << "const kf_i64 " << v << " = " << (a ? "kf_m0" : "kf_n0") << " + kf_x;\n";
+    os << J << "const kf_i64 kf_r0 = kf_kl + kf_kk;\n";
+    os << J << ctype(g_.mt) << " kf_v = " << c_.lit(0, g_.mt) << ";\n";
+    os << J << "if (" << v << " < " << e << " && kf_r0 < " << c_.int_lit(c_.k.reduce[0], DType::I64) << ") {\n";
     const ExprRef& x = a ? g_.pa : g_.pb;
-    Emitter em(c_, os, I + "  ");
+    Emitter em(c_, os, L);
     const std::string val = em.val(x);
-    os << I << "  kf_v = " << c_.cast(val, x->dtype, g_.mt) << ";\n";
+    os << L << "kf_v = " << c_.cast(val, x->dtype, g_.mt) << ";\n";
+    os << J << "}\n" << J << (a ? "kf_pa" : "kf_pb") << "[kf_w] = kf_v;\n" << I << "}\n";
+    return os.str();
+  }
+
+  // The loaded elements into the shared slice.
+  std::string store(bool a) const {
+    const std::string I = "      ", J = I + "  ";
+    std::ostringstream os;
+    os << I << "for (int kf_w = 0; kf_w < " << t_.per_lane() << "; ++kf_w) {\n" << place(a, J);
+    os << J << (a ? "kf_As" : "kf_Bs") << "[kf_kk * " << kGemmRow << " + kf_x] = " << (a ? "kf_pa" : "kf_pb")
+       << "[kf_w];\n";
     os << I << "}\n";
-    os << I << (a ? "kf_As" : "kf_Bs") << "[kf_kk * " << kGemmRow << " + kf_x] = kf_v;\n";
     return os.str();
   }
 
@@ -150,7 +190,7 @@ class GemmWriter {
   // through a per-slice partial (error ~ (TK + K / TK) u instead of K u; order still fixed).
   std::string mac(const std::string& bound) {
     const std::string I = "        ", J = I + "  ";
-    const int n = kGemmMR * kGemmNR;
+    const int n = t_.mr * t_.nr;
     const bool two = is_float(g_.at);
     const std::string acc = two ? "kf_s" : "kf_c", zero = c_.lit(0, g_.at);
     std::ostringstream os;
@@ -159,14 +199,14 @@ class GemmWriter {
       os << I << "for (int kf_i = 0; kf_i < " << n << "; ++kf_i) kf_s[kf_i] = " << zero << ";\n";
     }
     os << I << "for (int kf_kk = 0; kf_kk < " << bound << "; ++kf_kk) {\n";
-    os << J << ctype(g_.mt) << " kf_a[" << kGemmMR << "], kf_b[" << kGemmNR << "];\n";
-    os << J << "for (int kf_i = 0; kf_i < " << kGemmMR << "; ++kf_i) kf_a[kf_i] = kf_As[kf_kk * " << kGemmRow
-       << " + kf_ty + kf_i * " << kGemmWY << "];\n";
-    os << J << "for (int kf_j = 0; kf_j < " << kGemmNR << "; ++kf_j) kf_b[kf_j] = kf_Bs[kf_kk * " << kGemmRow
-       << " + kf_tx + kf_j * " << kGemmWX << "];\n";
-    os << J << "for (int kf_i = 0; kf_i < " << kGemmMR << "; ++kf_i)\n";
-    os << J << "  for (int kf_j = 0; kf_j < " << kGemmNR << "; ++kf_j) {\n";
-    const std::string el = acc + "[kf_i * " + std::to_string(kGemmNR) + " + kf_j]";
+    os << J << ctype(g_.mt) << " kf_a[" << t_.mr << "], kf_b[" << t_.nr << "];\n";
+    os << J << "for (int kf_i = 0; kf_i < " << t_.mr << "; ++kf_i) kf_a[kf_i] = kf_As[kf_kk * " << kGemmRow
+       << " + kf_ty + kf_i * " << t_.wy << "];\n";
+    os << J << "for (int kf_j = 0; kf_j < " << t_.nr << "; ++kf_j) kf_b[kf_j] = kf_Bs[kf_kk * " << kGemmRow
+       << " + kf_tx + kf_j * " << t_.wx << "];\n";
+    os << J << "for (int kf_i = 0; kf_i < " << t_.mr << "; ++kf_i)\n";
+    os << J << "  for (int kf_j = 0; kf_j < " << t_.nr << "; ++kf_j) {\n";
+    const std::string el = acc + "[kf_i * " + std::to_string(t_.nr) + " + kf_j]";
     // Floats multiply-accumulate with one rounding (fma, as the CPU microkernels): the backends
     // compile without contraction, so el + a * b would be two roundings and two instructions.
     if (is_float(g_.mt) && g_.mt == g_.at) {
@@ -184,6 +224,7 @@ class GemmWriter {
 
   Ctx& c_;
   const GemmForm& g_;
+  Tiling t_;
   int md_;
 };
 
@@ -192,8 +233,9 @@ class GemmWriter {
 bool render_gemm(rx::Ctx& c, const std::string& name, std::string& kernels, Stage& stage) {
   GemmForm g;
   if (!gemm_form(c.k, g)) return false;
-  kernels = GemmWriter(c, g).kernel(name);
-  stage = {name, Team::Block, kGemmWX * kGemmWY, 1, false, kGemmTM, kGemmTN};
+  const Tiling t = tiling_for(g.mt, g.at);
+  kernels = GemmWriter(c, g, t).kernel(name);
+  stage = {name, Team::Block, t.threads(), 1, false, kGemmTM, kGemmTN};
   return true;
 }
 

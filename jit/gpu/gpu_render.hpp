@@ -28,7 +28,7 @@ namespace kfuse::detail::gpu {
 
 /// The renderer's code generator version, the OpenCL and CUDA backends' codegen_version():
 /// bump it whenever rendered source may change for the same kernel IR (history in git log).
-inline constexpr int kRenderVersion = 7;
+inline constexpr int kRenderVersion = 8;
 
 /// The dialect table: everything that differs between the C-like GPU languages.
 struct Dialect {

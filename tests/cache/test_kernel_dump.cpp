@@ -51,7 +51,7 @@ TEST(KernelDump, WritesIrSourceAndBinaryOfCompiledAndDiskLoadedKernels) {
       }
     // LLVM keeps its IR and object file; xbyak re-emits from the kernel IR in microseconds and
     // keeps no binary.
-    if (be == "llvm") EXPECT_GE(beside, 2) << stem;
+    if (be == "llvm") { EXPECT_GE(beside, 2) << stem; }
 
     // Another batch size is planned again and finds the kernel on disk (the memory cache
     // emptied): dumped again, under the same name.
@@ -59,7 +59,7 @@ TEST(KernelDump, WritesIrSourceAndBinaryOfCompiledAndDiskLoadedKernels) {
     clear_memory_cache();
     reset_counters();
     log_softmax(rand({9, 33}, 6), -1).eval();
-    if (be == "llvm") EXPECT_EQ(counters().disk_loads, 1u);
+    if (be == "llvm") { EXPECT_EQ(counters().disk_loads, 1u); }
     EXPECT_TRUE(fs::exists(dump + "/" + ir_file));
 
     // A memory-cache hit produces nothing new.
