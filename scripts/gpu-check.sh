@@ -50,7 +50,7 @@ else
 fi
 
 step "CUDA tests"
-timeout 240 "$tests" --gtest_filter='Cuda*:DeviceMemory.*:GpuRender*:GpuVector*:GpuRowSplit*:GpuGemm*:GpuLaunchCost*' \
+timeout 240 "$tests" --gtest_filter='Cuda*:DeviceMemory.*:Gpu*:*/GpuDevice*' \
   --gtest_brief=1 2>&1 | tail -40
 
 step "PyTorch side"

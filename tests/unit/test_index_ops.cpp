@@ -256,7 +256,7 @@ TEST_P(IndexOpsOn, OutOfRangeIndicesAreUserErrors) {
   }());
 }
 
-// (OpenCL runs only tensors on Device::opencl(): OpenCLDeviceIndexOps below.)
+// (GPU backends run only tensors on their device: GpuDeviceIndexOps below.)
 INSTANTIATE_TEST_SUITE_P(Backends, IndexOpsOn, ::testing::Values("reference", "llvm", "xbyak"),
                          [](const auto& info) { return info.param; });
 
@@ -304,12 +304,14 @@ TEST(IndexOpsFusion, DequantizedEmbeddingBagWithEpilogueIsOneKernel) {
   }
 }
 
-// The same ops on Device::opencl() (PoCL on CPU-only machines): the GPU renderer's gather loads
-// and one-thread-per-bag segment kernels against the fp64 reference of the host expression, and
-// the index check of computed ids before a device kernel reads them.
-TEST(OpenCLDeviceIndexOps, GatherAndEveryBagModeMatchTheReference) {
-  if (!device_usable(Device::opencl())) GTEST_SKIP() << "no OpenCL platform on this machine";
-  const Device dev = Device::opencl();
+// The same ops on a GPU device (OpenCL: PoCL on CPU-only machines; CUDA where there is a GPU): the
+// GPU renderer's gather loads and one-thread-per-bag segment kernels against the fp64 reference of
+// the host expression, and the index check of computed ids before a device kernel reads them.
+class GpuDeviceIndexOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuDeviceIndexOps, GatherAndEveryBagModeMatchTheReference) {
+  const Device dev = GetParam() == "cuda" ? Device::cuda() : Device::opencl();
+  if (!device_usable(dev)) GTEST_SKIP() << "no " << GetParam() << " device on this machine";
   const int64_t R = 20, D = 5, N = 17;
   Tensor q = make_tensor(random_ints(R * D, 20, 0, 255), {R, D}, DType::U8),
          scale = make_tensor(random_values(R, 21), {R});
@@ -336,7 +338,7 @@ TEST(OpenCLDeviceIndexOps, GatherAndEveryBagModeMatchTheReference) {
     // The structure again (the evaluated node is gone): explain() names the backend that ran it.
     Explanation ex = explain(bag());
     ASSERT_EQ(ex.kernel_count(), 1u) << ex.text();
-    EXPECT_EQ(ex.kernels[0].backend, "opencl") << ex.text();
+    EXPECT_EQ(ex.kernels[0].backend, GetParam()) << ex.text();
   }
   Tensor gi = make_tensor(random_ints(4 * D, 25, 0, R - 1), {4, D}, DType::I64);
   EXPECT_TRUE(all_close(values(gather(table(qd, scd), 0, gi.to(dev)) + 1.0),
@@ -351,5 +353,8 @@ TEST(OpenCLDeviceIndexOps, GatherAndEveryBagModeMatchTheReference) {
     EXPECT_NE(std::string(e.what()).find("embedding: index"), std::string::npos) << e.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuDeviceIndexOps, ::testing::Values("opencl", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace

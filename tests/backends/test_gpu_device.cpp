@@ -1,0 +1,123 @@
+// Tensors on a GPU device: moved there explicitly with to(), computed by the device's backend as
+// one launch per fused group, and read back with to_vector(). Each test runs on OpenCL (PoCL on
+// CPU-only machines, CI) and on CUDA (a machine with an NVIDIA GPU), skipped where the device is
+// not there.
+#include <kfuse/explain.hpp>
+
+#include "test_util.hpp"
+
+namespace kfuse::test {
+namespace {
+
+class GpuDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!device_usable(dev())) GTEST_SKIP() << "no " << GetParam() << " device on this machine";
+  }
+  Device dev() const { return GetParam() == "cuda" ? Device::cuda() : Device::opencl(); }
+};
+
+TEST_P(GpuDevice, LogSoftmaxRunsOnTheDeviceAsOneKernel) {
+  Tensor x = make_tensor(random_values(4096 * 10, 1, -4, 4), {4096, 10});
+  Tensor xd = x.to(dev());
+  EXPECT_EQ(xd.device(), dev());
+  Tensor y = log_softmax(xd, -1);
+  EXPECT_EQ(y.device(), dev());
+  EXPECT_EQ(explain(y).kernel_count(), 1u);
+  EXPECT_TRUE(all_close(values(y), reference_values(log_softmax(x, -1)), 2e-5, 2e-6));
+  Tensor back = y.to(Device::cpu());
+  EXPECT_EQ(back.device(), Device::cpu());
+  EXPECT_TRUE(all_close(values(back), values(y), 0, 0));
+}
+
+TEST_P(GpuDevice, ChainsReductionsAndViews) {
+  Tensor a = make_tensor(random_values(37 * 19, 2), {37, 19}), b = make_tensor(random_values(19, 3), {19});
+  Tensor ad = a.to(dev()), bd = b.to(dev());
+  std::vector<Tensor> dev = {relu(ad * bd + 1.0), sum(ad * ad, 0), transpose(ad) * 2.0, layer_norm(ad, {19}, bd)};
+  std::vector<Tensor> host = {relu(a * b + 1.0), sum(a * a, 0), transpose(a) * 2.0, layer_norm(a, {19}, b)};
+  eval(dev);
+  auto ref = reference_values(host);
+  for (size_t i = 0; i < dev.size(); ++i) EXPECT_TRUE(all_close(values(dev[i]), ref[i], 1e-4, 1e-5)) << i;
+  // The oracle reads device leaves too.
+  EXPECT_TRUE(all_close(reference_values(dev[0]), ref[0], 1e-12, 0));
+}
+
+// The same bits as the CPU backends: a * b + c is not contracted (FP_CONTRACT OFF in the
+// prelude: PoCL on x86 does not contract even without it, GPU compilers do), fma() rounds once.
+// With x = 1 + 2^-12, x * x - (1 + 2^-11) is 0 in two roundings and 2^-24 in one.
+TEST_P(GpuDevice, MultiplyAddIsNotContractedAndFmaRoundsOnce) {
+  Tensor x = Tensor::from_vector<float>(std::vector<float>(37, 1.0f + 0x1p-12f), {37}).to(dev());
+  Tensor c = Tensor::from_vector<float>(std::vector<float>(37, -(1.0f + 0x1p-11f)), {37}).to(dev());
+  for (float v : (x * x + c).to_vector<float>()) ASSERT_EQ(v, 0.0f);
+  for (float v : fma(x, x, c).to_vector<float>()) ASSERT_EQ(v, 0x1p-24f);
+}
+
+TEST_P(GpuDevice, MixingDevicesIsARecordTimeError) {
+  Tensor a = make_tensor(random_values(6, 4), {2, 3});
+  Tensor ad = a.to(dev());
+  try {
+    (void)(a + ad);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "add: operands live on different devices (cpu and " + dev().str() +
+                                         "); move them to one device with .to(device) first");
+  }
+  EXPECT_THROW((void)ad.data(), UserError);  // host pointer of a device tensor
+}
+
+// Every row form through the executor: one element, under a warp (31), a warp's multiples and
+// their neighbours (the row cache and its guarded last element), above 1024 (a block per row) and
+// row-split (70000); the column forms (serial, two-stage, two-stage-stores) at odd sizes.
+TEST_P(GpuDevice, RowAndColumnFormsMatchTheReference) {
+  for (int64_t C : {1, 31, 32, 33, 512, 1000, 1024, 1025, 70000}) {
+    SCOPED_TRACE("C=" + std::to_string(C));
+    const int64_t R = C > 4096 ? 3 : 37;
+    Tensor x = make_tensor(random_values(R * C, 40 + C, -4, 4), {R, C}), w = make_tensor(random_values(C, 41), {C}),
+           b = make_tensor(random_values(C, 42), {C});
+    Tensor xd = x.to(dev()), wd = w.to(dev()), bd = b.to(dev());
+    std::vector<Tensor> d = {softmax(xd, -1), log_softmax(xd, -1), layer_norm(xd, {C}, wd, bd)};
+    std::vector<Tensor> h = {softmax(x, -1), log_softmax(x, -1), layer_norm(x, {C}, w, b)};
+    eval(d);
+    auto ref = reference_values(h);
+    for (size_t i = 0; i < d.size(); ++i) EXPECT_TRUE(all_close(values(d[i]), ref[i], 1e-4, 1e-5)) << i;
+  }
+  for (int64_t R : {1, 7, 257, 1000, 4099}) {
+    SCOPED_TRACE("R=" + std::to_string(R));
+    Tensor x = make_tensor(random_values(R * 67, 50 + R), {R, 67});
+    Tensor xd = x.to(dev());
+    std::vector<Tensor> d = {sum(xd, 0), xd - mean(xd, 0, true), max(xd, {0})};
+    std::vector<Tensor> h = {sum(x, 0), x - mean(x, 0, true), max(x, {0})};
+    eval(d);
+    auto ref = reference_values(h);
+    for (size_t i = 0; i < d.size(); ++i) EXPECT_TRUE(all_close(values(d[i]), ref[i], 1e-4, 1e-4)) << i;
+  }
+}
+
+// matmul through the executor on the device: the tiled GEMM with its fused epilogue, at sizes that
+// are not tile multiples, a transposed operand, a batch broadcast, and K not a slice multiple.
+TEST_P(GpuDevice, MatmulWithEpilogueMatchesTheReference) {
+  struct Shape3 {
+    int64_t m, k, n;
+  };
+  for (Shape3 s : {Shape3{1, 1, 1}, Shape3{65, 17, 63}, Shape3{130, 200, 129}, Shape3{64, 64, 64}}) {
+    SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n));
+    Tensor a = make_tensor(random_values(s.m * s.k, 60), {s.m, s.k}),
+           bt = make_tensor(random_values(s.n * s.k, 61), {s.n, s.k}),
+           bias = make_tensor(random_values(s.n, 62), {s.n});
+    Tensor ad = a.to(dev()), btd = bt.to(dev()), biasd = bias.to(dev());
+    Tensor y = gelu(matmul(ad, transpose(btd)) + biasd);
+    EXPECT_EQ(explain(y).kernel_count(), 1u) << explain(y).text();
+    const double tol = 1e-5 * static_cast<double>(s.k);  // K-scaled (README "Matmul")
+    EXPECT_TRUE(all_close(values(y), reference_values(gelu(matmul(a, transpose(bt)) + bias)), tol, tol));
+  }
+  Tensor a = make_tensor(random_values(3 * 33 * 19, 63), {3, 33, 19}),
+         b = make_tensor(random_values(19 * 40, 64), {19, 40});
+  Tensor y = matmul(a.to(dev()), b.to(dev()));
+  EXPECT_TRUE(all_close(values(y), reference_values(matmul(a, b)), 2e-4, 2e-4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuDevice, ::testing::Values("opencl", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kfuse::test
