@@ -42,10 +42,14 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
     Tensor r;
     switch (pick(8)) {
       case 0: {
+        // sin reads a bounded argument: its condition number is |x cot x|, so after a few matmuls
+        // (values of 10^4) one f32 rounding of the argument, which every backend makes, moves
+        // sin by more than any fixed tolerance (seed 4058 did). Range reduction of large
+        // arguments is the math tests' subject (test_llvm_math: |x| up to 1e4).
         static const std::function<Tensor(const Tensor&)> un[] = {
             [](const Tensor& x) { return neg(x); },        [](const Tensor& x) { return tanh(x); },
             [](const Tensor& x) { return sigmoid(x); },    [](const Tensor& x) { return relu(x); },
-            [](const Tensor& x) { return abs(x); },        [](const Tensor& x) { return sin(x); },
+            [](const Tensor& x) { return abs(x); },        [](const Tensor& x) { return sin(tanh(x) * 3.0); },
             [](const Tensor& x) { return x * 0.5 + 0.25; }};
         r = un[pick(7)](a);
         break;
