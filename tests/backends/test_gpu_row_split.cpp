@@ -1,4 +1,4 @@
-// Row kernels by row length (gpu_render.cpp, choose()): warp (CUDA) or block per row up to
+// Row kernels by row length (gpu_plan.cpp, choose()): warp (CUDA) or block per row up to
 // kRowSplitMin elements, then "row-split": several blocks per row, the partials of each folding
 // phase in scratch, combined in a fixed order. Checked on PoCL against fp64 loops.
 #include <gtest/gtest.h>
