@@ -14,8 +14,11 @@ struct Dag {
 };
 
 // Inputs take dtypes from `input_dtypes` (one entry: no draw, so the DAG of a seed is the same
-// as with the default); integer inputs hold small integers.
-inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {DType::F32}) {
+// as with the default); integer inputs hold small integers. With a GPU `device`, every leaf (the
+// inputs, generated values, gather indices) is moved there first, so the whole DAG runs on it.
+inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {DType::F32},
+                      Device device = Device::cpu()) {
+  auto on = [&](const Tensor& t) { return device == Device::cpu() ? t : t.to(device); };
   std::mt19937_64 g(seed);
   auto pick = [&](size_t n) { return static_cast<size_t>(g() % n); };
   // Bitwise ops replace a binary op of two integer values one time in two, drawn from their own
@@ -29,13 +32,14 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
   for (int i = 0; i < n_inputs; ++i) {
     const DType dt = input_dtypes.size() == 1 ? input_dtypes[0] : input_dtypes[pick(input_dtypes.size())];
     const auto n = static_cast<size_t>(count_of(base));
-    pool.push_back(is_float(dt) ? make_tensor(random_values(n, seed * 31 + i, -1.5, 1.5), base, dt)
-                                : make_tensor(random_ints(n, seed * 31 + i, dt == DType::U8 ? 0 : -9, 9), base, dt));
+    pool.push_back(on(is_float(dt)
+                          ? make_tensor(random_values(n, seed * 31 + i, -1.5, 1.5), base, dt)
+                          : make_tensor(random_ints(n, seed * 31 + i, dt == DType::U8 ? 0 : -9, 9), base, dt)));
   }
   // One DAG in four generates its first input (rand or randn, a kernel that fuses with its
   // consumers); decided from the seed, so the draws from g (the rest of the DAG) are unchanged.
-  if (seed % 4 == 1) pool[0] = rand(base, seed) * 3.0 - 1.5;
-  if (seed % 4 == 3) pool[0] = randn(base, seed);
+  if (seed % 4 == 1) pool[0] = on(rand(base, seed)) * 3.0 - 1.5;
+  if (seed % 4 == 3) pool[0] = on(randn(base, seed));
   int n_ops = 3 + static_cast<int>(pick(10));
   for (int k = 0; k < n_ops; ++k) {
     const Tensor& a = pool[pick(pool.size())];
@@ -103,7 +107,7 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
         // A strided slice, or for seeds 2 mod 5 (no draw from g: the other DAGs stay the same) a
         // gather: columns picked by an index tensor, reversed and repeated.
         if (a.ndim() == 2 && a.shape()[1] > 1)
-          r = seed % 5 == 2 ? index_select(a, 1, Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3}))
+          r = seed % 5 == 2 ? index_select(a, 1, on(Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3})))
                             : a.slice({Range::all(), Range{0, std::nullopt, 2}});
         break;
       default:

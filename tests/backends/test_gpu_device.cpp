@@ -4,6 +4,7 @@
 // not there.
 #include <kfuse/explain.hpp>
 
+#include "../random_dag.hpp"
 #include "test_util.hpp"
 
 namespace kfuse::test {
@@ -114,6 +115,25 @@ TEST_P(GpuDevice, MatmulWithEpilogueMatchesTheReference) {
          b = make_tensor(random_values(19 * 40, 64), {19, 40});
   Tensor y = matmul(a.to(dev()), b.to(dev()));
   EXPECT_TRUE(all_close(values(y), reference_values(matmul(a, b)), 2e-4, 2e-4));
+}
+
+// The random-DAG property on the device: the seeds of the CPU differential suite, every leaf moved
+// to the device, against the fp64 reference (which reads device leaves).
+TEST_P(GpuDevice, RandomDagsMatchTheReference) {
+  for (uint64_t seed = 1000; seed < 1060; ++seed) {
+    Dag d = random_dag(seed, {DType::F32}, dev());
+    try {
+      eval(d.roots);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "seed " << seed << ": eval threw: " << e.what();
+      continue;
+    }
+    auto ref = reference_values(d.roots);
+    for (size_t i = 0; i < d.roots.size(); ++i) {
+      EXPECT_EQ(d.roots[i].device(), dev()) << "seed " << seed << " root " << i;
+      ASSERT_TRUE(all_close(values(d.roots[i]), ref[i], 1e-4, 1e-5)) << "seed " << seed << " root " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GpuDevice, ::testing::Values("opencl", "cuda"),
