@@ -37,8 +37,8 @@ export KFUSE_CACHE_DIR="$OUT/cache"
 if [[ -n $prebuilt ]]; then
   tests=$prebuilt/kfuse_tests compare=$prebuilt/kfuse_compare
   export LD_LIBRARY_PATH=$prebuilt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  # NVRTC from the toolkit, else from PyTorch's wheel of it.
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__) + "/cu13/lib")' 2>/dev/null); do
+  # NVRTC from the GPU machine's toolkit.
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
     [[ -e $d/libnvrtc.so.13 ]] && { export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d; break; }
   done
   ldd "$tests" | grep "not found"

@@ -36,8 +36,7 @@ struct Tiling {
 };
 Tiling tiling_for(DType mt, DType at) {
   const bool wide = dtype_size(mt) > 4 || dtype_size(at) > 4;
-  const Tiling t = wide ? Tiling{16, 16, 4, 4} : Tiling{8, 8, 8, 8};
-  return t;
+  return wide ? Tiling{16, 16, 4, 4} : Tiling{8, 8, 8, 8};
 }
 
 // Whether some Load in `e` moves by one element along the var: the var is a bare addend of its

@@ -179,10 +179,11 @@ class Emitter {
           }
         }
         if (row_slot >= 0) {  // first read: load it, and keep it for the later phases
-          row_cache_->filled[row_slot] = true;
+          RowCache* rc = row_cache_;
+          rc->filled[row_slot] = true;
           row_cache_ = nullptr;  // the load itself (its index, its mask) is emitted plainly
           std::string t = val(e);
-          row_cache_ = saved_row_cache_;
+          row_cache_ = rc;
           os_ << ind_ << "kf_row" << row_slot << "[kf_i] = " << t << ";\n";
           return t;
         }
@@ -216,7 +217,7 @@ class Emitter {
   /// (already in the compute type) from the unit's vector load instead.
   void use_vector_loads(const std::unordered_map<int, std::string>* m) { vec_loads_ = m; }
   /// Row cache (RowCache): this emitter is inside the unrolled loop over kf_i.
-  void use_row_cache(RowCache* rc) { row_cache_ = saved_row_cache_ = rc; }
+  void use_row_cache(RowCache* rc) { row_cache_ = rc; }
   // Operand `i` of `e` converted to `t`.
   std::string arg(const ir::Expr& e, size_t i, DType t) { return c_.cast(val(e.args[i]), e.args[i]->dtype, t); }
 
@@ -368,7 +369,6 @@ class Emitter {
   Emitter* hoist_;
   const std::unordered_map<int, std::string>* vec_loads_ = nullptr;
   RowCache* row_cache_ = nullptr;
-  RowCache* saved_row_cache_ = nullptr;
   std::unordered_map<const ir::Expr*, std::string> names_;
   std::unordered_map<const ir::Expr*, bool> dep_;
 };
