@@ -104,7 +104,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
       "                       their fractions per call agree within 10%% (medians; needs a quiet host)\n"
       "  --check-profile-accounting  the same on bytes, FLOPs and bound only (fractions printed)\n"
       "  --list               list the workloads and exit\n"
-      "  --device opencl|cuda the GPU workloads on that device instead (with --quick, --json FILE,\n"
+      "  --device opencl|cuda the GPU workloads on that device instead (with --quick, --filter, --json FILE,\n"
       "                       --torch-json FILE from bench/torch_gpu.py)\n");
   std::exit(rc);
 }

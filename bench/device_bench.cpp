@@ -82,6 +82,18 @@ std::vector<DeviceWorkload> device_workloads(bool small) {
   };
 }
 
+// Whether `name` contains one of the '|'-separated parts of `filter` (an empty filter takes all).
+bool selected(const std::string& filter, const std::string& name) {
+  if (filter.empty()) return true;
+  for (size_t b = 0;;) {
+    const size_t e = filter.find('|', b);
+    const std::string part = filter.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    if (e == std::string::npos) return false;
+    b = e + 1;
+  }
+}
+
 double seconds_per_eval(Device dev, const std::function<void()>& run, double min_s) {
   run();  // warm: plan, compile, allocate
   synchronize(dev);
@@ -124,6 +136,7 @@ int device_compare(const DeviceBenchArgs& a) {
                 "TFLOP/s", "torch eager", "torch.compile");
     nlohmann::json rows = nlohmann::json::array();
     for (const DeviceWorkload& w : device_workloads(a.quick)) {
+      if (!selected(a.filter, w.name)) continue;
       std::vector<Tensor> in;
       int64_t bytes = 4 * w.out_elems;
       for (size_t i = 0; i < w.inputs.size(); ++i) {
@@ -181,6 +194,7 @@ bool parse_device_args(int argc, char** argv, DeviceBenchArgs& a) {
     else if (s == "--quick") a.quick = true;
     else if (s == "--json") a.json = val();
     else if (s == "--torch-json") a.torch_json = val();
+    else if (s == "--filter") a.filter = val();
   }
   return device;
 }

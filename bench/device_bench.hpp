@@ -8,6 +8,7 @@ struct DeviceBenchArgs {
   bool quick = false;      ///< small sizes (PoCL: under a minute)
   std::string json;        ///< write the rows here
   std::string torch_json;  ///< bench/torch_gpu.py output to show beside
+  std::string filter;      ///< run workloads whose name contains any of these '|'-separated parts
 };
 
 /// True when argv holds --device (then `a` holds the device mode's options).

@@ -64,6 +64,11 @@ fi
 
 step "GPU bench"
 timeout 300 "$compare" --device cuda "${quick[@]}" --json "$OUT/kfuse.json" "${torch_json[@]}"
+# The previous 4-byte GEMM tiling (64 x 64 tiles on 64 lanes), timed against the default on the
+# same GPU: the default stays only while it is the faster (docs/gpu-backends.md, "Tiled GEMM").
+step "GPU bench: GEMM rows under KFUSE_GPU_GEMM_TILE=64"
+KFUSE_GPU_GEMM_TILE=64 timeout 120 "$compare" --device cuda "${quick[@]}" --filter 'matmul|x@W' \
+  --json "$OUT/kfuse-tile64.json" "${torch_json[@]}"
 
 # Last, since it is the slowest and times nothing.
 step "compute-sanitizer memcheck (CUDA launch tests)"

@@ -59,6 +59,9 @@ struct Options {
   struct GemmBlocking {
     int64_t mc = 0, kc = 0, nc = 0;
   } gemm_blocking;
+  /// GPU tiled GEMM (CUDA, OpenCL) of 4-byte accumulators: 0 the default (128 x 128 tiles on 256
+  /// lanes), 64 the 64 x 64 tiling on 64 lanes, kept to time the two against each other.
+  int gpu_gemm_tile = 0;
   /// > 0: every eligible LLVM column kernel uses tiles of this many lanes (0: automatic).
   int64_t llvm_column_tile = 0;
   /// > 0: LLVM launches run their outer points (or reduce blocks) sequentially in chunks of this

@@ -227,20 +227,22 @@ class CudaBackend final : public Backend {
   }
   Device device() const override { return Device::cuda(index_); }
 
-  CompileResult compile(const ir::Kernel& k, const Options&) override {
+  std::string options_key(const Options& o) const override { return gpu::render_options_key(o); }
+
+  CompileResult compile(const ir::Kernel& k, const Options& o) override {
     auto t0 = std::chrono::steady_clock::now();
     gpu::Rendered r;
     std::string why;
-    if (!gpu::try_render(k, gpu::cuda_dialect(), r, why)) return {nullptr, why};
+    if (!gpu::try_render(k, gpu::cuda_dialect(), r, why, gpu::render_knobs(o))) return {nullptr, why};
     NvrtcOutput out = nvrtc_compile(r.source, r.stages.front().entry, "sm_" + std::to_string(arch_), cubin_);
     return {finish(k, std::move(r), cubin_ ? out.cubin : std::vector<uint8_t>(out.ptx.begin(), out.ptx.end()), t0), {}};
   }
 
   std::shared_ptr<CompiledKernel> load(const ir::Kernel& k, const std::vector<uint8_t>& binary,
-                                       const Options&) override {
+                                       const Options& o) override {
     gpu::Rendered r;  // the launch plan (cheap; no compile)
     std::string why;
-    if (!gpu::try_render(k, gpu::cuda_dialect(), r, why)) return nullptr;
+    if (!gpu::try_render(k, gpu::cuda_dialect(), r, why, gpu::render_knobs(o))) return nullptr;
     return finish(k, std::move(r), binary, std::chrono::steady_clock::now());
   }
 

@@ -1,7 +1,7 @@
 // The tiled GEMM writer of the C-like GPU renderer (the strategy "gemm-tiled"; gemm_render.hpp).
 // A contraction (lib/ir/kernel.hpp, README "Matmul") in the form outer [batch.., M, N], reduce
 // [K], one Sum of pa * pb (pa free of the N var, pb free of the M var), then one phase of stores:
-// a block computes a kGemmTM x kGemmTN tile of C (templates/gpu/gemm.tmpl). The operands are
+// a block computes a square tile of C (templates/gpu/gemm.tmpl). The operands are
 // evaluated through their own expressions while staging, so any strides (transposed, sliced,
 // broadcast) work without copies. Anything else renders as a generic row kernel.
 #include "gemm_render.hpp"
@@ -19,24 +19,36 @@ namespace {
 using namespace rx;
 using ir::AccKind;
 
-// A 64 x 64 tile of C per block, K in slices of 16. How its lanes split it depends on the
-// accumulator's width: 4-byte values (f32, i32) take 64 lanes of 8 x 8 elements, so that per k a
-// lane reads 8 + 8 staged values for 64 multiply-adds (4 x 4 on 256 lanes read 4 + 4 for 16, and
-// shared-memory reads bounded the rate); 8-byte values (f64, i64) keep 256 lanes of 4 x 4, since
-// 8 x 8 of them (accumulators, slice partials, the prefetched slice) exceed 255 registers.
-constexpr int kGemmTM = 64, kGemmTN = 64, kGemmTK = 16;
-constexpr int kGemmRow = kGemmTM + 1;  // staged slice row length (padded: no bank conflicts)
-static_assert(kGemmTM == kGemmTN, "one padded row length serves both slices");
-
+// How a block splits its tile of C. 4-byte accumulators (f32, i32): a 128 x 128 tile on 256
+// lanes of 8 x 8 elements, K in slices of 8. A lane owns rows ty*4 .. ty*4+3 and 64 + the same
+// (columns likewise): groups of 4 adjacent elements, so that per k its 8 + 8 staged values are
+// four 16-byte shared-memory reads (ld.shared.v4) where scalar reads had bounded the rate, and
+// the block's 256 lanes stage 2 KiB per slice for 16 multiply-adds per staged element (the
+// 64 x 64 tile on 64 lanes: 8). 8-byte accumulators (f64, i64): a 64 x 64 tile on 256 lanes of
+// 4 x 4 single elements strided by 16, K in slices of 16 (8 x 8 of them exceed the register file).
+// Options::gpu_gemm_tile = 64 asks for the previous 4-byte tiling (64 x 64 on 64 lanes of 8 x 8
+// strided by 8, slices of 16), kept to be timed against on each GPU (scripts/gpu-check.sh).
 struct Tiling {
   int wx, wy;  // lanes along N and M
   int mr, nr;  // elements per lane along M and N
+  int g;       // a lane's elements come in groups of g adjacent rows (columns)
+  int tm, tk;  // the tile is tm x tm, K goes in slices of tk
   int threads() const { return wx * wy; }
-  int per_lane() const { return kGemmTK * kGemmTM / threads(); }  // slice elements each lane stages
+  int per_lane() const { return tk * tm / threads(); }  // slice elements each lane stages per operand
+  // Staged slice row length: padded so that the staging stores of a K-fastest operand (lanes
+  // walk k) fall in distinct banks, and a multiple of g so that the group reads stay aligned.
+  int row() const { return tm + g; }
+  // The tile row (column) of a lane's element kf_i (kf_j) along lanes `lane` of `w`.
+  std::string at(const std::string& lane, const std::string& i, int w) const {
+    if (g == 1) return lane + " + " + i + " * " + std::to_string(w);
+    return "(" + i + " / " + std::to_string(g) + ") * " + std::to_string(w * g) + " + " + lane + " * " +
+           std::to_string(g) + " + " + i + " % " + std::to_string(g);
+  }
 };
-Tiling tiling_for(DType mt, DType at) {
-  const bool wide = dtype_size(mt) > 4 || dtype_size(at) > 4;
-  return wide ? Tiling{16, 16, 4, 4} : Tiling{8, 8, 8, 8};
+Tiling tiling_for(DType mt, DType at, int tile) {
+  if (dtype_size(mt) > 4 || dtype_size(at) > 4) return {16, 16, 4, 4, 1, 64, 16};
+  if (tile == 64) return {8, 8, 8, 8, 1, 64, 16};
+  return {16, 16, 8, 8, 4, 128, 8};
 }
 
 // Whether some Load in `e` moves by one element along the var: the var is a bare addend of its
@@ -120,22 +132,25 @@ class GemmWriter {
                                                  {"STORE_A", store(true)},
                                                  {"STORE_B", store(false)},
                                                  {"PER_LANE", std::to_string(t_.per_lane())},
-                                                 {"MAC_FULL", mac(std::to_string(kGemmTK))},
-                                                 {"MAC_TAIL", mac("kf_kn")},
+                                                 {"MAC_FULL", mac(std::to_string(t_.tk), true)},
+                                                 {"MAC_TAIL", mac("kf_kn", false)},
                                                  {"EPILOGUE", epi.str()},
                                                  {"K", c_.int_lit(c_.k.reduce[0], DType::I64)},
                                                  {"MT", ctype(g_.mt)},
                                                  {"AT", ctype(g_.at)},
                                                  {"AZERO", c_.lit(0, g_.at)},
-                                                 {"ROW", std::to_string(kGemmRow)},
+                                                 {"ROW", std::to_string(t_.row())},
                                                  {"THREADS", std::to_string(t_.threads())},
                                                  {"WX", std::to_string(t_.wx)},
                                                  {"WY", std::to_string(t_.wy)},
                                                  {"MR", std::to_string(t_.mr)},
                                                  {"NR", std::to_string(t_.nr)},
-                                                 {"TM", std::to_string(kGemmTM)},
-                                                 {"TN", std::to_string(kGemmTN)},
-                                                 {"TK", std::to_string(kGemmTK)},
+                                                 {"G", std::to_string(t_.g)},
+                                                 {"ROW_I", t_.at("kf_ty", "kf_i", t_.wy)},
+                                                 {"COL_J", t_.at("kf_tx", "kf_j", t_.wx)},
+                                                 {"TM", std::to_string(t_.tm)},
+                                                 {"TN", std::to_string(t_.tm)},
+                                                 {"TK", std::to_string(t_.tk)},
                                                  {"MD", std::to_string(md_)},
                                                  {"ND", std::to_string(md_ + 1)}});
   }
@@ -145,12 +160,12 @@ class GemmWriter {
   // (m or n) and its kf_kk in the slice. Lanes walk the operand's unit-stride dimension fastest,
   // so that loads coalesce.
   std::string place(bool a, const std::string& I) const {
-    const int T = a ? kGemmTM : kGemmTN;
+    const int T = t_.tm;
     const bool fast = a ? g_.a_m_fast : g_.b_n_fast;
     std::ostringstream os;
     os << I << "const int kf_q = (int)kf_lane + kf_w * " << t_.threads() << ";\n";
     if (fast) os << I << "const int kf_x = kf_q % " << T << ", kf_kk = kf_q / " << T << ";\n";
-    else os << I << "const int kf_x = kf_q / " << kGemmTK << ", kf_kk = kf_q % " << kGemmTK << ";\n";
+    else os << I << "const int kf_x = kf_q / " << t_.tk << ", kf_kk = kf_q % " << t_.tk << ";\n";
     return os.str();
   }
 
@@ -179,33 +194,30 @@ class GemmWriter {
     const std::string I = "      ", J = I + "  ";
     std::ostringstream os;
     os << I << "for (int kf_w = 0; kf_w < " << t_.per_lane() << "; ++kf_w) {\n" << place(a, J);
-    os << J << (a ? "kf_As" : "kf_Bs") << "[kf_kk * " << kGemmRow << " + kf_x] = " << (a ? "kf_pa" : "kf_pb")
+    os << J << (a ? "kf_As" : "kf_Bs") << "[kf_kk * " << t_.row() << " + kf_x] = " << (a ? "kf_pa" : "kf_pb")
        << "[kf_w];\n";
     os << I << "}\n";
     return os.str();
   }
 
-  // The products of k = 0 .. bound-1 of the staged slice into the lane's elements. Float sums go
-  // through a per-slice partial (error ~ (TK + K / TK) u instead of K u; order still fixed).
-  std::string mac(const std::string& bound) {
+  // The products of k = 0 .. bound-1 of the staged slice into the lane's elements, k ascending
+  // in the accumulator itself (error <= K u, as cuBLAS; a per-slice partial, which bounded it by
+  // (TK + K / TK) u, took as many registers as the accumulators and made the f32 kernel spill).
+  std::string mac(const std::string& bound, bool full) {
     const std::string I = "        ", J = I + "  ";
-    const int n = t_.mr * t_.nr;
-    const bool two = is_float(g_.at);
-    const std::string acc = two ? "kf_s" : "kf_c", zero = c_.lit(0, g_.at);
     std::ostringstream os;
-    if (two) {
-      os << I << ctype(g_.at) << " kf_s[" << n << "];\n";
-      os << I << "for (int kf_i = 0; kf_i < " << n << "; ++kf_i) kf_s[kf_i] = " << zero << ";\n";
-    }
+    // A full slice of the grouped tiling is unrolled, so that the next k's shared reads issue
+    // under this k's products (the 8-byte tiling, unrolled, spilled on sm_90).
+    if (full && t_.g > 1) os << I << "KF_UNROLL_ALL\n";
     os << I << "for (int kf_kk = 0; kf_kk < " << bound << "; ++kf_kk) {\n";
     os << J << ctype(g_.mt) << " kf_a[" << t_.mr << "], kf_b[" << t_.nr << "];\n";
-    os << J << "for (int kf_i = 0; kf_i < " << t_.mr << "; ++kf_i) kf_a[kf_i] = kf_As[kf_kk * " << kGemmRow
-       << " + kf_ty + kf_i * " << t_.wy << "];\n";
-    os << J << "for (int kf_j = 0; kf_j < " << t_.nr << "; ++kf_j) kf_b[kf_j] = kf_Bs[kf_kk * " << kGemmRow
-       << " + kf_tx + kf_j * " << t_.wx << "];\n";
+    os << J << "for (int kf_i = 0; kf_i < " << t_.mr << "; ++kf_i) kf_a[kf_i] = kf_As[kf_kk * " << t_.row() << " + "
+       << t_.at("kf_ty", "kf_i", t_.wy) << "];\n";
+    os << J << "for (int kf_j = 0; kf_j < " << t_.nr << "; ++kf_j) kf_b[kf_j] = kf_Bs[kf_kk * " << t_.row() << " + "
+       << t_.at("kf_tx", "kf_j", t_.wx) << "];\n";
     os << J << "for (int kf_i = 0; kf_i < " << t_.mr << "; ++kf_i)\n";
     os << J << "  for (int kf_j = 0; kf_j < " << t_.nr << "; ++kf_j) {\n";
-    const std::string el = acc + "[kf_i * " + std::to_string(t_.nr) + " + kf_j]";
+    const std::string el = "kf_c[kf_i * " + std::to_string(t_.nr) + " + kf_j]";
     // Floats multiply-accumulate with one rounding (fma, as the CPU microkernels): the backends
     // compile without contraction, so el + a * b would be two roundings and two instructions.
     if (is_float(g_.mt) && g_.mt == g_.at) {
@@ -215,9 +227,6 @@ class GemmWriter {
       os << J << "    " << el << " = " << wrap_arith("add", "+", g_.at, el, prod) << ";\n";
     }
     os << J << "  }\n" << I << "}\n";
-    if (two)
-      os << I << "for (int kf_i = 0; kf_i < " << n
-         << "; ++kf_i) kf_c[kf_i] = " << wrap_arith("add", "+", g_.at, "kf_c[kf_i]", "kf_s[kf_i]") << ";\n";
     return os.str();
   }
 
@@ -229,12 +238,12 @@ class GemmWriter {
 
 }  // namespace
 
-bool render_gemm(rx::Ctx& c, const std::string& name, std::string& kernels, Stage& stage) {
+bool render_gemm(rx::Ctx& c, const std::string& name, int gemm_tile, std::string& kernels, Stage& stage) {
   GemmForm g;
   if (!gemm_form(c.k, g)) return false;
-  const Tiling t = tiling_for(g.mt, g.at);
+  const Tiling t = tiling_for(g.mt, g.at, gemm_tile);
   kernels = GemmWriter(c, g, t).kernel(name);
-  stage = {name, Team::Block, t.threads(), 1, false, kGemmTM, kGemmTN};
+  stage = {name, Team::Block, t.threads(), 1, false, t.tm, t.tm};
   return true;
 }
 

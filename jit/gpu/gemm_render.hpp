@@ -8,7 +8,7 @@ namespace kfuse::detail::gpu {
 
 /// The kernel of a contraction in the GEMM form as one "gemm-tiled" launch: its source into
 /// `kernels` (entry point `name`) and its launch into `stage`. False, with nothing written, when
-/// the kernel is not in that form.
-bool render_gemm(rx::Ctx& c, const std::string& name, std::string& kernels, Stage& stage);
+/// the kernel is not in that form. `gemm_tile`: RenderKnobs::gemm_tile.
+bool render_gemm(rx::Ctx& c, const std::string& name, int gemm_tile, std::string& kernels, Stage& stage);
 
 }  // namespace kfuse::detail::gpu

@@ -830,9 +830,21 @@ const Dialect& opencl_dialect() {
   return d;
 }
 
+RenderKnobs render_knobs(const Options& o) {
+  if (o.gpu_gemm_tile != 0 && o.gpu_gemm_tile != 64 && o.gpu_gemm_tile != 128)
+    throw UserError("Options::gpu_gemm_tile (KFUSE_GPU_GEMM_TILE) is " + std::to_string(o.gpu_gemm_tile) +
+                    ": use 0 (default), 64 or 128");
+  return {o.gpu_gemm_tile == 128 ? 0 : o.gpu_gemm_tile};
+}
+
+std::string render_options_key(const Options& o) {
+  const RenderKnobs k = render_knobs(o);
+  return k.gemm_tile ? "gpu_gemm_tile=" + std::to_string(k.gemm_tile) : std::string();
+}
+
 const char* team_name(Team t) { return t == Team::Thread ? "thread" : t == Team::Warp ? "warp" : "block"; }
 
-Rendered render(const ir::Kernel& kernel, const Dialect& d) {
+Rendered render(const ir::Kernel& kernel, const Dialect& d, const RenderKnobs& knobs) {
   ir::verify_kernel(kernel);
   ir::Kernel k = kernel;  // composites in primitive ops: the one definition every backend computes
   ir::decompose_composites(k);
@@ -845,7 +857,7 @@ Rendered render(const ir::Kernel& kernel, const Dialect& d) {
   r.num_params = static_cast<int>(k.params.size());
   const std::string base = sanitize(k.name.empty() ? "kfuse_kernel" : k.name);
   std::string kernels;
-  if (Stage gs; render_gemm(c, base, kernels, gs)) {
+  if (Stage gs; render_gemm(c, base, knobs.gemm_tile, kernels, gs)) {
     p.block = gs.block;
     r.strategy = "gemm-tiled";
     r.stages.push_back(gs);
@@ -885,9 +897,9 @@ Rendered render(const ir::Kernel& kernel, const Dialect& d) {
   return r;
 }
 
-bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined) {
+bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined, const RenderKnobs& knobs) {
   try {
-    out = render(k, d);
+    out = render(k, d, knobs);
     return true;
   } catch (const Unsupported& e) {
     declined = std::string(d.name) + ": " + e.what();

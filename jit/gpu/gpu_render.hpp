@@ -23,12 +23,13 @@
 #include <vector>
 
 #include "ir/kernel.hpp"
+#include "kfuse/options.hpp"
 
 namespace kfuse::detail::gpu {
 
 /// The renderer's code generator version, the OpenCL and CUDA backends' codegen_version():
 /// bump it whenever rendered source may change for the same kernel IR (history in git log).
-inline constexpr int kRenderVersion = 8;
+inline constexpr int kRenderVersion = 9;
 
 /// The dialect table: everything that differs between the C-like GPU languages.
 struct Dialect {
@@ -84,9 +85,20 @@ struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-Rendered render(const ir::Kernel& k, const Dialect& d);
+/// Code knobs of the renderer (Options, each in the backends' cache key when set).
+struct RenderKnobs {
+  int gemm_tile = 0;  ///< Options::gpu_gemm_tile: 0 by dtype, 64 the 64 x 64 tiling of 4-byte GEMMs
+};
+
+/// The knobs `o` sets; throws UserError when Options::gpu_gemm_tile is neither 0, 64 nor 128.
+RenderKnobs render_knobs(const Options& o);
+/// Backend::options_key of the GPU backends: the knobs set, "" when none is.
+std::string render_options_key(const Options& o);
+
+Rendered render(const ir::Kernel& k, const Dialect& d, const RenderKnobs& knobs = {});
 /// render(), or false with `declined` set ("<dialect>: why") when the kernel is unsupported.
-bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined);
+bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::string& declined,
+                const RenderKnobs& knobs = {});
 
 /// The work units of stage `s` for a launch with these param values.
 int64_t stage_units(const Stage& s, const ir::Kernel& k, const std::vector<int64_t>& params);

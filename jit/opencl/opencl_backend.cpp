@@ -323,11 +323,13 @@ class OpenCLBackend final : public Backend {
   int codegen_version() const override { return gpu::kRenderVersion; }
   Device device() const override { return Device::opencl(index_); }
 
-  CompileResult compile(const ir::Kernel& k, const Options&) override {
+  std::string options_key(const Options& o) const override { return gpu::render_options_key(o); }
+
+  CompileResult compile(const ir::Kernel& k, const Options& o) override {
     auto t0 = std::chrono::steady_clock::now();
     gpu::Rendered r;
     std::string why;
-    if (!gpu::try_render(k, gpu::opencl_dialect(), r, why)) return {nullptr, why};
+    if (!gpu::try_render(k, gpu::opencl_dialect(), r, why, gpu::render_knobs(o))) return {nullptr, why};
     if (r.uses_f64 && !dev_.fp64) return {nullptr, "opencl: the device has no fp64 (cl_khr_fp64)"};
     for (const auto& s : r.stages)
       if (static_cast<size_t>(s.block) > dev_.max_wg)

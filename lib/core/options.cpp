@@ -64,6 +64,7 @@ Options Options::from_env() {
     o.gemm_blocking = {std::atoll(b[0].c_str()), std::atoll(b[1].c_str()), std::atoll(b[2].c_str())};
   else if (!b.empty())
     std::fprintf(stderr, "[kfuse] KFUSE_GEMM_BLOCKING=%s is not mc,kc,nc; ignored\n", env("KFUSE_GEMM_BLOCKING"));
+  if (auto v = env("KFUSE_GPU_GEMM_TILE")) o.gpu_gemm_tile = std::atoi(v);
   if (auto v = env("KFUSE_LLVM_COLUMN_TILE")) o.llvm_column_tile = std::max<int64_t>(0, std::atoll(v));
   if (auto v = env("KFUSE_LLVM_LAUNCH_CHUNK")) o.llvm_launch_chunk = std::max<int64_t>(0, std::atoll(v));
   return o;

@@ -53,6 +53,32 @@ TEST(GpuGemm, RendersTiledOnlyForTheGemmForm) {
   }
 }
 
+// 4-byte accumulators take 128 x 128 tiles (8 x 8 per lane in groups of 4 adjacent rows and
+// columns), 64 x 64 when Options::gpu_gemm_tile says 64; 8-byte ones keep 64 x 64 either way.
+TEST(GpuGemm, TilingByAccumulatorWidthAndKnob) {
+  const Kernel f32 = gemm_kernel({DType::F32, 0, 9, false, false, {}, {}, true});
+  const Kernel f64 = gemm_kernel({DType::F64, 0, 9, false, false, {}, {}, true});
+  const g::Rendered r = g::render(f32, g::cuda_dialect()), r64 = g::render(f32, g::cuda_dialect(), {64}),
+                    d = g::render(f64, g::cuda_dialect(), {64});
+  EXPECT_EQ(r.stages[0].tile_m, 128);
+  EXPECT_EQ(r.stages[0].block, 256);
+  EXPECT_EQ(g::stage_units(r.stages[0], f32, {129, 1}), 2);
+  EXPECT_NE(r.source.find("kf_o0 = kf_m0 + (kf_i / 4) * 64 + kf_ty * 4 + kf_i % 4;"), std::string::npos) << r.source;
+  EXPECT_EQ(r64.stages[0].tile_m, 64);
+  EXPECT_EQ(r64.stages[0].block, 64);
+  EXPECT_NE(r64.source.find("kf_o0 = kf_m0 + kf_ty + kf_i * 8;"), std::string::npos) << r64.source;
+  EXPECT_EQ(d.stages[0].tile_m, 64);
+  EXPECT_EQ(d.stages[0].block, 256);
+  Options o = detail::default_options();
+  EXPECT_EQ(g::render_options_key(o), "");
+  o.gpu_gemm_tile = 128;
+  EXPECT_EQ(g::render_options_key(o), "");
+  o.gpu_gemm_tile = 64;
+  EXPECT_EQ(g::render_options_key(o), "gpu_gemm_tile=64");
+  o.gpu_gemm_tile = 32;
+  EXPECT_THROW(g::render_knobs(o), UserError);
+}
+
 #ifdef KFUSE_HAVE_OPENCL
 namespace {
 
@@ -132,7 +158,12 @@ void check(const GemmSpec& s, const std::vector<int64_t>& p, const GemmRun& r) {
           auto* B = reinterpret_cast<const int32_t*>(r.host[1].data());
           for (int64_t kk = 0; kk < K; ++kk)
             acc += static_cast<uint32_t>(A[ia0 + kk * ias]) * static_cast<uint32_t>(B[ib0 + kk * ibs]);
-          want = static_cast<int32_t>(acc);
+          if (s.relu_bias) {  // the bias add wraps too (near +-2^31 it flips the relu)
+            acc += static_cast<uint32_t>(reinterpret_cast<const int32_t*>(r.host[2].data())[n]);
+            want = std::max(static_cast<int32_t>(acc), 0);
+          } else {
+            want = static_cast<int32_t>(acc);
+          }
           got = reinterpret_cast<const int32_t*>(r.host[3].data())[ci];
         } else {
           uint64_t acc = 0;
@@ -145,7 +176,7 @@ void check(const GemmSpec& s, const std::vector<int64_t>& p, const GemmRun& r) {
           if (w != gi && bad++ < 5) ADD_FAILURE() << "[" << bi << "," << m << "," << n << "]: " << gi << " != " << w;
           continue;
         }
-        if (s.relu_bias) {
+        if (s.relu_bias && is_float(s.t)) {
           want += get(r.host[2], s.t, n);
           want = want > 0 ? want : 0;
         }
@@ -158,13 +189,18 @@ void check(const GemmSpec& s, const std::vector<int64_t>& p, const GemmRun& r) {
 
 std::shared_ptr<detail::Backend> opencl_backend() { return detail::find_backend("opencl"); }
 
-// Compiles `s` (the tiled path must take it), runs every param set twice and checks both runs.
-void run_spec(detail::Backend& be, const GemmSpec& s, const std::vector<std::vector<int64_t>>& param_sets) {
+// Compiles `s` (the tiled path must take it) under `o`, runs every param set twice and checks
+// both runs; returns the outputs of the first runs.
+std::vector<std::vector<uint8_t>> run_spec(detail::Backend& be, const GemmSpec& s,
+                                           const std::vector<std::vector<int64_t>>& param_sets,
+                                           const Options& o = detail::default_options()) {
   const Kernel k = gemm_kernel(s);
-  SCOPED_TRACE(k.name);
-  auto res = be.compile(k);
-  if (!res.kernel && res.declined.find("no fp64") != std::string::npos) return;  // a device without doubles
-  ASSERT_TRUE(res.kernel) << res.declined;
+  SCOPED_TRACE(k.name + " gpu_gemm_tile " + std::to_string(o.gpu_gemm_tile));
+  std::vector<std::vector<uint8_t>> outs;
+  auto res = be.compile(k, o);
+  if (!res.kernel && res.declined.find("no fp64") != std::string::npos) return outs;  // a device without doubles
+  EXPECT_TRUE(res.kernel) << res.declined;
+  if (!res.kernel) return outs;
   EXPECT_NE(res.kernel->source.find("gemm-tiled"), std::string::npos);
   for (const auto& p : param_sets) {
     SCOPED_TRACE("params " + ::testing::PrintToString(p));
@@ -172,7 +208,9 @@ void run_spec(detail::Backend& be, const GemmSpec& s, const std::vector<std::vec
     const GemmRun r1 = run_once(k, *res.kernel, numel, p), r2 = run_once(k, *res.kernel, numel, p);
     check(s, p, r1);
     EXPECT_EQ(r1.host[3], r2.host[3]) << "two runs differ";
+    outs.push_back(r1.host[3]);
   }
+  return outs;
 }
 
 }  // namespace
@@ -180,18 +218,26 @@ void run_spec(detail::Backend& be, const GemmSpec& s, const std::vector<std::vec
 TEST(GpuGemm, OpenCLMatchesLoops) {
   auto be = opencl_backend();
   if (!be) GTEST_SKIP() << "no OpenCL device: " << detail::opencl_describe();
-  // f32, K = 17 (one full slice of 16 and a tail of 1), bias + relu; tile edges 63/64/65,
-  // single rows/columns, empty M or N, 67 x 67, and random M, N in 1..67 (params: no recompiles)
-  std::vector<std::vector<int64_t>> sizes = {{1, 1}, {64, 64}, {65, 63}, {1, 67}, {67, 1}, {0, 5}, {5, 0}, {67, 67}};
+  // f32, K = 17 (two full slices of 8 and a tail of 1; one of 16 and a tail under the 64 x 64
+  // tiling), bias + relu; the edges of both tilings (63/64/65: a lane's second group of rows,
+  // 127/128/129: the 128 x 128 tile), single rows/columns, empty M or N, and random M, N in
+  // 1..260 (params: no recompiles). Both tilings sum k ascending in one accumulator: the same bits.
+  std::vector<std::vector<int64_t>> sizes = {{1, 1},     {64, 64}, {65, 63}, {1, 67},    {67, 1},
+                                             {0, 5},     {5, 0},   {67, 67}, {128, 128}, {129, 127},
+                                             {127, 129}, {1, 130}, {130, 1}, {200, 257}};
   std::mt19937 rng(7);
   for (int i = 0; i < 3; ++i)
-    sizes.push_back({1 + static_cast<int64_t>(rng() % 67), 1 + static_cast<int64_t>(rng() % 67)});
-  run_spec(*be, {DType::F32, 0, 17, false, false, {}, {}, true}, sizes);
+    sizes.push_back({1 + static_cast<int64_t>(rng() % 260), 1 + static_cast<int64_t>(rng() % 260)});
+  Options o64 = detail::default_options();
+  o64.gpu_gemm_tile = 64;
+  const GemmSpec f32{DType::F32, 0, 17, false, false, {}, {}, true};
+  EXPECT_EQ(run_spec(*be, f32, sizes), run_spec(*be, f32, sizes, o64)) << "the tilings differ";
   // f64, K = 64 (whole slices), both operands transposed, two batch dims, A broadcast along the
   // first and B along the second; an empty batch
   run_spec(*be, {DType::F64, 2, 64, true, true, {true, false}, {false, true}, false}, {{2, 3, 13, 66}, {0, 2, 3, 3}});
-  // i32 products wrap; K = 33 (two slices and a tail), A transposed, B broadcast over the batch
-  run_spec(*be, {DType::I32, 1, 33, true, false, {}, {true}, true}, {{3, 29, 41}});
+  // i32 products wrap; K = 33 (slices and a tail), A transposed, B broadcast over the batch
+  run_spec(*be, {DType::I32, 1, 33, true, false, {}, {true}, true}, {{3, 29, 41}, {2, 131, 70}});
+  run_spec(*be, {DType::I32, 1, 33, true, false, {}, {true}, true}, {{2, 131, 70}}, o64);
   // i64 products wrap; K = 1, B transposed
   run_spec(*be, {DType::I64, 0, 1, false, true, {}, {}, false}, {{37, 65}});
 }

@@ -154,6 +154,23 @@ TEST(GpuRender, NvrtcContractsOnlyExplicitFma) {
   EXPECT_NE(g_ptx.find("fma.rn.f32"), std::string::npos);
 }
 
+// The 4-byte tiled GEMM reads its staged slices as 16-byte vectors (a lane's groups of 4 adjacent
+// rows and columns); the 64 x 64 tiling (Options::gpu_gemm_tile = 64) reads them one by one.
+TEST(GpuRender, NvrtcGemmReadsSlicesAsVectors) {
+  for (DType t : {DType::F32, DType::I32}) {
+    const GpuCase gemm = gemm_case({t, 0, 4096, false, false, {}, {}, true}, {});
+    const std::string v4 = t == DType::F32 ? "ld.shared.v4.f32" : "ld.shared.v4.u32";
+    const std::string grouped = detail::nvrtc_compile(g::render(gemm.k, g::cuda_dialect()).source, "g", "sm_90").ptx;
+    // a full slice, unrolled: 8 k x (2 + 2) vector reads; the tail slice's loop: 4 more
+    size_t n = 0;
+    for (size_t at = grouped.find(v4); at != std::string::npos; at = grouped.find(v4, at + 1)) ++n;
+    EXPECT_EQ(n, 36u) << dtype_name(t);
+    const std::string strided =
+        detail::nvrtc_compile(g::render(gemm.k, g::cuda_dialect(), {64}).source, "g", "sm_90").ptx;
+    EXPECT_EQ(strided.find("ld.shared.v"), std::string::npos) << dtype_name(t);
+  }
+}
+
 TEST(GpuRender, NvrtcErrorCarriesLog) {
   try {
     detail::nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken", "sm_80");

@@ -1,5 +1,5 @@
 // Code-generation knobs are options (Options::gemm_path, gemm_blocking, llvm_column_tile,
-// llvm_launch_chunk): they reach the backend through the options an evaluation starts with, and
+// llvm_launch_chunk, gpu_gemm_tile): they reach the backend through the options an evaluation starts with, and
 // take part in the kernel cache key, so a kernel compiled under another value is never reused.
 #include <gtest/gtest.h>
 #include <kfuse/cache.hpp>
@@ -99,6 +99,30 @@ TEST(OptionKnobs, LlvmColumnTileIsPartOfTheCacheKey) {
     EXPECT_EQ(counters().kernels_compiled, compiles) << "tile " << tile;
   }
   for (const auto& v : outs) EXPECT_EQ(v, outs[0]);  // tiles never change a bit (column_tiles.cpp)
+}
+
+// The GPU tiled GEMM's tiling (Options::gpu_gemm_tile) reaches the OpenCL backend and its cache
+// key; both tilings sum each element k ascending in one accumulator, so they agree bit for bit.
+TEST(OptionKnobs, GpuGemmTileReachesOpenCLAndItsCacheKey) {
+  if (!detail::find_backend("opencl", options())) GTEST_SKIP() << "no OpenCL device";
+  Options o = options();
+  o.cache_mode = "memory";
+  Tensor a = make_tensor(random_values(70 * 33, 7), {70, 33}).to(Device::opencl());
+  Tensor b = make_tensor(random_values(33 * 131, 8), {33, 131}).to(Device::opencl());
+  std::vector<std::vector<double>> outs;
+  clear_memory_cache();
+  const std::pair<int, uint64_t> runs[] = {{0, 1}, {64, 1}, {128, 0}};  // 128 is the default's kernel
+  for (auto [tile, compiles] : runs) {
+    o.gpu_gemm_tile = tile;
+    OptionsScope scope(o);
+    reset_counters();
+    outs.push_back(values(matmul(a, b).to(Device::cpu())));
+    EXPECT_EQ(counters().kernels_compiled, compiles) << "tile " << tile;
+  }
+  for (const auto& v : outs) EXPECT_EQ(v, outs[0]);
+  o.gpu_gemm_tile = 48;
+  OptionsScope scope(o);
+  EXPECT_THROW(matmul(a, b).eval(), UserError);
 }
 
 }  // namespace
