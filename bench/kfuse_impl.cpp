@@ -24,7 +24,8 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
     auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };
     in.push_back(kfuse::Tensor::borrow(p(0), kfuse::Shape{w.rows, w.inner}));
-    in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.inner, w.cols}));
+    if (w.b_t) in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.cols, w.inner}).transpose());
+    else in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.inner, w.cols}));
     if (w.kind == Kind::Mlp) in.push_back(kfuse::Tensor::borrow(p(2), kfuse::Shape{w.cols}));
     return in;
   }

@@ -74,13 +74,20 @@ Reference gemm_reference(const Workload& w) {
   if (r.rows.back() != M - 1) r.rows.push_back(M - 1);  // the edge tiles end there
   const float* a = w.inputs[0].data();
   const float* b = w.inputs[1].data();
+  std::vector<float> bt;  // W [N, K] as B [K, N]
+  if (w.b_t) {
+    bt.resize(static_cast<size_t>(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) bt[static_cast<size_t>(k * N + j)] = b[j * K + k];
+    b = bt.data();
+  }
   std::vector<double> acc(static_cast<size_t>(N)), mag(static_cast<size_t>(N));
   for (int64_t i : r.rows) {
     std::fill(acc.begin(), acc.end(), 0.0);
     std::fill(mag.begin(), mag.end(), 0.0);
     for (int64_t k = 0; k < K; ++k) {  // k outer, n inner: B is read along its rows
       const double av = a[i * K + k];
-      const float* br = b + k * N;
+      const float* br = b + k * N;  // (b_t: the [K, N] copy of W^T)
       for (int64_t j = 0; j < N; ++j) {
         acc[j] += av * br[j];
         mag[j] += std::fabs(av * br[j]);

@@ -50,6 +50,7 @@ struct Workload {
   Target target = Target::None;
   int64_t rows = 0, cols = 0;              // for 1-D workloads rows = 1, cols = N
   int64_t inner = 0;                       // GEMM workloads: K (rows = M, cols = N)
+  bool b_t = false;                        // Matmul: B stored [N, K] (a linear layer's weight: x @ W^T)
   std::string bare;                        // Mlp: the name of the bare GEMM workload of its shape
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;

@@ -80,7 +80,9 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
   auto setup = [threads] { omp_set_num_threads(threads); };
   auto st = std::make_shared<State>();
   st->y.assign(static_cast<size_t>(M * N), 0.0f);
-  memory::desc a_md({M, K}, dt::f32, tag::ab), b_md({K, N}, dt::f32, tag::ab), c_md({M, N}, dt::f32, tag::ab);
+  // b_t: B [K, N] is W [N, K] row-major, i.e. B in column-major (tag::ba)
+  memory::desc a_md({M, K}, dt::f32, tag::ab), b_md({K, N}, dt::f32, w.b_t ? tag::ba : tag::ab),
+      c_md({M, N}, dt::f32, tag::ab);
   memory a = mem(*st, a_md, w.inputs[0].data()), b = mem(*st, b_md, w.inputs[1].data());
   std::vector<Impl> v;
   std::string note;
@@ -88,8 +90,10 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
     auto gs = std::make_shared<std::vector<float>>(static_cast<size_t>(M * N));
     const float* pa = w.inputs[0].data();
     const float* pb = w.inputs[1].data();
+    const char tb = w.b_t ? 'T' : 'N';
+    const memory::dim ldb = w.b_t ? K : N;
     v.push_back(Impl{"onednn sgemm", "dnnl_sgemm", setup,
-                     [=] { dnnl_sgemm('N', 'N', M, N, K, 1.0f, pa, K, pb, N, 0.0f, gs->data(), N); },
+                     [=] { dnnl_sgemm('N', tb, M, N, K, 1.0f, pa, K, pb, ldb, 0.0f, gs->data(), N); },
                      [gs] { return static_cast<const float*>(gs->data()); }});
     dnnl::matmul::desc d(a_md, b_md, c_md);
     dnnl::matmul::primitive_desc pd(d, st->eng);

@@ -137,11 +137,16 @@ std::function<void()> make_run(const Workload& w, State* st, Dev* dev) {
     case Kind::Matmul:
     case Kind::Mlp: {
       const Idx K = w.inner;
-      const bool mlp = w.kind == Kind::Mlp;
+      const bool mlp = w.kind == Kind::Mlp, bt = w.b_t;
       return [=] {
         CMap2 a(x0, R, K), b(x1, K, C);
         Map2 Y(y, R, C);
         const Eigen::array<Eigen::IndexPair<Idx>, 1> dims{Eigen::IndexPair<Idx>(1, 0)};
+        if (bt) {  // W [C, K]: contract a's K with W's K
+          const Eigen::array<Eigen::IndexPair<Idx>, 1> dt{Eigen::IndexPair<Idx>(1, 1)};
+          Y.device(*dev) = a.contract(CMap2(x1, C, K), dt);
+          return;
+        }
         if (!mlp) {
           Y.device(*dev) = a.contract(b, dims);
           return;

@@ -25,8 +25,9 @@ std::vector<Impl> openblas_impls(const Workload& w, int threads) {
   const int M = static_cast<int>(w.rows), N = static_cast<int>(w.cols), K = static_cast<int>(w.inner);
   const float* a = w.inputs[0].data();
   const float* b = w.inputs[1].data();
+  const int tb = w.b_t ? 112 : 111, ldb = w.b_t ? K : N;  // CblasTrans / CblasNoTrans
   Impl im{"openblas sgemm", "cblas_sgemm", [threads] { openblas_set_num_threads(threads); },
-          [=] { cblas_sgemm(101 /*row major*/, 111, 111, M, N, K, 1.0f, a, K, b, N, 0.0f, y->data(), N); },
+          [=] { cblas_sgemm(101 /*row major*/, 111, tb, M, N, K, 1.0f, a, K, b, ldb, 0.0f, y->data(), N); },
           [y] { return static_cast<const float*>(y->data()); }};
   return {im};
 }

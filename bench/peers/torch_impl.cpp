@@ -29,7 +29,7 @@ at::Tensor wrap(const std::vector<float>& v, at::IntArrayRef sizes) {
 std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
   auto st = std::make_shared<State>();
   const int64_t M = w.rows, N = w.cols, K = w.inner;
-  st->in = {wrap(w.inputs[0], {M, K}), wrap(w.inputs[1], {K, N})};
+  st->in = {wrap(w.inputs[0], {M, K}), w.b_t ? wrap(w.inputs[1], {N, K}).t() : wrap(w.inputs[1], {K, N})};
   if (w.kind == Kind::Mlp) st->in.push_back(wrap(w.inputs[2], {N}));
   auto opts = at::TensorOptions().dtype(at::kFloat);
   auto setup = [threads] { set_torch_threads(threads); };

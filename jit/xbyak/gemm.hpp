@@ -5,7 +5,8 @@
 //                    (batch, M, K), B by (batch, K, N)), keeps the index expressions that give the
 //                    strides of A, B and C per launch, and builds the epilogue as a pointwise kernel;
 //   gemm_kernel.cpp  the register-blocked FMA microkernels per ISA (generated once per process);
-//   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls.
+//   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls;
+//   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -78,6 +79,17 @@ struct Ukrs {
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
+
+/// GEMV (gemv.cpp): rows 1 .. kGemvRows of A at a + r * a_rs + k * a_ks (f32, in place) against
+/// all of B, streamed once. `gemv`: B contiguous along N (b + k * b_rs + j); into t[r * n + j] the
+/// chain over k in [0, kc) (one KC block; the caller writes or adds it to C). `gemv_t`: B
+/// contiguous along K (b + j * b_cs + k, a linear layer's W [N, K]); all of K, straight into C
+/// (c + r * c_rs + j), KC block by KC block as the other paths add them.
+constexpr int kGemvRows = 4;
+void gemv(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t, int64_t n,
+          int64_t kc);
+void gemv_t(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c, int64_t c_rs,
+            int64_t n, int64_t K, int64_t KC);
 
 /// Cache blocking of the packed path (gemm_run.cpp), from the cache sizes the CPU reports.
 struct GemmBlocking {

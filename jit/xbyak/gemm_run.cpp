@@ -1,7 +1,7 @@
 // xbyak backend: running a contraction (gemm.hpp): the GotoBLAS/BLIS loop nest over packed
 // panels, the small and GEMV paths that read the operands in place, threads, the epilogue.
 // One GemmKernel whose paths (packed, direct, GEMV) share its launch geometry, scratch and
-// epilogue; planning is gemm_plan.cpp, the microkernels gemm_kernel.cpp.
+// epilogue; planning is gemm_plan.cpp, the microkernels gemm_kernel.cpp, the GEMV kernels gemv.cpp.
 //
 // Loop nest per task (a block of rows x columns of one batch's C):
 //   for jc (NC columns) / for pc (KC of K, in order) / pack B (KC x NC, NR-wide slivers) /
@@ -21,6 +21,7 @@
 #include "backend/thread_pool.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
+#include "transpose8.hpp"
 #include "kfuse/half.hpp"
 #include "kfuse/profile.hpp"
 
@@ -56,42 +57,6 @@ struct Strides {
 // and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
 constexpr int64_t kParallelFlops = int64_t{1} << 19;
 
-// GEMV: t[0, n) = sum over k of a[k * a_ks] * b[k * b_rs + j], B read along its rows, four rows
-// at a time (four contiguous streams the prefetchers follow; the register kernel walked a
-// column strip down K, one 16 KiB row stride per k, and ran at half of oneDNN on
-// [1,4096]x[4096,4096]). Every t[j] is the FMA chain of the microkernels, k ascending from 0:
-// the result does not depend on the path. The xbyak backend needs AVX2 + FMA anyway.
-__attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_ks, const float* b, int64_t b_rs, float* t,
-                                                   int64_t n, int64_t kc) {
-  std::fill(t, t + n, 0.0f);
-  const int64_t nv = n / 8 * 8;
-  int64_t k = 0;
-  for (; k + 4 <= kc; k += 4) {
-    const float* b0 = b + k * b_rs;
-    const float *b1 = b0 + b_rs, *b2 = b1 + b_rs, *b3 = b2 + b_rs;
-    const float s0 = a[k * a_ks], s1 = a[(k + 1) * a_ks], s2 = a[(k + 2) * a_ks], s3 = a[(k + 3) * a_ks];
-    const __m256 a0 = _mm256_set1_ps(s0), a1 = _mm256_set1_ps(s1), a2 = _mm256_set1_ps(s2), a3 = _mm256_set1_ps(s3);
-    for (int64_t j = 0; j < nv; j += 8) {
-      __m256 v = _mm256_load_ps(t + j);
-      v = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0 + j), v);
-      v = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b1 + j), v);
-      v = _mm256_fmadd_ps(a2, _mm256_loadu_ps(b2 + j), v);
-      v = _mm256_fmadd_ps(a3, _mm256_loadu_ps(b3 + j), v);
-      _mm256_store_ps(t + j, v);
-    }
-    for (int64_t j = nv; j < n; ++j)
-      t[j] = std::fma(s3, b3[j], std::fma(s2, b2[j], std::fma(s1, b1[j], std::fma(s0, b0[j], t[j]))));
-  }
-  for (; k < kc; ++k) {
-    const float* br = b + k * b_rs;
-    const float s0 = a[k * a_ks];
-    const __m256 a0 = _mm256_set1_ps(s0);
-    for (int64_t j = 0; j < nv; j += 8)
-      _mm256_store_ps(t + j, _mm256_fmadd_ps(a0, _mm256_loadu_ps(br + j), _mm256_load_ps(t + j)));
-    for (int64_t j = nv; j < n; ++j) t[j] = std::fma(s0, br[j], t[j]);
-  }
-}
-
 // Element loaders of the packers: 8 consecutive elements (or one) of a stored dtype as f32,
 // exactly as a Cast to f32 gives them (f16 through F16C, bf16 by a 16-bit shift).
 struct LoadF32 {
@@ -114,26 +79,6 @@ struct LoadBF16 {
   }
   static float one(const T* p) { return bf16_bits_to_float(*p); }
 };
-
-// Transposes 8 rows of 8 floats in place: r[j] becomes column j.
-__attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
 
 // One full MR-tall sliver of A with unit stride along K (row-major A): 8 x 8 blocks transposed in
 // registers. Column k of a block is stored whole at dst + k * MR + i0; when MR is not a multiple
@@ -419,19 +364,24 @@ class GemmKernel final : public CompiledKernel {
     int64_t brow;  // first outer row of this batch (batch index * M)
   };
 
-  // The path of an m x n block: GEMV (one or two rows) and direct (small problems in L2, or
-  // forced) read f32 operands in place with B contiguous along N; everything else is packed.
-  enum class Path { Gemv, Direct, Packed };
+  // The path of an m x n block: GEMV (a few rows: B streamed once, along N or, for B
+  // contiguous along K, transposed in registers), direct (small problems in L2, or forced:
+  // f32 operands in place, B contiguous along N) or packed (everything else).
+  enum class Path { Gemv, GemvT, Direct, Packed };
   Path path_for(const Launch& L, int64_t m, int64_t n) const {
-    if (plain_ && L.b.col == 1 && L.path != 1) {
-      if (m <= 2) return Path::Gemv;
+    if (!plain_ || L.path == 1) return Path::Packed;
+    if (L.b.col == 1) {
       const int64_t bytes = (m * p_.K + p_.K * n + m * n) * 4;
+      // Three or four rows in L2 run faster through the direct kernel's register tile.
+      if (m <= 2 || (m <= kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
       // AVX-512 with K in one KC block: in place up to 3 L2s (each C tile is written once, and
       // no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us, 384^3 0.98 vs
       // 1.04 ms, 512^3 2.33 vs 2.44 ms; 1024x512x512 (5 MiB) 5.12 vs 5.02 ms; with K > KC
       // direct lost (640^3 5.8 vs 4.9 ms). (AVX2's rule above is the one measured on Zen 3.)
       if (u_.w == 16 && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
+    } else if (L.b.row == 1 && m <= kGemvRows) {
+      return Path::GemvT;
     }
     return Path::Packed;
   }
@@ -670,21 +620,27 @@ class GemmKernel final : public CompiledKernel {
     const GemmBlocking& blk = L.blk;
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
-    // GEMV (one or two rows): stream B along its rows once per row (gemv_rows), no packing.
+    // GEMV (a few rows): B streamed once for all of them, no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
     const float* bf = static_cast<const float*>(t.b);
     const Path path = path_for(L, m, n);
+    if (path == Path::GemvT) {
+      gemv_t(m, af + m0 * sa.row, sa.row, sa.col, bf + n0 * sb.col, sb.col, t.c + m0 * t.c_rs + n0, t.c_rs, n, K, KC);
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
     if (path == Path::Gemv) {
-      float* sums = scratch(2, n);
+      float* sums = scratch(2, m * n);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        for (int64_t r = m0; r < m1; ++r) {
-          gemv_rows(af + r * sa.row + pc * sa.col, sa.col, bf + pc * sb.row + n0, sb.row, sums, n, kc);
-          float* c = t.c + r * t.c_rs + n0;
-          if (first) std::copy(sums, sums + n, c);
+        gemv(m, af + m0 * sa.row + pc * sa.col, sa.row, sa.col, bf + pc * sb.row + n0, sb.row, sums, n, kc);
+        for (int64_t r = 0; r < m; ++r) {
+          float* c = t.c + (m0 + r) * t.c_rs + n0;
+          const float* s = sums + r * n;
+          if (first) std::copy(s, s + n, c);
           else
-            for (int64_t j = 0; j < n; ++j) c[j] = c[j] + sums[j];
+            for (int64_t j = 0; j < n; ++j) c[j] = c[j] + s[j];
         }
       }
       epilogue(L, t, m0, m1, n0, n1, ld);

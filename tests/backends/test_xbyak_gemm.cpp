@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "../../jit/xbyak/gemm.hpp"
 #include "kfuse/half.hpp"
@@ -265,18 +266,28 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
   set_options(saved);
 }
 
-// GEMV (M <= 2, B contiguous along N) streams B along its rows into a row of partial sums
-// (gemv_rows): every element is still the microkernels' FMA chain, k ascending per KC block, so
-// it equals the packed path bit for bit; N tails past a vector, K past 4 rows and past KC, two
-// threads over the columns, a transposed (strided) A.
+// GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
+// (gemv_rows) when B is contiguous along N; 8 rows of B transposed in registers (gemv_t_rows)
+// when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the microkernels' FMA
+// chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a
+// vector, K tails past 4 or 8 rows and past KC, one to four rows, two threads over the columns,
+// a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
-    const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
-    for (auto [M, N, K, ta] :
-         {std::tuple{1, 203, 7, false}, {2, 4099, blk.kc + 6, true}, {1, 40, 2 * blk.kc + 3, false}}) {
+    const int64_t kc = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa)).kc;
+    for (auto [M, N, K, ta, tb] : {std::tuple<int64_t, int64_t, int64_t, bool, bool>{1, 203, 7, false, false},
+                                   {2, 4099, kc + 6, true, false},
+                                   {1, 40, 2 * kc + 3, false, false},
+                                   {3, 1001, kc + 6, false, false},
+                                   {4, 1001, 2 * kc + 3, true, false},
+                                   {1, 203, 7, false, true},
+                                   {2, 37, kc + 6, true, true},
+                                   {3, 1027, 2 * kc + 3, false, true},
+                                   {4, 19, 13, false, true},
+                                   {4, 64, 8, true, true}}) {
       Spec s;
-      s.M = M, s.N = N, s.K = K, s.ta = ta;
+      s.M = M, s.N = N, s.K = K, s.ta = ta, s.tb = tb;
       for (int threads : {1, 2}) {
         Options o = saved;
         o.num_threads = threads;
@@ -286,7 +297,8 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
         set_gemm_path(1);
         auto packed = run_check(s, isa, 9);
         ASSERT_EQ(gemv.size(), packed.size());
-        EXPECT_EQ(0, std::memcmp(gemv.data(), packed.data(), gemv.size() * 4)) << M << "x" << N << "x" << K;
+        EXPECT_EQ(0, std::memcmp(gemv.data(), packed.data(), gemv.size() * 4))
+            << M << "x" << N << "x" << K << (ta ? " A^T" : "") << (tb ? " B^T" : "");
       }
     }
   }

@@ -1,0 +1,147 @@
+// xbyak backend: the GEMM's GEMV path (gemm.hpp gemv, gemv_t), a few rows of C computed with B
+// streamed once for all of them and no packing. Both kernels leave in each element the FMA chain
+// of the microkernels, k ascending from 0 per KC block, so the result does not depend on the path.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gemm.hpp"
+#include "transpose8.hpp"
+
+namespace kfuse::detail::xb {
+
+namespace {
+
+// Why a few rows of A at once: running the rows one by one streamed B once per row (batch 2 took
+// twice batch 1's time). Why at most kGemvRows: gemv_rows holds 4 x R broadcast A values, which
+// spill past 4 rows (8 rows of [8,1024]x[1024,4096] took 3.3x the packed path's time), and
+// gemv_t_rows spends a broadcast and an 8-wide FMA per product where the packed path's microkernel
+// spends one 16-wide FMA with an embedded broadcast: past 4 rows it is compute bound, and the
+// packed path wins once A's rows no longer fit L1 (Zen 4, 1 thread, 8 rows:
+// [8,1024]x[4096,1024]^T 1.55 -> 1.25 ms, but [8,4096]x[1024,4096]^T 1.55 -> 3.35 ms). AVX2 + FMA:
+// the xbyak backend needs them anyway.
+
+// B contiguous along N (b[k * b_rs + j]): into t[r * n + j] the chain over k in [0, kc). B is
+// read along its rows, four rows at a time (four
+// contiguous streams the prefetchers follow; the register kernel walked a column strip down K,
+// one 16 KiB row stride per k, and ran at half of oneDNN on [1,4096]x[4096,4096]).
+template <int R>
+__attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_rs, int64_t a_ks, const float* b,
+                                                   int64_t b_rs, float* t, int64_t n, int64_t kc) {
+  std::fill(t, t + R * n, 0.0f);
+  const int64_t nv = n / 8 * 8;
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    const float* b0 = b + k * b_rs;
+    const float *b1 = b0 + b_rs, *b2 = b1 + b_rs, *b3 = b2 + b_rs;
+    float s[R][4];
+    __m256 av[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < 4; ++u) {
+        s[r][u] = a[r * a_rs + (k + u) * a_ks];
+        av[r][u] = _mm256_set1_ps(s[r][u]);
+      }
+    for (int64_t j = 0; j < nv; j += 8) {
+      const __m256 v0 = _mm256_loadu_ps(b0 + j), v1 = _mm256_loadu_ps(b1 + j), v2 = _mm256_loadu_ps(b2 + j),
+                   v3 = _mm256_loadu_ps(b3 + j);
+      for (int r = 0; r < R; ++r) {
+        float* tr = t + r * n + j;
+        __m256 v = _mm256_loadu_ps(tr);
+        v = _mm256_fmadd_ps(av[r][0], v0, v);
+        v = _mm256_fmadd_ps(av[r][1], v1, v);
+        v = _mm256_fmadd_ps(av[r][2], v2, v);
+        v = _mm256_fmadd_ps(av[r][3], v3, v);
+        _mm256_storeu_ps(tr, v);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = nv; j < n; ++j) {
+        float& x = t[r * n + j];
+        x = std::fma(s[r][3], b3[j], std::fma(s[r][2], b2[j], std::fma(s[r][1], b1[j], std::fma(s[r][0], b0[j], x))));
+      }
+  }
+  for (; k < kc; ++k) {
+    const float* br = b + k * b_rs;
+    for (int r = 0; r < R; ++r) {
+      const float s0 = a[r * a_rs + k * a_ks];
+      const __m256 a0 = _mm256_set1_ps(s0);
+      float* tr = t + r * n;
+      for (int64_t j = 0; j < nv; j += 8)
+        _mm256_storeu_ps(tr + j, _mm256_fmadd_ps(a0, _mm256_loadu_ps(br + j), _mm256_loadu_ps(tr + j)));
+      for (int64_t j = nv; j < n; ++j) tr[j] = std::fma(s0, br[j], tr[j]);
+    }
+  }
+}
+
+// B contiguous along K (b[j * b_cs + k]: the weight of a linear layer, x @ W^T, W [N, K]
+// row-major): 8 rows of W at a time, read 8 k at a time and transposed in registers, so that each
+// output keeps its k-ascending chain in one lane. Packing W^T for one row of A had read W, written
+// its panel and read the panel again: [1,4096] x [4096,4096]^T took 3x the time of the same
+// product with W stored [K, N]. Each group of 8 rows of W is read over all of K in one sweep (per
+// KC block a chain from 0, then written to C or added to it, as the other paths do), so every row
+// of W is one long stream. Tried and dropped (Zen 4, 1 thread): sweeping a KC block at a time
+// (2 KiB runs per row: half the speed), K in chunks whose rows of A fit L1 (4 x [4096,4096]^T
+// 3.7 -> 5.2 ms), and 2-4 groups at once for more independent FMA chains (16-32 streams of W:
+// [1,4096]x[4096,4096]^T 3.1 -> 8.2 ms). In cache the one group's serial chains bound it: a W
+// of 4099 x 1003 from L3 runs at half the speed of the [K, N] layout.
+template <int R>
+__attribute__((target("avx2,fma"))) void gemv_t_rows(const float* a, int64_t a_rs, int64_t a_ks, const float* b,
+                                                     int64_t b_cs, float* c, int64_t c_rs, int64_t n, int64_t K,
+                                                     int64_t KC) {
+  const int64_t nv = n / 8 * 8;
+  for (int64_t j = 0; j < nv; j += 8) {
+    const float* bj = b + j * b_cs;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t ke = std::min(K, pc + KC), k8 = pc + (ke - pc) / 8 * 8;
+      __m256 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t k = pc; k < k8; k += 8) {
+        __m256 w[8];
+        for (int i = 0; i < 8; ++i) w[i] = _mm256_loadu_ps(bj + i * b_cs + k);
+        transpose8(w);  // w[u] = B[k + u, j .. j + 7]
+        for (int u = 0; u < 8; ++u)
+          for (int r = 0; r < R; ++r)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * a_rs + (k + u) * a_ks]), w[u], acc[r]);
+      }
+      for (int64_t k = k8; k < ke; ++k) {
+        const __m256 w = _mm256_set_ps(bj[7 * b_cs + k], bj[6 * b_cs + k], bj[5 * b_cs + k], bj[4 * b_cs + k],
+                                       bj[3 * b_cs + k], bj[2 * b_cs + k], bj[b_cs + k], bj[k]);
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * a_rs + k * a_ks]), w, acc[r]);
+      }
+      for (int r = 0; r < R; ++r) {
+        float* cr = c + r * c_rs + j;
+        _mm256_storeu_ps(cr, pc == 0 ? acc[r] : _mm256_add_ps(_mm256_loadu_ps(cr), acc[r]));
+      }
+    }
+  }
+  for (int64_t j = nv; j < n; ++j)
+    for (int r = 0; r < R; ++r)
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        float x = 0.0f;
+        for (int64_t k = pc; k < std::min(K, pc + KC); ++k) x = std::fma(a[r * a_rs + k * a_ks], b[j * b_cs + k], x);
+        float& cr = c[r * c_rs + j];
+        cr = pc == 0 ? x : cr + x;
+      }
+}
+
+using GemvFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+constexpr GemvFn kGemv[kGemvRows + 1] = {nullptr, gemv_rows<1>, gemv_rows<2>, gemv_rows<3>, gemv_rows<4>};
+using GemvTFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
+                         int64_t);
+constexpr GemvTFn kGemvT[kGemvRows + 1] = {nullptr, gemv_t_rows<1>, gemv_t_rows<2>, gemv_t_rows<3>, gemv_t_rows<4>};
+
+
+}  // namespace
+
+void gemv(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t, int64_t n,
+          int64_t kc) {
+  kGemv[rows](a, a_rs, a_ks, b, b_rs, t, n, kc);
+}
+
+void gemv_t(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
+            int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
+  kGemvT[rows](a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
+}
+
+}  // namespace kfuse::detail::xb
