@@ -80,11 +80,13 @@ __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_rs,
 // its panel and read the panel again: [1,4096] x [4096,4096]^T took 3x the time of the same
 // product with W stored [K, N]. Each group of 8 rows of W is read over all of K in one sweep (per
 // KC block a chain from 0, then written to C or added to it, as the other paths do), so every row
-// of W is one long stream. Tried and dropped (Zen 4, 1 thread): sweeping a KC block at a time
-// (2 KiB runs per row: half the speed), K in chunks whose rows of A fit L1 (4 x [4096,4096]^T
-// 3.7 -> 5.2 ms), and 2-4 groups at once for more independent FMA chains (16-32 streams of W:
-// [1,4096]x[4096,4096]^T 3.1 -> 8.2 ms). In cache the one group's serial chains bound it: a W
-// of 4099 x 1003 from L3 runs at half the speed of the [K, N] layout.
+// of W is one long stream. In cache, one row of A is bound by the 8 serial FMA chains of a group
+// (4 cycles per k: [1,1024]x[1024,1024]^T 143 us, the [K, N] layout 52 us). Tried and dropped
+// (Zen 4, 1 thread): sweeping a KC block at a time (2 KiB runs per row: half the speed), K in
+// chunks whose rows of A fit L1 (4 x [4096,4096]^T 3.7 -> 5.2 ms), 2-4 groups at once (rows a
+// power-of-two K apart share one L1 set: [1,1024]x[1024,1024]^T 143 -> 247 us, 8.2 ms for
+// 4096^2), and two KC blocks at once (two chains per output: 143 -> 100 us in cache, but 3.1 ->
+// 4.6 ms for 4096^2 from memory, where the extra streams cost more than the chains).
 template <int R>
 __attribute__((target("avx2,fma"))) void gemv_t_rows(const float* a, int64_t a_rs, int64_t a_ks, const float* b,
                                                      int64_t b_cs, float* c, int64_t c_rs, int64_t n, int64_t K,
@@ -131,7 +133,6 @@ using GemvTFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, 
                          int64_t);
 constexpr GemvTFn kGemvT[kGemvRows + 1] = {nullptr, gemv_t_rows<1>, gemv_t_rows<2>, gemv_t_rows<3>, gemv_t_rows<4>};
 
-
 }  // namespace
 
 void gemv(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t, int64_t n,
@@ -139,8 +140,8 @@ void gemv(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, 
   kGemv[rows](a, a_rs, a_ks, b, b_rs, t, n, kc);
 }
 
-void gemv_t(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
-            int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
+void gemv_t(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c, int64_t c_rs,
+            int64_t n, int64_t K, int64_t KC) {
   kGemvT[rows](a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
 }
 
