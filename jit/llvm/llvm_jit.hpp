@@ -30,7 +30,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 2;
+inline constexpr int kLlvmCodegenVersion = 3;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -71,6 +71,9 @@ struct LaunchPlan {
   /// > 0: a column kernel lowered as tiles of this many adjacent columns, reduce loops outside
   /// the lane loop (column_tiles.cpp); 0: point by point.
   int64_t column_tile = 0;
+  /// > 0: a pointwise kernel reading an input transposed, walked in tiles of kTransposeRows rows
+  /// x this many columns of its two innermost outer dims (transpose_tiles.cpp); 0: row by row.
+  int64_t transpose_tile = 0;
 };
 /// A tiled column kernel launched with fewer columns than this (innermost outer extent) runs
 /// point by point: a 1-lane tile carries each accumulator through memory between reduce points
@@ -80,6 +83,12 @@ struct LaunchPlan {
 /// 0.99 ms, max 4.2 vs 7.4 ms, x - mean(x, 0) 2.1 vs 2.2 ms).
 inline constexpr int64_t kColumnTileMinLen = 2;
 LaunchPlan plan_launch(const ir::Kernel& k);
+
+// ---- transpose_tiles.cpp ----
+/// Tiles of a transposing pointwise kernel: columns per block (kTransposeTile) and rows per block.
+inline constexpr int64_t kTransposeTile = 8, kTransposeRows = 256;
+/// The tile width for `k` (0: not a pointwise kernel reading an input transposed).
+int64_t plan_transpose_tile(const ir::Kernel& k);
 
 // ---- column_tiles.cpp ----
 /// The tile width for `k` (0: not a column kernel with lane-contiguous accesses).

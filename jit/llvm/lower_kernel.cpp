@@ -26,6 +26,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -190,6 +191,80 @@ class Lowerer {
                              return body(at, c2);
                            });
                          });
+  }
+
+  // Visits the points [begin, end) of the row-major domain `extents` (nd >= 2) in tiles of its
+  // two innermost dims (transpose_tiles.cpp): the partial rows at either end of the range point
+  // by point, the whole rows between in blocks of kTransposeRows rows, each block walked T
+  // columns at a time, row by row. Rows of a block may belong to different points of the leading
+  // dims (they are consecutive rows of the flattened domain); every point is visited once.
+  void tiled_range(Value* begin, Value* end, const std::vector<Value*>& extents, int64_t T,
+                   const std::function<void(const std::vector<Value*>&)>& body) {
+    const int64_t QB = kTransposeRows;
+    const size_t nd = extents.size();
+    auto point = [&](const std::vector<Value*>& idx, const Carried&) {
+      body(idx);
+      return Carried{};
+    };
+    auto smin = [&](Value* x, Value* y) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {x, y});
+    };
+    auto smax = [&](Value* x, Value* y) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {x, y});
+    };
+    Value* C = extents.back();
+    Value* one = b_.getInt64(1);
+    // whole rows [q0, q1) of the flattened leading dims; C > 0 whenever begin < end
+    Value* cpos = smax(C, one);
+    Value* q0 = b_.CreateSDiv(b_.CreateAdd(begin, b_.CreateSub(cpos, one)), cpos);
+    Value* q1 = b_.CreateSDiv(end, cpos);
+    Value* head_end = smin(end, b_.CreateMul(q0, cpos));
+    flat_range(begin, head_end, extents, false, {}, point);
+    Value* rows = b_.CreateSub(q1, q0);
+    if_else(
+        b_.CreateICmpSGT(rows, b_.getInt64(0)),
+        [&] {
+          Value* tv = b_.getInt64(T);
+          Value* qv = b_.getInt64(QB);
+          Value* nblk = b_.CreateSDiv(b_.CreateAdd(rows, b_.getInt64(QB - 1)), qv);
+          Value* ncol = b_.CreateSDiv(b_.CreateAdd(C, b_.getInt64(T - 1)), tv);
+          // One block of nr rows x nc columns from (qb, c0), row by row.
+          auto tile = [&](Value* qb, Value* c0, Value* nr, Value* nc) {
+            counted_loop(nr, true, {}, [&](Value* r, const Carried&) {
+              std::vector<Value*> idx(nd);
+              Value* rem = b_.CreateAdd(qb, r);
+              for (size_t d = nd - 1; d-- > 1;) {
+                idx[d] = b_.CreateURem(rem, extents[d]);
+                rem = b_.CreateUDiv(rem, extents[d]);
+              }
+              idx[0] = rem;
+              counted_loop(nc, true, {}, [&](Value* j, const Carried&) {
+                std::vector<Value*> at = idx;
+                at[nd - 1] = b_.CreateAdd(c0, j, "", true, true);
+                body(at);
+                return Carried{};
+              });
+              return Carried{};
+            });
+          };
+          counted_loop(nblk, true, {}, [&](Value* bi, const Carried&) {
+            Value* qb = b_.CreateAdd(q0, b_.CreateMul(bi, qv));
+            Value* nr = smin(qv, b_.CreateSub(q1, qb));
+            counted_loop(ncol, true, {}, [&](Value* ci, const Carried&) {
+              Value* c0 = b_.CreateMul(ci, tv);
+              Value* nc = smin(tv, b_.CreateSub(C, c0));
+              // Whole column blocks with a constant trip count (unrolled: the loop with a
+              // run-time count tested its exit after every point), the edge with the count it has.
+              if_else(
+                  b_.CreateICmpEQ(nc, tv), [&] { tile(qb, c0, nr, tv); }, [&] { tile(qb, c0, nr, nc); });
+              return Carried{};
+            });
+            return Carried{};
+          });
+        },
+        [] {});
+    Value* tail_begin = smax(head_end, b_.CreateMul(q1, cpos));
+    flat_range(tail_begin, end, extents, false, {}, point);
   }
 
   // if (cond) then_fn() else else_fn(), no values merged.
@@ -970,7 +1045,12 @@ class Lowerer {
           return Carried{};
         });
       };
-      if (plan_.column_tile == 0) {
+      if (plan_.transpose_tile > 0) {
+        tiled_range(a[0], a[1], ext, plan_.transpose_tile, [&](const std::vector<Value*>& idx) {
+          ex.outer = idx;
+          outer_point(ex, 0);
+        });
+      } else if (plan_.column_tile == 0) {
         point_by_point();
       } else {
         // Tiles or points is chosen from the shape of the launch, never from the chunk (a chunk
@@ -1076,6 +1156,7 @@ LaunchPlan plan_launch(const ir::Kernel& k) {
   for (const auto& ph : k.phases) over += ph.over_reduce ? 1 : 0;
   p.work_per_point = std::max<int64_t>(1, rn * std::max(over, 1));
   p.column_tile = plan_column_tile(k);
+  p.transpose_tile = plan_transpose_tile(k);
   bool ok = k.outer.empty() && rn > kSplitBlock && !k.phases.empty() && k.phases[0].over_reduce &&
             k.phases[0].stores.empty() && over == 1 && !k.phases[0].accs.empty();
   if (ok)

@@ -24,6 +24,9 @@ namespace kfuse::detail::llvmjit {
 // point-by-point path (Options::llvm_column_tile replaces a non-zero width at compile). Declared
 // here because its header, llvm_jit.hpp, needs LLVM's headers.
 int64_t plan_column_tile(const ir::Kernel& k);
+// The same for pointwise kernels that read an input transposed (transpose_tiles.cpp): the column
+// width of their tiles, 0 for the row-by-row walk.
+int64_t plan_transpose_tile(const ir::Kernel& k);
 }  // namespace kfuse::detail::llvmjit
 
 namespace kfuse::test::llvmt {

@@ -1,0 +1,121 @@
+// LLVM backend: pointwise kernels that read an input transposed walk their outer domain in tiles
+// (jit/llvm/transpose_tiles.cpp, Lowerer::tiled_range). Which kernels take tiles, and that every
+// point is written exactly once with the reference's value: tile and block edges (8 columns, 256
+// rows), partial rows at both ends of a launch chunk (sequential chunks of any size emulate any
+// thread split), 3-D and 4-D permutes, a fused binary op, an f64 and an i32 kernel.
+#include "test_llvm_util.hpp"
+
+namespace kfuse::test::llvmt {
+namespace {
+
+// out[o0, o1] = f(in[o1, o0]) (+ y[o0, o1]): a transposed read of in0 ([o1, o0] row-major).
+Kernel transposed(DType t, int64_t rows, int64_t cols, bool add) {
+  Kernel k = outer2d(std::string("k_transpose_") + dtype_name(t) + (add ? "_add" : ""), ir::KernelKind::Pointwise, t,
+                     rows, cols);
+  ExprRef x = load(0, t, iadd(imul(var(Space::Outer, 1), param(0)), var(Space::Outer, 0)));
+  if (add) {
+    k.buffers.insert(k.buffers.begin() + 1, {"in1", t, false});
+    x = op(Op::Add, t, {x, load(1, t, iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)))});
+  }
+  Phase ph;
+  ph.stores.push_back({add ? 2 : 1, iadd(imul(var(Space::Outer, 0), param(1)), var(Space::Outer, 1)), x});
+  k.phases = {ph};
+  return k;
+}
+
+// out[a, b, c, ..] = in[permuted position]: `perm` maps output dims to input dims, `ext` are the
+// output extents (params 0..n-1).
+Kernel permuted(const std::vector<int64_t>& ext, const std::vector<int>& perm) {
+  Kernel k;
+  k.name = "k_permute";
+  k.kind = ir::KernelKind::Pointwise;
+  k.buffers = {{"in0", DType::F32, false}, {"out0", DType::F32, true}};
+  const int n = static_cast<int>(ext.size());
+  for (int d = 0; d < n; ++d) {
+    k.params.push_back({"outer" + std::to_string(d), ext[static_cast<size_t>(d)]});
+    k.outer.push_back(param(d));
+  }
+  // input extents: in dim perm[d] has extent ext[d]
+  std::vector<int> out_of(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) out_of[static_cast<size_t>(perm[static_cast<size_t>(d)])] = d;
+  ExprRef in_idx = iconst(0), out_idx = iconst(0);
+  for (int d = 0; d < n; ++d) {
+    out_idx = iadd(imul(out_idx, param(d)), var(Space::Outer, d));
+    const int od = out_of[static_cast<size_t>(d)];  // the output dim that walks input dim d
+    in_idx = iadd(imul(in_idx, param(od)), var(Space::Outer, od));
+  }
+  Phase ph;
+  ph.stores.push_back({1, out_idx, load(0, DType::F32, in_idx)});
+  k.phases = {ph};
+  return k;
+}
+
+std::vector<Buf> inputs_for(const Kernel& k, size_t n, uint64_t seed) {
+  std::vector<Buf> in;
+  for (const auto& b : k.buffers)
+    if (!b.output) {
+      Buf x(b.dtype, n);
+      const auto v = rand_values(n, seed++, -100, 100);
+      for (size_t i = 0; i < n; ++i) x.set(i, b.dtype == DType::I32 ? std::round(v[i]) : v[i]);
+      in.push_back(std::move(x));
+    }
+  return in;
+}
+
+TEST(LlvmTransposeTiles, WhichKernelsTakeTiles) {
+  using detail::llvmjit::plan_transpose_tile;
+  EXPECT_GT(plan_transpose_tile(transposed(DType::F32, 5, 7, false)), 0);
+  EXPECT_GT(plan_transpose_tile(transposed(DType::F32, 5, 7, true)), 0);
+  EXPECT_GT(plan_transpose_tile(permuted({3, 4, 5, 6}, {0, 1, 3, 2})), 0);  // the last two axes swap
+  EXPECT_GT(plan_transpose_tile(permuted({2, 37, 19}, {0, 2, 1})), 0);
+  EXPECT_EQ(plan_transpose_tile(permuted({3, 4, 5, 6}, {0, 2, 1, 3})), 0);  // rows of 6 stay contiguous
+  // The input's contiguous axis is walked by output dim 1, not the one before the innermost:
+  // tiles of the two innermost output dims would not reuse its lines.
+  EXPECT_EQ(plan_transpose_tile(permuted({3, 4, 5, 6}, {0, 3, 1, 2})), 0);
+  EXPECT_EQ(plan_transpose_tile(permuted({30, 40}, {0, 1})), 0);            // a plain copy
+  Kernel one_dim = permuted({30}, {0});
+  EXPECT_EQ(plan_transpose_tile(one_dim), 0);
+}
+
+TEST(LlvmTransposeTiles, EveryPointOnceAtTileAndChunkEdges) {
+  KFUSE_REQUIRE_LLVM();
+  // rows x cols of the output: tile edges (8 columns), block edges (256 rows), a single row or
+  // column, and odd sizes
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},  {1, 9},   {9, 1},    {8, 8},   {7, 9},
+                                                {17, 33}, {256, 8}, {257, 17}, {300, 513}, {513, 300}};
+  for (DType t : {DType::F32, DType::F64, DType::I32})
+    for (bool add : {false, true})
+      for (auto [r, c] : shapes) {
+        const Kernel k = transposed(t, r, c, add);
+        ASSERT_GT(detail::llvmjit::plan_transpose_tile(k), 0);
+        const auto in = inputs_for(k, static_cast<size_t>(r * c), 3);
+        const std::string what = std::to_string(r) + "x" + std::to_string(c);
+        const auto whole = check_vs_reference(k, in, {static_cast<size_t>(r * c)}, {}, what);
+        // chunks that end mid-row, hold less than a row, or span several blocks
+        auto ck = compile_with(*llvm_backend(), k);
+        for (int64_t chunk : {int64_t{1}, int64_t{5}, c + 3, 3 * c - 1, 257 * c + 1}) {
+          const auto part = run_on(*chunked(k, *ck, chunk), k, in, {static_cast<size_t>(r * c)});
+          EXPECT_TRUE(same_bits(part, whole)) << what << " chunk " << chunk;
+        }
+      }
+}
+
+TEST(LlvmTransposeTiles, PermutesMatchTheReference) {
+  KFUSE_REQUIRE_LLVM();
+  const std::pair<std::vector<int64_t>, std::vector<int>> cases[] = {
+      {{2, 37, 19}, {0, 2, 1}},           // batched transpose
+      {{3, 4, 5, 6}, {0, 1, 3, 2}},       // the last two axes swap
+      {{3, 4, 5, 6}, {0, 3, 1, 2}},       // not tiled: the row-by-row walk
+      {{5, 3, 260, 9}, {2, 0, 3, 1}},     // blocks of 256 rows across leading dims
+      {{1, 1, 1, 300}, {3, 1, 2, 0}}};
+  for (const auto& [ext, perm] : cases) {
+    const Kernel k = permuted(ext, perm);
+    int64_t n = 1;
+    for (int64_t e : ext) n *= e;
+    check_vs_reference(k, inputs_for(k, static_cast<size_t>(n), 5), {static_cast<size_t>(n)}, {},
+                       ::testing::PrintToString(ext));
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::test::llvmt
