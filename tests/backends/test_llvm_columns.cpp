@@ -121,6 +121,31 @@ TEST(LlvmColumns, FloatAccumulatorsOnOddShapes) {
       }
 }
 
+// A row kernel reading its rows across memory (the reduction over the last axis of a transposed
+// view: sum(transpose(x), 1)) is a column kernel in memory and takes the tiles too; an ordinary
+// row kernel (rows contiguous) keeps the point path.
+TEST(LlvmColumns, RowKernelsOverTransposedRowsTakeTiles) {
+  KFUSE_REQUIRE_LLVM();
+  Kernel plain = column_reduce(AccKind::Sum, DType::F32, DType::F32, 5, 7);
+  plain.kind = ir::KernelKind::Row;
+  plain.accs[0].value = load(0, DType::F32, iadd(imul(var(Space::Outer, 0), iconst(5)), var(Space::Reduce, 0)));
+  EXPECT_EQ(detail::llvmjit::plan_column_tile(plain), 0);
+  for (auto [R, C] : odd_shapes())
+    for (AccKind kind : {AccKind::Sum, AccKind::Max, AccKind::ArgMin}) {
+      const bool arg = kind == AccKind::ArgMin;
+      Kernel k = column_reduce(kind, DType::F32, arg ? DType::I64 : DType::F32, R, C);
+      k.kind = ir::KernelKind::Row;
+      if (R > 0) {  // (an empty reduce: no tiles)
+        ASSERT_GT(detail::llvmjit::plan_column_tile(k), 0);
+      }
+      const size_t n = static_cast<size_t>(R * C);
+      std::vector<double> x = rand_values(n, 21, kind == AccKind::Sum ? 0.25 : -3.0, 2.0);
+      for (size_t i = 4; i < n && kind != AccKind::Sum; i += 23) x[i] = NAN;
+      check_tiles(k, {Buf::from(DType::F32, x)}, {static_cast<size_t>(C)}, kind == AccKind::Sum ? Tol{2e-5, 4} : Tol{},
+                  std::string("row ") + acc_kind_name(kind) + " [" + std::to_string(R) + "," + std::to_string(C) + "]");
+    }
+}
+
 TEST(LlvmColumns, IntegerAndBoolAccumulators) {
   KFUSE_REQUIRE_LLVM();
   for (auto [R, C] : {std::pair<int64_t, int64_t>{37, 53}, {5, 1}, {3, 3}, {0, 7}, {129, 17}}) {

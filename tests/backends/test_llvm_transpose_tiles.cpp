@@ -72,7 +72,7 @@ TEST(LlvmTransposeTiles, WhichKernelsTakeTiles) {
   // The input's contiguous axis is walked by output dim 1, not the one before the innermost:
   // tiles of the two innermost output dims would not reuse its lines.
   EXPECT_EQ(plan_transpose_tile(permuted({3, 4, 5, 6}, {0, 3, 1, 2})), 0);
-  EXPECT_EQ(plan_transpose_tile(permuted({30, 40}, {0, 1})), 0);            // a plain copy
+  EXPECT_EQ(plan_transpose_tile(permuted({30, 40}, {0, 1})), 0);  // a plain copy
   Kernel one_dim = permuted({30}, {0});
   EXPECT_EQ(plan_transpose_tile(one_dim), 0);
 }
@@ -81,7 +81,7 @@ TEST(LlvmTransposeTiles, EveryPointOnceAtTileAndChunkEdges) {
   KFUSE_REQUIRE_LLVM();
   // rows x cols of the output: tile edges (8 columns), block edges (256 rows), a single row or
   // column, and odd sizes
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},  {1, 9},   {9, 1},    {8, 8},   {7, 9},
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {1, 9},   {9, 1},    {8, 8},     {7, 9},
                                                 {17, 33}, {256, 8}, {257, 17}, {300, 513}, {513, 300}};
   for (DType t : {DType::F32, DType::F64, DType::I32})
     for (bool add : {false, true})
@@ -103,10 +103,10 @@ TEST(LlvmTransposeTiles, EveryPointOnceAtTileAndChunkEdges) {
 TEST(LlvmTransposeTiles, PermutesMatchTheReference) {
   KFUSE_REQUIRE_LLVM();
   const std::pair<std::vector<int64_t>, std::vector<int>> cases[] = {
-      {{2, 37, 19}, {0, 2, 1}},           // batched transpose
-      {{3, 4, 5, 6}, {0, 1, 3, 2}},       // the last two axes swap
-      {{3, 4, 5, 6}, {0, 3, 1, 2}},       // not tiled: the row-by-row walk
-      {{5, 3, 260, 9}, {2, 0, 3, 1}},     // blocks of 256 rows across leading dims
+      {{2, 37, 19}, {0, 2, 1}},        // batched transpose
+      {{3, 4, 5, 6}, {0, 1, 3, 2}},    // the last two axes swap
+      {{3, 4, 5, 6}, {0, 3, 1, 2}},    // not tiled: the row-by-row walk
+      {{5, 3, 260, 9}, {2, 0, 3, 1}},  // blocks of 256 rows across leading dims
       {{1, 1, 1, 300}, {3, 1, 2, 0}}};
   for (const auto& [ext, perm] : cases) {
     const Kernel k = permuted(ext, perm);
