@@ -78,6 +78,24 @@ bool contains(const Expr* e, ExprKind k) {
   return false;
 }
 
+namespace {
+
+// Steps of affine_split/affine_step: a step that does not fit an int64 (an index holding a
+// sentinel such as INT64_MIN, scaled) makes the expression not affine rather than overflow.
+std::optional<int64_t> step_combine(Op op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (op == Op::Add ? __builtin_add_overflow(a, b, &r) : __builtin_sub_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+std::optional<int64_t> step_scale(int64_t step, double c) {
+  if (!(c >= -9.2e18 && c <= 9.2e18)) return std::nullopt;  // (also NaN): not an int64 constant
+  int64_t r = 0;
+  if (__builtin_mul_overflow(step, static_cast<int64_t>(c), &r)) return std::nullopt;
+  return r;
+}
+
+}  // namespace
+
 std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim) {
   if (!depends_on(e.get(), s, dim)) return AffineSplit{e, 0};
   if (e->kind == ExprKind::Var) return AffineSplit{nullptr, 1};
@@ -85,10 +103,11 @@ std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim) {
   if (e->op == Op::Add || e->op == Op::Sub) {
     auto a = affine_split(e->args[0], s, dim), b = affine_split(e->args[1], s, dim);
     if (!a || !b) return std::nullopt;
+    const std::optional<int64_t> st = step_combine(e->op, a->step, b->step);
+    if (!st) return std::nullopt;
     if (e->op == Op::Add)
-      return AffineSplit{a->base && b->base ? iadd(a->base, b->base) : (a->base ? a->base : b->base),
-                         a->step + b->step};
-    return AffineSplit{b->base ? isub(a->base ? a->base : iconst(0), b->base) : a->base, a->step - b->step};
+      return AffineSplit{a->base && b->base ? iadd(a->base, b->base) : (a->base ? a->base : b->base), *st};
+    return AffineSplit{b->base ? isub(a->base ? a->base : iconst(0), b->base) : a->base, *st};
   }
   if (e->op == Op::Mul)
     for (int side = 0; side < 2; ++side) {
@@ -96,7 +115,9 @@ std::optional<AffineSplit> affine_split(const ExprRef& e, Space s, int dim) {
       if (c->kind != ExprKind::Const) continue;
       auto o = affine_split(e->args[1 - side], s, dim);
       if (!o) return std::nullopt;
-      return AffineSplit{o->base ? imul(o->base, c) : nullptr, o->step * static_cast<int64_t>(c->value)};
+      const std::optional<int64_t> st = step_scale(o->step, c->value);
+      if (!st) return std::nullopt;
+      return AffineSplit{o->base ? imul(o->base, c) : nullptr, *st};
     }
   return std::nullopt;
 }
@@ -108,14 +129,14 @@ std::optional<int64_t> affine_step(const Expr* e, Space s, int dim) {
   if (e->op == Op::Add || e->op == Op::Sub) {
     auto a = affine_step(e->args[0].get(), s, dim), b = affine_step(e->args[1].get(), s, dim);
     if (!a || !b) return std::nullopt;
-    return e->op == Op::Add ? *a + *b : *a - *b;
+    return step_combine(e->op, *a, *b);
   }
   if (e->op == Op::Mul)
     for (int side = 0; side < 2; ++side)
       if (e->args[side]->kind == ExprKind::Const) {
         auto o = affine_step(e->args[1 - side].get(), s, dim);
         if (!o) return std::nullopt;
-        return *o * static_cast<int64_t>(e->args[side]->value);
+        return step_scale(*o, e->args[side]->value);
       }
   return std::nullopt;
 }

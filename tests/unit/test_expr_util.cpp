@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "ir/decompose.hpp"
@@ -41,6 +42,13 @@ TEST(ExprUtil, DependenceAndAffineStep) {
   EXPECT_FALSE(depends_on(s->base.get(), Space::Outer, 1));
   EXPECT_EQ(print_expr(s->base), "(add.i64 (mul.i64 o0 $0) (mul.i64 (sub.i64 0 r0) 3))");
   EXPECT_TRUE(contains(load(2, DType::I64, o0).get(), ExprKind::Load));
+  // A step that does not fit an int64 (an index holding a sentinel constant, scaled) is not
+  // affine, never an overflow (UBSan caught INT64_MIN * 10 from a slice's index).
+  const ExprRef big = imul(o1, iconst(std::numeric_limits<int64_t>::min()));
+  EXPECT_EQ(affine_step(imul(big, iconst(10)).get(), Space::Outer, 1), std::nullopt);
+  EXPECT_EQ(affine_step(isub(iconst(0), big).get(), Space::Outer, 1), std::nullopt);
+  EXPECT_EQ(affine_step(iadd(big, big).get(), Space::Outer, 1), std::nullopt);
+  EXPECT_FALSE(affine_split(imul(big, iconst(10)), Space::Outer, 1));
 }
 
 TEST(ExprUtil, DecomposeLeavesNoComposite) {
