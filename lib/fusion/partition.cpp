@@ -33,6 +33,10 @@
 //      result (the EPILOGUE) flow only through element-wise ops and size-1 reshapes at its
 //      output shape, so each is needed at the contraction's own (batch, m, n) point; other
 //      members (a bias and its broadcast) are evaluated at that point too.
+//   9. rows across memory: a normalisation (a reduction whose derived values are stored back at
+//      the full shape) does not take in a permute of a kernel input that moves the reduced axis
+//      away from the input's innermost axis; the permute is materialised (a tiled copy) and the
+//      normalisation reads contiguous rows.
 // Before the lattice, a PATTERN PHASE (matches from lib/fusion/pattern_phase.cpp) seeds groups: built-in and
 // plugin patterns match at nodes, and their matches are committed highest benefit first. A match
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
@@ -385,7 +389,7 @@ class Partitioner {
     // 4. values derived from reductions flow only through element-wise ops, broadcasts over the
     //    reduced axes, and later reductions.
     auto post = [&](const Node* n) { return post_mark_[pos(n)] == ep; };
-    bool any_post = false;
+    bool any_post = false, post_full = false;  // post_full: a derived value at the full shape
     for (const Node* n : u) {
       bool from_red = false;
       for (const auto& i : n->inputs) from_red |= in(i.get()) && (is_reduction(i->op) || post(i.get()));
@@ -401,6 +405,7 @@ class Partitioner {
                "may follow a reduction in one kernel)";
       post_mark_[pos(n)] = ep;
       any_post = true;
+      post_full |= n->shape == full;
     }
     // 5. outputs fit the domain.
     Shape out_shape;
@@ -429,6 +434,24 @@ class Partitioner {
       }
       out_shape = n->shape;
       have_out = true;
+    }
+    if (first_red && post_full) {
+      // 9. rows across memory: a normalisation (values derived from the reduction stored back at
+      //    the full shape: softmax, layer_norm) of a permuted kernel input whose reduced axis is
+      //    not the input's innermost would read every row across memory and store it so, one
+      //    element per cache line each way (layer_norm of a transposed [1024, 4096] f32: 54 ms,
+      //    1.7 ms contiguous). The permute is materialised first: a transposed copy (tiled) then
+      //    the contiguous kernel.
+      const int64_t last = *std::max_element(first_red->attrs.ints.begin(), first_red->attrs.ints.end());
+      for (const Node* n : u) {
+        if (n->op != Op::Permute || n->shape != full || in(n->inputs[0].get()) || full[last] <= 1) continue;
+        const int64_t src_last = static_cast<int64_t>(n->attrs.ints.size()) - 1;
+        if (n->attrs.ints[last] != src_last && n->inputs[0]->shape[src_last] > 1)
+          return "rows across memory: the reduction over axis " + std::to_string(last) + " of permute " +
+                 shape_str(n->inputs[0]->shape) + " perm=" + shape_str(n->attrs.ints) +
+                 " would read and store every row one element per cache line (the permute is materialised "
+                 "first)";
+      }
     }
     if (first_red && any_post) {
       // 7. recomputation cost: pre-reduction members used by several phases. Phase of a

@@ -66,6 +66,24 @@ TEST(FusionPlans, ViewsFoldIntoIndexArithmetic) {
   EXPECT_EQ(e2.kernels[0].outputs.size(), 1u);
 }
 
+// A normalisation over the last axis of a transposed kernel input would read and store every
+// row across memory: the transpose is materialised first (a tiled copy on LLVM), then the
+// contiguous normalisation (partition.cpp rule 9). A plain reduction over that axis stays one
+// kernel (the LLVM column tiles read it contiguously), and so does a normalisation over a
+// permute that keeps the innermost axis.
+TEST(FusionPlans, NormalisationOfATransposedInputMaterialisesTheTranspose) {
+  Tensor x = rnd({300, 77}, 40), w = rnd({300}, 41);
+  Explanation e = explain(layer_norm(transpose(x), {300}, w, {}));
+  check_plan(layer_norm(transpose(x), {300}, w, {}), 2, 1e-4, 1e-5);
+  ASSERT_EQ(e.kernels.size(), 2u);
+  EXPECT_EQ(e.kernels[0].kind, "pointwise");
+  EXPECT_NE(e.text().find("rows across memory"), std::string::npos) << e.text();
+  check_plan(softmax(transpose(x), -1), 2);
+  check_plan(sum(transpose(x), 1), 1);
+  Tensor y = rnd({5, 30, 7}, 42);
+  check_plan(softmax(permute(y, {1, 0, 2}), -1), 1);
+}
+
 TEST(FusionPlans, ColumnNormalisationIsAtMostTwoKernels) {
   // Documented: x - mean(x, 0, keepdim) is ONE column kernel (outer = columns, reduce = rows).
   Tensor x = rnd({257, 65}, 14);
