@@ -19,6 +19,8 @@
 // kernels (bags) take the same tiles over their per-bag range, with row prefetches (tile_segment)
 // and, at tile widths of 16, 32 or 64k f32 lanes, register blocks (the bag's sums in vector
 // registers across its ids).
+// Pointwise kernels that read an input transposed (LaunchPlan::transpose_tile,
+// transpose_tiles.cpp) walk their two innermost dims in tiles (tiled_range) instead of row by row.
 // Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
 // blocks of the reduce domain folded independently, then combined in block order.
 #include <llvm/IR/Intrinsics.h>
