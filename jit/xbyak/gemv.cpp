@@ -23,9 +23,9 @@ namespace {
 // the xbyak backend needs them anyway.
 
 // B contiguous along N (b[k * b_rs + j]): into t[r * n + j] the chain over k in [0, kc). B is
-// read along its rows, four rows at a time (four
-// contiguous streams the prefetchers follow; the register kernel walked a column strip down K,
-// one 16 KiB row stride per k, and ran at half of oneDNN on [1,4096]x[4096,4096]).
+// read along its rows, four rows at a time (four contiguous streams the prefetchers follow; the
+// register kernel walked a column strip down K, one 16 KiB row stride per k, and ran at half of
+// oneDNN on [1,4096]x[4096,4096]).
 template <int R>
 __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_rs, int64_t a_ks, const float* b,
                                                    int64_t b_rs, float* t, int64_t n, int64_t kc) {
