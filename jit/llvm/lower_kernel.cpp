@@ -28,7 +28,6 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -233,13 +232,8 @@ class Lowerer {
           // One block of nr rows x nc columns from (qb, c0), row by row.
           auto tile = [&](Value* qb, Value* c0, Value* nr, Value* nc) {
             counted_loop(nr, true, {}, [&](Value* r, const Carried&) {
-              std::vector<Value*> idx(nd);
-              Value* rem = b_.CreateAdd(qb, r);
-              for (size_t d = nd - 1; d-- > 1;) {
-                idx[d] = b_.CreateURem(rem, extents[d]);
-                rem = b_.CreateUDiv(rem, extents[d]);
-              }
-              idx[0] = rem;
+              std::vector<Value*> idx = unravel(b_.CreateAdd(qb, r), extents, nd - 1);
+              idx.push_back(nullptr);  // the column, set per point
               counted_loop(nc, true, {}, [&](Value* j, const Carried&) {
                 std::vector<Value*> at = idx;
                 at[nd - 1] = b_.CreateAdd(c0, j, "", true, true);
@@ -267,6 +261,17 @@ class Lowerer {
         [] {});
     Value* tail_begin = smax(head_end, b_.CreateMul(q1, cpos));
     flat_range(tail_begin, end, extents, false, {}, point);
+  }
+
+  // The indices of flat position `pos` in the row-major domain of the first `nd` >= 1 `extents`.
+  std::vector<Value*> unravel(Value* pos, const std::vector<Value*>& extents, size_t nd) {
+    std::vector<Value*> idx(nd);
+    for (size_t d = nd; d-- > 1;) {
+      idx[d] = b_.CreateURem(pos, extents[d]);
+      pos = b_.CreateUDiv(pos, extents[d]);
+    }
+    idx[0] = pos;
+    return idx;
   }
 
   // if (cond) then_fn() else else_fn(), no values merged.
@@ -304,13 +309,7 @@ class Lowerer {
       p->addIncoming(v, pre);
       phis.push_back(p);
     }
-    std::vector<Value*> idx(nd);
-    Value* rem = pos;
-    for (size_t d = nd; d-- > 1;) {
-      idx[d] = b_.CreateURem(rem, extents[d]);
-      rem = b_.CreateUDiv(rem, extents[d]);
-    }
-    idx[0] = rem;
+    std::vector<Value*> idx = unravel(pos, extents, nd);
     Value* left = b_.CreateSub(end, pos, "", true, true);
     Value* row_left = b_.CreateSub(extents[nd - 1], idx[nd - 1], "", true, true);
     Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {left, row_left});
