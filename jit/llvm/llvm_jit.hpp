@@ -19,6 +19,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include "backend/gather_prefetch.hpp"
 #include "ir/kernel.hpp"
 
 namespace llvm {
@@ -30,7 +31,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 3;
+inline constexpr int kLlvmCodegenVersion = 4;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -166,6 +167,8 @@ class RowPrefetch {
   /// tile's first lane, possibly of another bag). Leaves `ex` reset.
   void emit(const std::vector<llvm::Value*>& outer, llvm::Value* pos);
   bool empty() const { return rows_.empty(); }
+  /// How many points ahead `emit`'s caller prefetches (backend/gather_prefetch.hpp).
+  int64_t ahead() const { return how_.ahead; }
 
  private:
   struct Row {
@@ -180,6 +183,7 @@ class RowPrefetch {
   Builder& b_;
   ExprEmitter& ex_;
   std::vector<Row> rows_;
+  GatherPrefetch how_{0, true};
 };
 
 // ---- optimize.cpp ----

@@ -827,7 +827,7 @@ class Lowerer {
   // order, kTileRowUnroll per visit of a lane (as a compile-time domain), so each id and its
   // lane-invariant values (weight, row address, dequantisation scale) are loaded once per tile
   // and the lane loop reads the row as vectors. Every point also prefetches the rows of the point
-  // kSegmentPrefetch ahead (RowPrefetch, prefetch_rows.cpp), in the next bag near the end of this
+  // a few positions ahead (RowPrefetch, prefetch_rows.cpp), in the next bag near the end of this
   // one. An empty range gives every lane the empty value, as dynamic_phase does.
   //
   // Register blocks: a tile whose width is a multiple of reg_lanes_ (at most kRegMaxBlocks of
@@ -840,7 +840,6 @@ class Lowerer {
   // load and a store of every lane's state. The block copies its states into slots_ at the end,
   // and everything after (empty bags, later phases) is the tile's usual code. Each lane still
   // folds its column's ids in order with plain operations: the bits are the generic path's.
-  static constexpr int64_t kSegmentPrefetch = 16;
   void tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& first, Value* w, Value*& pos,
                     const std::function<void(int64_t, const LaneBlock&)>& fold_points,
                     const std::function<void(const LaneBlock&, const std::function<void(Value*)>&)>& lanes_of) {
@@ -869,14 +868,14 @@ class Lowerer {
     }
     const std::vector<const ir::Expr*> rows = gathered_row_loads(ph, k_);
     // The bag's points for the lanes of `blk`, `u` per visit of a lane, each with the prefetch of
-    // point + kSegmentPrefetch.
+    // point + pf.ahead().
     auto walk = [&](const LaneBlock& blk, int64_t u) {
       std::vector<Value*> at0 = first;
       if (blk.base) at0.back() = b_.CreateAdd(first.back(), blk.base, "", true, true);
       RowPrefetch pf(b_, ex, rows, at0, blk.n);
-      auto prefetch = [&](Value* p) {  // the rows of point p + kSegmentPrefetch, if it exists
+      auto prefetch = [&](Value* p) {  // the rows of point p + pf.ahead(), if it exists
         if (pf.empty()) return;
-        Value* q = b_.CreateAdd(p, b_.getInt64(kSegmentPrefetch));
+        Value* q = b_.CreateAdd(p, b_.getInt64(pf.ahead()));
         Value* here = b_.CreateICmpSLT(q, hi);
         Value* q_next = b_.CreateAdd(next_lo, b_.CreateSub(q, hi));
         Value* any = b_.CreateOr(here, b_.CreateICmpSLT(q_next, next_hi));

@@ -5,7 +5,8 @@
 // hardware prefetchers cannot guess the next row (its address is data: the next id). Each row
 // read then waits a full memory latency, while the work per row (D / 8 vector adds) is a few
 // cycles. Issuing llvm.prefetch for the rows of the ids a few positions ahead (the classic
-// caffe2/FBGEMM EmbeddingLookup scheme) keeps several misses in flight.
+// caffe2/FBGEMM EmbeddingLookup scheme) keeps several misses in flight. How far ahead, and into
+// L1 or L2, follows the tables' size (backend/gather_prefetch.hpp, shared with xbyak).
 //
 // Which loads: those of the phase's accumulator values whose index reads memory and moves with
 // the reduce position (table[ids[r] * D + lane], the 8-bit table's scale/bias row), not the id
@@ -74,6 +75,19 @@ RowPrefetch::RowPrefetch(Builder& b, ExprEmitter& ex, std::vector<const ir::Expr
     }
     rows_.push_back(r);
   }
+  // The tables' bytes the rows span (the rows a clamped id selects x the bytes read per row),
+  // known when every row's span is a compile-time constant (register blocks); else unknown.
+  int64_t table_bytes = 0;
+  for (const Row& r : rows_) {
+    const std::optional<int64_t> n = ir::clamped_rows(r.load->args[0].get());
+    auto* cs = r.span ? llvm::dyn_cast<llvm::ConstantInt>(r.span) : nullptr;
+    if (!n || !cs || table_bytes < 0) {
+      table_bytes = -1;
+      continue;
+    }
+    table_bytes += *n * (static_cast<int64_t>(cs->getZExtValue()) + 1);
+  }
+  how_ = gather_prefetch(table_bytes);
 }
 
 llvm::Value* RowPrefetch::address(const ir::Expr* l, llvm::Value* lane, const std::vector<llvm::Value*>& outer,
@@ -88,9 +102,10 @@ llvm::Value* RowPrefetch::address(const ir::Expr* l, llvm::Value* lane, const st
 }
 
 void RowPrefetch::line(llvm::Value* addr) {
-  // read, high locality, data cache
-  b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {b_.getPtrTy()},
-                     {b_.CreateIntToPtr(addr, b_.getPtrTy()), b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
+  // read, into L2 (locality 2) or L1 (3) by the tables' size (gather_prefetch.hpp), data cache
+  b_.CreateIntrinsic(
+      llvm::Intrinsic::prefetch, {b_.getPtrTy()},
+      {b_.CreateIntToPtr(addr, b_.getPtrTy()), b_.getInt32(0), b_.getInt32(how_.to_l2 ? 2 : 3), b_.getInt32(1)});
 }
 
 // for (i = 0; i < lines; ++i) prefetch(first + 64 i), not unrolled: a few lines per row, and a

@@ -7,9 +7,9 @@
 // are computed in general registers, the broadcasts into pinned vector registers, then each
 // vector of the block evaluates the fold's DAG (eval.cpp: the same instruction selection as
 // every other kernel; a row leaf reads its vector of columns, converting narrow tables). The rows
-// of the id kSegmentPrefetch ahead (in the next bag near the end of this one) are prefetched, as
-// the LLVM bag kernel does (jit/llvm/prefetch_rows.cpp). After the walk, the epilogue phases
-// run per vector with the accumulators as their Acc leaves.
+// of the id a few positions ahead (in the next bag near the end of this one) are prefetched, into
+// L1 or L2 by the table's size, as the LLVM bag kernel does (backend/gather_prefetch.hpp). After
+// the walk, the epilogue phases run per vector with the accumulators as their Acc leaves.
 //
 // Exactness: each column folds its ids in order with the fold's own operations (no FMA
 // contraction, eval.cpp has none), starting from the identity, so a column's bits are the LLVM
@@ -25,14 +25,14 @@
 #include <optional>
 #include <unordered_set>
 
+#include "backend/gather_prefetch.hpp"
 #include "gen.hpp"
+#include "ir/expr_util.hpp"
 #include "segment.hpp"
 
 namespace kfuse::detail::xb {
 
 namespace {
-constexpr int64_t kSegmentPrefetch = 16;  // ids ahead whose rows are prefetched (LLVM's distance)
-
 // A pointer's element index `e` (elements of `esz` bytes) as (index, byte scale): x * c with
 // c * esz a lea scale folds its multiply into the pointer's lea. The 8-bit table's scale/bias
 // row (id * 2 floats) is then `lea [sb + id * 8]`, the id read from its register, where it took
@@ -250,17 +250,38 @@ void Gen<Vmm>::seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f)
   seg_cse_[e] = seg_shared_q_[i];
 }
 
-// Prefetch of the lines the id kSegmentPrefetch ahead of rcx (in the next bag when past this
-// one's end) reads through each prefetched pointer: the block's vectors of a row (from the
-// block's first column), the elements of a gathered broadcast (an 8-bit table's scale and bias).
+// Prefetch of the lines the id a few positions ahead of rcx (in the next bag when past this one's
+// end) reads through each prefetched pointer: the block's vectors of a row (from the block's first
+// column), the elements of a gathered broadcast (an 8-bit table's scale and bias). How far ahead,
+// and into L1 or L2, by the size of the tables: backend/gather_prefetch.hpp.
 template <class Vmm>
 void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   const SegmentPlan& sp = *p_.segment;
   bool any = false;
   for (const auto& p : sp.ptrs) any |= p.prefetch;
   if (!any) return;
+  // Bytes [first, last] past each prefetched pointer (+ the block's first column for a row: its
+  // bytes, the column / 2, for a nibble row, whose block of nv * W columns is nv * W / 2 bytes).
+  auto span = [&](const SegmentPlan::Ptr& p) {
+    const int64_t esz = static_cast<int64_t>(dtype_size(p.dtype));
+    const int64_t block = p.nibble ? nv * W / 2 : nv * W * esz;
+    // (AVX-512's masked tail loads a nibble vector's W / 2 bytes as 16 (seg_leaf): the line
+    // those reach is fetched too, or the load waits for it)
+    const int64_t over = Z && masked && p.nibble ? W / 2 : 0;
+    return std::pair<int64_t, int64_t>{p.lo * esz, p.hi * esz + (p.row ? block + over : esz) - 1};
+  };
+  // The tables' bytes this block reads (rows a clamped id can select x the bytes read per row):
+  // into L1 or L2 by the table's size (backend/gather_prefetch.hpp).
+  int64_t table_bytes = 0;
+  for (const auto& p : sp.ptrs) {
+    if (!p.prefetch || table_bytes < 0) continue;
+    const std::optional<int64_t> rows = ir::clamped_rows(p.base.get());
+    const auto [first, last] = span(p);
+    table_bytes = rows ? table_bytes + *rows * (last - first + 1) : -1;
+  }
+  const GatherPrefetch how = gather_prefetch(table_bytes);
   Label here, skip;
-  lea(rax, ptr[rcx + kSegmentPrefetch]);
+  lea(rax, ptr[rcx + how.ahead]);
   cmp(rax, qword[rsp + seg_hi_q_]);
   jl(here, T_NEAR);
   if (sp.next_bag_prefetch) {
@@ -294,13 +315,7 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
     const int esz = static_cast<int>(dtype_size(p.dtype));
-    // bytes [first, last] past the pointer (+ the block's first column for a row: its bytes, the
-    // column / 2, for a nibble row, whose block of nv * W columns is nv * W / 2 bytes)
-    const int64_t block = p.nibble ? nv * W / 2 : nv * W * esz;
-    // (AVX-512's masked tail loads a nibble vector's W / 2 bytes as 16 (seg_leaf): the line
-    // those reach is fetched too, or the load waits for it)
-    const int64_t over = Z && masked && p.nibble ? W / 2 : 0;
-    const int64_t first = p.lo * esz, last = p.hi * esz + (p.row ? block + over : esz) - 1;
+    const auto [first, last] = span(p);
     const auto [ix, scale] = lea_index(p.base.get(), esz);
     const std::optional<Reg64> held = seg_held(ix);
     if (!held) ieval(ix, rdx, seg_free(seg_pool()));
@@ -309,8 +324,12 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
     lea(rdx, ptr[(pinned ? *pinned : rbx) + (held ? *held : rdx) * scale]);
     if (p.nibble) add(rdx, qword[rsp + seg_half_q_]);
     else if (p.row) lea(rdx, ptr[rdx + r14 * esz]);
-    for (int64_t off = first; off <= last; off += 64) prefetcht0(ptr[rdx + off]);
-    if ((last - first) % 64 != 0) prefetcht0(ptr[rdx + last]);  // a span not aligned to lines touches one more
+    auto line = [&](int64_t off) {
+      if (how.to_l2) prefetcht1(ptr[rdx + off]);
+      else prefetcht0(ptr[rdx + off]);
+    };
+    for (int64_t off = first; off <= last; off += 64) line(off);
+    if ((last - first) % 64 != 0) line(last);  // a span not aligned to lines touches one more
   }
   seg_cse_.clear();
   seg_use_cse_ = false;

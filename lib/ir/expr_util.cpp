@@ -78,6 +78,17 @@ bool contains(const Expr* e, ExprKind k) {
   return false;
 }
 
+std::optional<int64_t> clamped_rows(const Expr* e) {
+  std::optional<int64_t> best;
+  if (e->kind == ExprKind::Op && e->op == Op::Minimum && e->args.size() == 2 && e->args[1]->kind == ExprKind::Const &&
+      e->args[0]->kind == ExprKind::Op && e->args[0]->op == Op::Maximum && e->args[0]->args.size() == 2 &&
+      is_const(e->args[0]->args[1], 0) && e->args[1]->value >= 0)
+    best = static_cast<int64_t>(e->args[1]->value) + 1;
+  for (const auto& a : e->args)
+    if (std::optional<int64_t> r = clamped_rows(a.get()); r && (!best || *r > *best)) best = r;
+  return best;
+}
+
 namespace {
 
 // Steps of affine_split/affine_step: a step that does not fit an int64 (an index holding a

@@ -28,6 +28,10 @@ struct ExprStructEq {
 bool depends_on(const Expr* e, Space s, int dim);
 /// Whether `e` has a subexpression of kind `k` (e.g. a Load or an Acc inside an index).
 bool contains(const Expr* e, ExprKind k);
+/// How many rows a gathered index can select: a data-dependent index (one that reads a Load) is
+/// clamped into [0, C] by lowering (lower_group.cpp, `minimum(maximum(id, 0), C)`), so C + 1
+/// (the largest such C in `e`). nullopt when `e` has no such clamp.
+std::optional<int64_t> clamped_rows(const Expr* e);
 
 /// e == base + step * Var(s, dim), step a compile-time constant, found through + - and
 /// multiplication by a Const; base (null for 0) does not mention the variable. nullopt when e is

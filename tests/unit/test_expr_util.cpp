@@ -51,6 +51,23 @@ TEST(ExprUtil, DependenceAndAffineStep) {
   EXPECT_FALSE(affine_split(imul(big, iconst(10)), Space::Outer, 1));
 }
 
+// A gathered index is clamped by lowering into [0, rows - 1]: the backends read the table's row
+// count from it (how they prefetch a bag's rows depends on the table's size).
+TEST(ExprUtil, ClampedRowsOfAGatheredIndex) {
+  ExprRef id = load(2, DType::I64, var(Space::Reduce, 0));
+  auto clamp = [&](ExprRef x, int64_t hi) {
+    return op(Op::Minimum, DType::I64, {op(Op::Maximum, DType::I64, {x, iconst(0)}), iconst(hi)});
+  };
+  ExprRef row = iadd(var(Space::Outer, 1), imul(clamp(id, 1999999), param(2)));
+  EXPECT_EQ(clamped_rows(row.get()), std::optional<int64_t>(2000000));
+  // two tables: the larger
+  EXPECT_EQ(clamped_rows(iadd(row, clamp(id, 7)).get()), std::optional<int64_t>(2000000));
+  EXPECT_EQ(clamped_rows(iadd(var(Space::Outer, 1), imul(id, param(2))).get()), std::nullopt);
+  // not the lowering's clamp (a lower bound other than 0)
+  ExprRef other = op(Op::Minimum, DType::I64, {op(Op::Maximum, DType::I64, {id, iconst(1)}), iconst(9)});
+  EXPECT_EQ(clamped_rows(other.get()), std::nullopt);
+}
+
 TEST(ExprUtil, DecomposeLeavesNoComposite) {
   for (Op o : {Op::Sigmoid, Op::Silu, Op::GeluTanh, Op::GeluErf})
     for (DType t : {DType::F32, DType::F64}) {

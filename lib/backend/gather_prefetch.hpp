@@ -1,0 +1,41 @@
+// How the CPU backends prefetch the rows a gathering kernel (an embedding bag) reads: THE one
+// source of this policy for jit/xbyak/segment.cpp and jit/llvm (prefetch_rows.cpp).
+//
+// A bag reads one table row per id, rows scattered over the table, so the hardware prefetchers
+// cannot guess the next row (its address is data: a later id). The kernels prefetch the rows of
+// the id `ahead` positions on, into L1 or into L2 depending on the table's size:
+//
+// - A table beyond about a quarter of the L3 misses to memory: a row of 64 f32 is 4 lines, so
+//   16-32 ids ahead is 64-128 lines in flight, more than the L1's miss buffers hold (about 24 on
+//   Zen 4); prefetches into L1 queue behind them and the walk waits. Into L2 (prefetcht1) they
+//   use the L2's larger miss queue, and the later load's L2 -> L1 step is short.
+// - A table in the caches: the rows come from L2 or L3 in a few tens of cycles, and a prefetch
+//   into L1 16 ids ahead makes the loads L1 hits; prefetching into L2 leaves each load an L1
+//   miss (the in-L2 table's bag 10-25% slower).
+//
+// Measured (docs/performance.md, "Embedding bags: prefetch into L2 for big tables"): 2-vCPU AMD
+// EPYC Zen 4 (L2 1 MiB, L3 32 MiB), f32 [R, 64] tables, 246k ids, 1 thread, L1 at 16 ahead
+// against L2 at 32 ahead: R = 2k (0.5 MiB) and 8k (2 MiB) L1 15-25% faster; 20k (5 MiB) L1
+// 5-10% faster; 32k (8 MiB) even; 60k (15 MiB) L2 25-35% faster; 2M (512 MiB) L2 1.5-1.6x faster
+// (f16 2x). Distances for L2 prefetches: 24-48 ids the best, 16 and 64 slower.
+#pragma once
+#include <cstdint>
+
+#include "kfuse/profile.hpp"
+
+namespace kfuse::detail {
+
+struct GatherPrefetch {
+  int64_t ahead;  ///< ids ahead of the walk whose rows are prefetched
+  bool to_l2;     ///< prefetcht1 (llvm.prefetch locality 2), else prefetcht0 (locality 3)
+};
+
+/// The prefetch for a kernel whose gathered rows span `table_bytes` (the rows a clamped index can
+/// select, times the bytes of each the kernel reads, summed over its tables); < 0: unknown,
+/// taken as big (a bag over a table in memory is the case prefetching exists for).
+inline GatherPrefetch gather_prefetch(int64_t table_bytes) {
+  const bool big = table_bytes < 0 || table_bytes > probe::cache_sizes().l3 / 4;
+  return big ? GatherPrefetch{32, true} : GatherPrefetch{16, false};
+}
+
+}  // namespace kfuse::detail
