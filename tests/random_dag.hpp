@@ -104,11 +104,19 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
         if (a.ndim() >= 1) r = max(a, static_cast<int64_t>(pick(a.ndim())), true);
         break;
       case 6:
-        // A strided slice, or for seeds 2 mod 5 (no draw from g: the other DAGs stay the same) a
-        // gather: columns picked by an index tensor, reversed and repeated.
-        if (a.ndim() == 2 && a.shape()[1] > 1)
-          r = seed % 5 == 2 ? index_select(a, 1, on(Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3})))
-                            : a.slice({Range::all(), Range{0, std::nullopt, 2}});
+        // A strided slice, or (no draw from g: the other DAGs stay the same) for seeds 2 mod 5 a
+        // gather: columns picked by an index tensor, reversed and repeated; for seeds 3 mod 5 a
+        // concat along the last axis of a and a strided slice of it; for seeds 4 mod 5 a pad of
+        // the last axis (both: kernels whose rows the LLVM backend cuts into pieces).
+        if (a.ndim() == 2 && a.shape()[1] > 1) {
+          const Tensor strided = a.slice({Range::all(), Range{0, std::nullopt, 2}});
+          switch (seed % 5) {
+            case 2: r = index_select(a, 1, on(Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3}))); break;
+            case 3: r = concat({a, strided}, 1); break;
+            case 4: r = pad(a, {{0, 0}, {1, 2}}, 1); break;
+            default: r = strided; break;
+          }
+        }
         break;
       default:
         if (a.ndim() == 2 && a.shape()[1] > 0) r = softmax(a, -1);

@@ -3,6 +3,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace kfuse::ir {
 
@@ -169,6 +173,116 @@ std::optional<ExprRef> symbolic_step(const ExprRef& e, Space s, int dim) {
         return imul(*o, e->args[side]);
       }
   return std::nullopt;
+}
+
+namespace {
+
+bool is_var(const Expr* e, int dim) { return e->kind == ExprKind::Var && e->space == Space::Outer && e->index == dim; }
+bool is_int_const(const Expr* e) {
+  return e->kind == ExprKind::Const && is_integer(e->dtype) && std::nearbyint(e->value) == e->value;
+}
+
+// A comparison of the bare variable with an integer constant, as (op, c) with the variable on the
+// left (c < o is o > c); nullopt for anything else.
+std::optional<std::pair<Op, int64_t>> var_compare(const Expr* e, int dim) {
+  if (e->kind != ExprKind::Op || e->args.size() != 2) return std::nullopt;
+  Op o = e->op;
+  if (o != Op::Lt && o != Op::Le && o != Op::Gt && o != Op::Ge && o != Op::Eq && o != Op::Ne) return std::nullopt;
+  const Expr *a = e->args[0].get(), *b = e->args[1].get();
+  if (is_var(b, dim) && is_int_const(a)) {
+    std::swap(a, b);
+    o = o == Op::Lt ? Op::Gt : o == Op::Le ? Op::Ge : o == Op::Gt ? Op::Lt : o == Op::Ge ? Op::Le : o;
+  }
+  if (!is_var(a, dim) || !is_int_const(b)) return std::nullopt;
+  return std::pair<Op, int64_t>{o, static_cast<int64_t>(b->value)};
+}
+
+}  // namespace
+
+std::vector<int64_t> var_range_cuts(const Expr* e, int dim) {
+  std::set<int64_t> cuts;
+  std::unordered_set<const Expr*> seen;
+  std::function<void(const Expr*)> visit = [&](const Expr* x) {
+    if (!seen.insert(x).second) return;
+    if (auto c = var_compare(x, dim)) {
+      const auto [o, v] = *c;
+      // (v + 1 cannot overflow: comparison constants come from shapes)
+      if (o == Op::Lt || o == Op::Ge || o == Op::Eq || o == Op::Ne) cuts.insert(v);
+      if (o == Op::Le || o == Op::Gt || o == Op::Eq || o == Op::Ne) cuts.insert(v + 1);
+    }
+    for (const auto& a : x->args) visit(a.get());
+  };
+  visit(e);
+  return {cuts.begin(), cuts.end()};
+}
+
+ExprRef fold_var_range(const ExprRef& root, int dim, int64_t lo, int64_t hi) {
+  std::unordered_map<const Expr*, ExprRef> memo;
+  auto boolean = [](const ExprRef& x) -> std::optional<bool> {
+    if (x->kind != ExprKind::Const || x->dtype != DType::Bool) return std::nullopt;
+    return x->value != 0;
+  };
+  std::function<ExprRef(const ExprRef&)> fold = [&](const ExprRef& e) -> ExprRef {
+    if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+    ExprRef out = e;
+    if (auto c = var_compare(e.get(), dim)) {
+      const auto [o, v] = *c;
+      const int64_t last = hi - 1;
+      std::optional<bool> r;
+      switch (o) {
+        case Op::Lt:
+          r = last < v ? std::optional<bool>(true) : lo >= v ? std::optional<bool>(false) : std::nullopt;
+          break;
+        case Op::Le:
+          r = last <= v ? std::optional<bool>(true) : lo > v ? std::optional<bool>(false) : std::nullopt;
+          break;
+        case Op::Gt:
+          r = lo > v ? std::optional<bool>(true) : last <= v ? std::optional<bool>(false) : std::nullopt;
+          break;
+        case Op::Ge:
+          r = lo >= v ? std::optional<bool>(true) : last < v ? std::optional<bool>(false) : std::nullopt;
+          break;
+        case Op::Eq:
+        case Op::Ne: {
+          std::optional<bool> eq = (v < lo || v > last) ? std::optional<bool>(false)
+                                   : (lo == last)       ? std::optional<bool>(true)
+                                                        : std::nullopt;
+          if (eq) r = o == Op::Eq ? *eq : !*eq;
+          break;
+        }
+        default: break;
+      }
+      if (r) out = constant(*r ? 1 : 0, e->dtype);
+    } else if (!e->args.empty()) {
+      std::vector<ExprRef> args;
+      bool changed = false;
+      for (const auto& a : e->args) {
+        args.push_back(fold(a));
+        changed |= args.back() != a;
+      }
+      if (e->kind == ExprKind::Op && e->op == Op::Where) {
+        if (auto c = boolean(args[0])) out = *c ? args[1] : args[2];
+      } else if (e->kind == ExprKind::Op && (e->op == Op::And || e->op == Op::Or) && e->dtype == DType::Bool) {
+        const bool is_and = e->op == Op::And;
+        auto a = boolean(args[0]), b = boolean(args[1]);
+        if ((a && *a != is_and) || (b && *b != is_and)) out = constant(is_and ? 0 : 1, DType::Bool);
+        else if (a) out = args[1];  // the neutral operand
+        else if (b) out = args[0];
+      } else if (e->kind == ExprKind::Op && e->op == Op::Not && e->dtype == DType::Bool) {
+        if (auto a = boolean(args[0])) out = constant(*a ? 0 : 1, DType::Bool);
+      } else if (e->kind == ExprKind::Load && args.size() == 2) {
+        if (auto m = boolean(args[1])) out = *m ? load(e->index, e->dtype, args[0]) : constant(0, e->dtype);
+      }
+      if (out == e && changed) {
+        auto n = std::make_shared<Expr>(*e);
+        n->args = std::move(args);
+        out = n;
+      }
+    }
+    memo.emplace(e.get(), out);
+    return out;
+  };
+  return fold(root);
 }
 
 }  // namespace kfuse::ir

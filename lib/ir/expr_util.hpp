@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "kernel.hpp"
 
@@ -48,5 +49,18 @@ std::optional<int64_t> affine_step(const Expr* e, Space s, int dim);
 /// the step $3 along o2. Found through + - and multiplication by a factor that does not mention
 /// the variable; nullopt otherwise (the variable under idiv/imod or inside a Load, ...).
 std::optional<ExprRef> symbolic_step(const ExprRef& e, Space s, int dim);
+
+/// Index-set splitting of a loop along Var(Outer, dim): the constants c that comparisons of the
+/// bare variable with a constant (o < c, o >= c, o == c, ... either way round) switch at, as the
+/// first point of each new piece (o <= c switches at c + 1), sorted and unique. A concat along
+/// the last axis of [.., 512] and [.., 512] gives {0, 512, 1024}; `e`'s with none give {}.
+std::vector<int64_t> var_range_cuts(const Expr* e, int dim);
+/// `e` with Var(Outer, dim) known to lie in [lo, hi) (lo < hi): every comparison of the bare
+/// variable with a constant that the range decides becomes a bool constant, and the constants
+/// propagate through logical_and/or/not, where (the taken operand) and a load's mask (a true
+/// mask is dropped, a false one makes the load its masked value, 0). Subexpressions shared in
+/// `e` stay shared (memoised by pointer); parts the range does not touch are returned as they
+/// are. One loop piece of var_range_cuts then reads plain, unmasked loads (a concat: a copy).
+ExprRef fold_var_range(const ExprRef& e, int dim, int64_t lo, int64_t hi);
 
 }  // namespace kfuse::ir

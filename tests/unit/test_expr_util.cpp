@@ -68,6 +68,36 @@ TEST(ExprUtil, ClampedRowsOfAGatheredIndex) {
   EXPECT_EQ(clamped_rows(other.get()), std::nullopt);
 }
 
+// Index-set splitting: where the comparisons of a loop variable with constants switch, and the
+// expression folded for one piece (a concat of widths 3 and 4 along o1; a one-hot column).
+TEST(ExprUtil, VarRangeCutsAndFolding) {
+  ExprRef o1 = var(Space::Outer, 1), o0 = var(Space::Outer, 0);
+  auto cmp = [](Op o, ExprRef a, ExprRef b) { return op(o, DType::Bool, {std::move(a), std::move(b)}); };
+  ExprRef in0 = cmp(Op::Lt, o1, iconst(3));
+  ExprRef in1 = op(Op::And, DType::Bool, {cmp(Op::Le, iconst(3), o1), cmp(Op::Gt, iconst(7), o1)});
+  ExprRef cat = op(Op::Where, DType::F32,
+                   {in0, load(0, DType::F32, iadd(o1, imul(o0, iconst(3))), in0),
+                    load(1, DType::F32, iadd(isub(o1, iconst(3)), imul(o0, iconst(4))), in1)});
+  EXPECT_EQ(var_range_cuts(cat.get(), 1), (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(var_range_cuts(cat.get(), 0), std::vector<int64_t>{});
+  EXPECT_EQ(print_expr(fold_var_range(cat, 1, 0, 3)), "(load b0[(add.i64 o1 (mul.i64 o0 3))])");
+  EXPECT_EQ(print_expr(fold_var_range(cat, 1, 3, 7)), "(load b1[(add.i64 (sub.i64 o1 3) (mul.i64 o0 4))])");
+  // past the last input: the where takes the second load, whose mask is now false: its value 0
+  EXPECT_EQ(print_expr(fold_var_range(cat, 1, 7, 100)), "0");
+  // a range the cuts do not separate keeps the comparisons
+  EXPECT_EQ(fold_var_range(cat, 1, 2, 8), cat);
+  // o1 == 4 and o1 != 4 switch at 4 and 5; o1 <= 5 at 6; folded where one point is left
+  ExprRef hot = cmp(Op::Eq, o1, iconst(4));
+  EXPECT_EQ(var_range_cuts(op(Op::Or, DType::Bool, {hot, cmp(Op::Le, o1, iconst(5))}).get(), 1),
+            (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_EQ(print_expr(fold_var_range(hot, 1, 4, 5)), "1");
+  EXPECT_EQ(print_expr(fold_var_range(cmp(Op::Ne, o1, iconst(4)), 1, 5, 9)), "1");
+  EXPECT_EQ(print_expr(fold_var_range(op(Op::Not, DType::Bool, {hot}), 1, 0, 4)), "1");
+  // comparisons with anything but a bare variable and a constant are not cuts
+  EXPECT_EQ(var_range_cuts(cmp(Op::Lt, iadd(o1, iconst(1)), iconst(3)).get(), 1), std::vector<int64_t>{});
+  EXPECT_EQ(var_range_cuts(cmp(Op::Lt, o1, o0).get(), 1), std::vector<int64_t>{});
+}
+
 TEST(ExprUtil, DecomposeLeavesNoComposite) {
   for (Op o : {Op::Sigmoid, Op::Silu, Op::GeluTanh, Op::GeluErf})
     for (DType t : {DType::F32, DType::F64}) {
