@@ -178,8 +178,10 @@ std::optional<ExprRef> symbolic_step(const ExprRef& e, Space s, int dim) {
 namespace {
 
 bool is_var(const Expr* e, int dim) { return e->kind == ExprKind::Var && e->space == Space::Outer && e->index == dim; }
+// An integer constant well inside int64 (the cuts add 1 to it; shapes are far smaller).
 bool is_int_const(const Expr* e) {
-  return e->kind == ExprKind::Const && is_integer(e->dtype) && std::nearbyint(e->value) == e->value;
+  return e->kind == ExprKind::Const && is_integer(e->dtype) && std::nearbyint(e->value) == e->value &&
+         std::fabs(e->value) < 0x1p62;
 }
 
 // A comparison of the bare variable with an integer constant, as (op, c) with the variable on the
@@ -206,7 +208,7 @@ std::vector<int64_t> var_range_cuts(const Expr* e, int dim) {
     if (!seen.insert(x).second) return;
     if (auto c = var_compare(x, dim)) {
       const auto [o, v] = *c;
-      // (v + 1 cannot overflow: comparison constants come from shapes)
+      // (v + 1 cannot overflow: is_int_const bounds v by 2^62)
       if (o == Op::Lt || o == Op::Ge || o == Op::Eq || o == Op::Ne) cuts.insert(v);
       if (o == Op::Le || o == Op::Gt || o == Op::Eq || o == Op::Ne) cuts.insert(v + 1);
     }

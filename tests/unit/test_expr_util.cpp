@@ -96,6 +96,8 @@ TEST(ExprUtil, VarRangeCutsAndFolding) {
   // comparisons with anything but a bare variable and a constant are not cuts
   EXPECT_EQ(var_range_cuts(cmp(Op::Lt, iadd(o1, iconst(1)), iconst(3)).get(), 1), std::vector<int64_t>{});
   EXPECT_EQ(var_range_cuts(cmp(Op::Lt, o1, o0).get(), 1), std::vector<int64_t>{});
+  // nor constants near the int64 limits (a cut adds 1 to the constant)
+  EXPECT_EQ(var_range_cuts(cmp(Op::Le, o1, constant(9.3e18, DType::I64)).get(), 1), std::vector<int64_t>{});
 }
 
 TEST(ExprUtil, DecomposeLeavesNoComposite) {
