@@ -79,13 +79,9 @@ RowPrefetch::RowPrefetch(Builder& b, ExprEmitter& ex, std::vector<const ir::Expr
   // known when every row's span is a compile-time constant (register blocks); else unknown.
   int64_t table_bytes = 0;
   for (const Row& r : rows_) {
-    const std::optional<int64_t> n = ir::clamped_rows(r.load->args[0].get());
     auto* cs = r.span ? llvm::dyn_cast<llvm::ConstantInt>(r.span) : nullptr;
-    if (!n || !cs || table_bytes < 0) {
-      table_bytes = -1;
-      continue;
-    }
-    table_bytes += *n * (static_cast<int64_t>(cs->getZExtValue()) + 1);
+    table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(r.load->args[0].get()).value_or(-1),
+                                  cs ? cs->getSExtValue() + 1 : -1);
   }
   how_ = gather_prefetch(table_bytes);
 }

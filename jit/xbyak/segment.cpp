@@ -274,10 +274,9 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   // into L1 or L2 by the table's size (backend/gather_prefetch.hpp).
   int64_t table_bytes = 0;
   for (const auto& p : sp.ptrs) {
-    if (!p.prefetch || table_bytes < 0) continue;
-    const std::optional<int64_t> rows = ir::clamped_rows(p.base.get());
+    if (!p.prefetch) continue;
     const auto [first, last] = span(p);
-    table_bytes = rows ? table_bytes + *rows * (last - first + 1) : -1;
+    table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(p.base.get()).value_or(-1), last - first + 1);
   }
   const GatherPrefetch how = gather_prefetch(table_bytes);
   Label here, skip;

@@ -30,6 +30,16 @@ struct GatherPrefetch {
   bool to_l2;     ///< prefetcht1 (llvm.prefetch locality 2), else prefetcht0 (locality 3)
 };
 
+/// Adds rows x bytes (one table's bytes) to `total`; -1 (unknown) when either is unknown (< 0)
+/// or the sum does not fit an int64.
+inline int64_t add_table_bytes(int64_t total, int64_t rows, int64_t bytes) {
+  int64_t t = 0;
+  if (total < 0 || rows < 0 || bytes < 0 || __builtin_mul_overflow(rows, bytes, &t) ||
+      __builtin_add_overflow(total, t, &t))
+    return -1;
+  return t;
+}
+
 /// The prefetch for a kernel whose gathered rows span `table_bytes` (the rows a clamped index can
 /// select, times the bytes of each the kernel reads, summed over its tables); < 0: unknown,
 /// taken as big (a bag over a table in memory is the case prefetching exists for).
