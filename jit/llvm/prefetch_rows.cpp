@@ -78,12 +78,15 @@ RowPrefetch::RowPrefetch(Builder& b, ExprEmitter& ex, std::vector<const ir::Expr
   // The tables' bytes the rows span (the rows a clamped id selects x the bytes read per row),
   // known when every row's span is a compile-time constant (register blocks); else unknown.
   int64_t table_bytes = 0;
+  bool rows_only = true;
   for (const Row& r : rows_) {
     auto* cs = r.span ? llvm::dyn_cast<llvm::ConstantInt>(r.span) : nullptr;
     table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(r.load->args[0].get()).value_or(-1),
                                   cs ? cs->getSExtValue() + 1 : -1);
+    rows_only &= !r.step0;
   }
-  how_ = gather_prefetch(table_bytes);
+  how_ = gather_prefetch(table_bytes, rows_only);
+  if (how_.ahead == 0) rows_.clear();  // a table of rows in the L2: no prefetch (empty())
 }
 
 llvm::Value* RowPrefetch::address(const ir::Expr* l, llvm::Value* lane, const std::vector<llvm::Value*>& outer,

@@ -253,7 +253,7 @@ void Gen<Vmm>::seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f)
 // Prefetch of the lines the id a few positions ahead of rcx (in the next bag when past this one's
 // end) reads through each prefetched pointer: the block's vectors of a row (from the block's first
 // column), the elements of a gathered broadcast (an 8-bit table's scale and bias). How far ahead,
-// and into L1 or L2, by the size of the tables: backend/gather_prefetch.hpp.
+// into L1 or L2, or none, by the size of the tables: backend/gather_prefetch.hpp.
 template <class Vmm>
 void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   const SegmentPlan& sp = *p_.segment;
@@ -273,12 +273,15 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   // The tables' bytes this block reads (rows a clamped id can select x the bytes read per row):
   // into L1 or L2 by the table's size (backend/gather_prefetch.hpp).
   int64_t table_bytes = 0;
+  bool rows_only = true;
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
     const auto [first, last] = span(p);
     table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(p.base.get()).value_or(-1), last - first + 1);
+    rows_only &= p.row;
   }
-  const GatherPrefetch how = gather_prefetch(table_bytes);
+  const GatherPrefetch how = gather_prefetch(table_bytes, rows_only);
+  if (how.ahead == 0) return;
   Label here, skip;
   lea(rax, ptr[rcx + how.ahead]);
   cmp(rax, qword[rsp + seg_hi_q_]);

@@ -3,7 +3,7 @@
 //
 // A bag reads one table row per id, rows scattered over the table, so the hardware prefetchers
 // cannot guess the next row (its address is data: a later id). The kernels prefetch the rows of
-// the id `ahead` positions on, into L1 or into L2 depending on the table's size:
+// the id `ahead` positions on, into L1 or into L2 depending on the table's size, or not at all:
 //
 // - A table beyond about a quarter of the L3 misses to memory: a row of 64 f32 is 4 lines, so
 //   16-32 ids ahead is 64-128 lines in flight, more than the L1's miss buffers hold (about 24 on
@@ -12,6 +12,12 @@
 // - A table in the caches: the rows come from L2 or L3 in a few tens of cycles, and a prefetch
 //   into L1 16 ids ahead makes the loads L1 hits; prefetching into L2 leaves each load an L1
 //   miss (the in-L2 table's bag 10-25% slower).
+// - A table of rows alone that fits the L2: out-of-order execution hides the L2's latency, and
+//   the prefetches only take load slots (5 per id for an f32 row of 64). Without them the f32
+//   bag over [2000, 64] took 663-665 instead of 695-702 us on uniform ids and 529-532 instead of
+//   664-672 us on Zipf ids; f16 rows the same. A gathered scalar beside the row (the 8-bit and
+//   4-bit tables' scale/bias, its own line elsewhere) keeps the L1 prefetch: without it the
+//   8-bit bag was 3-5% slower.
 //
 // Measured (docs/performance.md, "Embedding bags: prefetch into L2 for big tables"): 2-vCPU AMD
 // EPYC Zen 4 (L2 1 MiB, L3 32 MiB), f32 [R, 64] tables, 246k ids, 1 thread, L1 at 16 ahead
@@ -26,7 +32,7 @@
 namespace kfuse::detail {
 
 struct GatherPrefetch {
-  int64_t ahead;  ///< ids ahead of the walk whose rows are prefetched
+  int64_t ahead;  ///< ids ahead of the walk whose rows are prefetched; 0: no prefetch
   bool to_l2;     ///< prefetcht1 (llvm.prefetch locality 2), else prefetcht0 (locality 3)
 };
 
@@ -42,10 +48,13 @@ inline int64_t add_table_bytes(int64_t total, int64_t rows, int64_t bytes) {
 
 /// The prefetch for a kernel whose gathered rows span `table_bytes` (the rows a clamped index can
 /// select, times the bytes of each the kernel reads, summed over its tables); < 0: unknown,
-/// taken as big (a bag over a table in memory is the case prefetching exists for).
-inline GatherPrefetch gather_prefetch(int64_t table_bytes) {
-  const bool big = table_bytes < 0 || table_bytes > probe::cache_sizes().l3 / 4;
-  return big ? GatherPrefetch{32, true} : GatherPrefetch{16, false};
+/// taken as big (a bag over a table in memory is the case prefetching exists for). `rows_only`:
+/// every prefetched load reads a vector of a row (no gathered scalar such as a scale).
+inline GatherPrefetch gather_prefetch(int64_t table_bytes, bool rows_only) {
+  const probe::CacheSizes& cs = probe::cache_sizes();
+  if (table_bytes < 0 || table_bytes > cs.l3 / 4) return {32, true};
+  if (rows_only && table_bytes <= cs.l2) return {0, false};
+  return {16, false};
 }
 
 }  // namespace kfuse::detail
