@@ -10,6 +10,7 @@ kfuse_stage(jit/llvm
   ${CMAKE_CURRENT_LIST_DIR}/lower_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/column_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transpose_tiles.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/row_pieces.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prefetch_rows.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_expr.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_random.cpp

@@ -91,6 +91,22 @@ inline constexpr int64_t kTransposeTile = 8, kTransposeRows = 256;
 /// The tile width for `k` (0: not a pointwise kernel reading an input transposed).
 int64_t plan_transpose_tile(const ir::Kernel& k);
 
+// ---- row_pieces.cpp ----
+/// One piece of a pointwise kernel's rows: the innermost index in [lo, hi), the kernel's phases
+/// with their stores folded for that range.
+struct RowPiece {
+  int64_t lo, hi;
+  std::vector<ir::Phase> phases;
+};
+/// At most this many cuts (each piece is a copy of the kernel's stores).
+inline constexpr size_t kMaxRowCuts = 8;
+/// The pieces of `k`'s rows (empty: not a pointwise kernel comparing its innermost index with
+/// constants, or more than kMaxRowCuts cuts).
+std::vector<RowPiece> plan_row_pieces(const ir::Kernel& k);
+/// Whether `k`'s functions get "+prefer-no-gather" (a pointwise kernel with a load strided by 2-8
+/// or indexed by data along the innermost dim).
+bool prefers_no_gather(const ir::Kernel& k);
+
 // ---- column_tiles.cpp ----
 /// The tile width for `k` (0: not a column kernel with lane-contiguous accesses).
 int64_t plan_column_tile(const ir::Kernel& k);

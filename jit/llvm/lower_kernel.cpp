@@ -21,6 +21,8 @@
 // registers across its ids).
 // Pointwise kernels that read an input transposed (LaunchPlan::transpose_tile,
 // transpose_tiles.cpp) walk their two innermost dims in tiles (tiled_range) instead of row by row.
+// Pointwise kernels whose innermost index is compared with constants (concat, pad) walk each row
+// in pieces between the constants, each with its stores folded (range_pieces, row_pieces.cpp).
 // Global reductions that qualify (LaunchPlan::split) get kf_part/kf_fin instead: fixed-size
 // blocks of the reduce domain folded independently, then combined in block order.
 #include <llvm/IR/Intrinsics.h>
@@ -1073,45 +1075,12 @@ class Lowerer {
     b_.CreateRetVoid();
   }
 
-  // Index-set splitting of a pointwise kernel's rows at the constants its innermost index is
-  // compared with (a concat along the last axis: o1 < 512 picks the first input; a pad's edges):
-  // each row segment runs as one counted loop per piece between two cuts, the piece's stores
-  // folded for its range (ir::fold_var_range), so a concat's pieces are plain copies. Before,
-  // every lane evaluated every input's mask and the vectoriser read the inputs with masked
-  // gathers: a concat of two [4096, 512] f32 took 3.5-4.2 ms, 4x a copy. False (nothing
-  // emitted) for other kernels, with no cut, or with more than kMaxRangeCuts (each piece is a
-  // copy of the kernel's stores).
-  static constexpr size_t kMaxRangeCuts = 8;
+  // Index-set splitting of a pointwise kernel's rows (plan_row_pieces, row_pieces.cpp): each row
+  // segment runs as one counted loop per piece, with the piece's folded stores. False (nothing
+  // emitted) for a kernel without pieces.
   bool range_pieces(ExprEmitter& ex, Value* begin, Value* end, const std::vector<Value*>& ext) {
-    if (k_.kind != ir::KernelKind::Pointwise || ext.empty()) return false;
-    for (const ir::Phase& ph : k_.phases)
-      if (ph.over_reduce) return false;
-    const int inner = static_cast<int>(ext.size()) - 1;
-    std::set<int64_t> all;
-    for (const ir::Phase& ph : k_.phases)
-      for (const ir::Store& st : ph.stores)
-        for (const ir::Expr* e : {st.index.get(), st.value.get()})
-          for (int64_t c : ir::var_range_cuts(e, inner))
-            if (c > 0) all.insert(c);  // (o >= 0 always: a cut at 0 or below splits nothing)
-    if (all.empty() || all.size() > kMaxRangeCuts) return false;
-    std::vector<int64_t> cuts(all.begin(), all.end());
-    struct Piece {
-      int64_t lo, hi;
-      std::vector<ir::Phase> phases;
-    };
-    std::vector<Piece> pieces;
-    for (size_t i = 0; i <= cuts.size(); ++i) {
-      Piece p{i == 0 ? 0 : cuts[i - 1], i == cuts.size() ? std::numeric_limits<int64_t>::max() : cuts[i], {}};
-      for (const ir::Phase& ph : k_.phases) {
-        ir::Phase q = ph;
-        for (ir::Store& st : q.stores) {
-          st.index = ir::fold_var_range(st.index, inner, p.lo, p.hi);
-          st.value = ir::fold_var_range(st.value, inner, p.lo, p.hi);
-        }
-        p.phases.push_back(std::move(q));
-      }
-      pieces.push_back(std::move(p));
-    }
+    const std::vector<RowPiece> pieces = plan_row_pieces(k_);
+    if (pieces.empty()) return false;
     auto smax = [&](Value* x, Value* y) {
       return b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {x, y});
     };
@@ -1121,7 +1090,7 @@ class Lowerer {
     flat_segments(begin, end, ext, false, {}, [&](const std::vector<Value*>& idx, Value* len, const Carried&) {
       Value* s0 = idx.back();
       Value* s1 = b_.CreateAdd(s0, len, "", true, true);
-      for (const Piece& p : pieces) {
+      for (const RowPiece& p : pieces) {
         Value* lo = smax(s0, b_.getInt64(p.lo));
         Value* n = b_.CreateSub(smin(s1, b_.getInt64(p.hi)), lo);
         counted_loop(n, false, {}, [&](Value* j, const Carried&) {
@@ -1237,43 +1206,6 @@ LaunchPlan plan_launch(const ir::Kernel& k) {
   p.nacc = static_cast<int>(k.phases[0].accs.size());
   return p;
 }
-
-namespace {
-// Whether the vectoriser should read `k`'s loads without gather instructions. LLVM's cost model
-// takes AVX-512 gathers as fast ("fast-gather"), so it vectorised a step-2 slice's load as a
-// 16-lane gather (vgatherdps: on Zen 4 about an element per cycle) rather than as wide loads
-// and shuffles (an interleave group); a gather whose index is data (index_select, gather) as
-// well, where scalar loads inserted into a vector beat it. With "prefer-no-gather" on the
-// kernel's functions, [4096, 2048] -> [4096, 1024] step 2 went from 5.8 to 1.8 ms, step 3 from
-// 8.0 to 2.5-2.8 ms, index_select of 512 columns of [4096, 1024] from 5.4 to 2.1 ms and a random
-// gather along the rows from 7.0-7.3 to 5.1-5.8 ms (1 thread, Zen 4). Only pointwise kernels
-// with such a load take it: set for every kernel it made a mean over a middle axis 1.6x slower
-// and a 3-way concat 1.35x slower (docs/performance.md, "Strided and data-indexed loads").
-bool prefers_no_gather(const ir::Kernel& k) {
-  if (k.kind != ir::KernelKind::Pointwise || k.outer.empty()) return false;
-  const int inner = static_cast<int>(k.outer.size()) - 1;
-  bool found = false;
-  std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
-    if (found) return;
-    if (e->kind == ir::ExprKind::Load) {
-      const ir::Expr* idx = e->args[0].get();
-      if (ir::contains(idx, ir::ExprKind::Load) && ir::depends_on(idx, ir::Space::Outer, inner)) {
-        found = true;  // a gather along the vectorised dim
-        return;
-      }
-      const std::optional<int64_t> step = ir::affine_step(idx, ir::Space::Outer, inner);
-      if (step && (*step >= 2 || *step <= -2) && *step <= 8 && *step >= -8) {
-        found = true;  // a strided read an interleave group covers
-        return;
-      }
-    }
-    for (const auto& a : e->args) visit(a.get());
-  };
-  for (const ir::Phase& ph : k.phases)
-    for (const ir::Store& st : ph.stores) visit(st.value.get());
-  return found;
-}
-}  // namespace
 
 std::unique_ptr<llvm::Module> lower_kernel(const ir::Kernel& k, const LaunchPlan& plan, llvm::LLVMContext& ctx,
                                            const MathLib& math, llvm::TargetMachine& tm) {

@@ -1,8 +1,9 @@
 // LLVM backend: pointwise kernels whose innermost index is compared with constants (a concat
 // along the last axis, a pad, a one-hot column) run each row as one loop per piece between the
-// constants, with the stores folded for the piece (Lowerer::range_pieces, ir::fold_var_range),
-// and kernels with a strided or data-indexed innermost load vectorise without gathers
-// (prefers_no_gather in lower_kernel.cpp). Checked through the API on the LLVM backend alone:
+// constants, with the stores folded for the piece (plan_row_pieces in row_pieces.cpp,
+// ir::fold_var_range), and kernels with a strided or data-indexed innermost load vectorise
+// without gathers (prefers_no_gather, row_pieces.cpp). Checked through the API on the LLVM
+// backend alone:
 // the values of concats of 2-5 inputs of odd widths (widths 1 and 0 among them), pads on either
 // side, a concat fused with arithmetic, i32 and f64 data, a row chunk of any length at any column
 // (1-3 threads and KFUSE_CHUNK-like splits through the thread pool); and, in the compiled LLVM
@@ -99,7 +100,7 @@ TEST_F(LlvmRangePieces, PiecesAreChunkIndependent) {
   }
 }
 
-// More cuts than Lowerer::kMaxRangeCuts: the kernel keeps its masked row loop (still correct).
+// More cuts than kMaxRowCuts (row_pieces.cpp): the kernel keeps its masked row loop (still correct).
 TEST_F(LlvmRangePieces, ManyInputsKeepTheMaskedLoop) {
   use_llvm(2);
   std::vector<Tensor> parts;
