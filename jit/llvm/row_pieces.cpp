@@ -52,17 +52,19 @@ std::vector<RowPiece> plan_row_pieces(const ir::Kernel& k) {
 // 16-lane gather (vgatherdps: on Zen 4 about an element per cycle) rather than as wide loads
 // and shuffles (an interleave group); a gather whose index is data (index_select, gather) as
 // well, where scalar loads inserted into a vector beat it. With "prefer-no-gather" on the
-// kernel's functions, [4096, 2048] -> [4096, 1024] step 2 went from 5.8 to 1.8 ms, step 3 from
-// 8.0 to 2.5-2.8 ms, index_select of 512 columns of [4096, 1024] from 5.4 to 2.1 ms and a random
-// gather along the rows from 7.0-7.3 to 5.1-5.8 ms (1 thread, Zen 4). Only pointwise kernels
-// with such a load take it: set for every kernel it made a mean over a middle axis 1.6x slower
-// and a 3-way concat 1.35x slower (docs/performance.md, "Strided and data-indexed loads").
+// kernel's functions, [4096, 2048] -> [4096, 1024] step 2 went from 5.4-5.6 to 1.6 ms, step 3
+// from 7.4-7.5 to 2.2-2.3 ms, index_select of 512 columns of [4096, 1024] from 3.3-5.0 to
+// 1.8-2.0 ms and a random gather along the rows from 6.3-7.3 to 4.7-4.9 ms (1 thread, Zen 4).
+// Only pointwise kernels with such a load take it: set for every kernel it made a mean over a
+// middle axis 1.6x slower and a 3-way concat 1.35x slower (docs/performance.md, "Concats, pads,
+// strided slices and gathers on LLVM").
 bool prefers_no_gather(const ir::Kernel& k) {
   if (k.kind != ir::KernelKind::Pointwise || k.outer.empty()) return false;
   const int inner = static_cast<int>(k.outer.size()) - 1;
   bool found = false;
+  std::set<const ir::Expr*> seen;  // (a DAG: shared subexpressions once)
   std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
-    if (found) return;
+    if (found || !seen.insert(e).second) return;
     if (e->kind == ir::ExprKind::Load) {
       const ir::Expr* idx = e->args[0].get();
       if (ir::contains(idx, ir::ExprKind::Load) && ir::depends_on(idx, ir::Space::Outer, inner)) {

@@ -82,14 +82,20 @@ bool contains(const Expr* e, ExprKind k) {
   return false;
 }
 
-std::optional<int64_t> clamped_rows(const Expr* e) {
+std::optional<int64_t> clamped_rows(const Expr* root) {
   std::optional<int64_t> best;
-  if (e->kind == ExprKind::Op && e->op == Op::Minimum && e->args.size() == 2 && e->args[1]->kind == ExprKind::Const &&
-      e->args[0]->kind == ExprKind::Op && e->args[0]->op == Op::Maximum && e->args[0]->args.size() == 2 &&
-      is_const(e->args[0]->args[1], 0) && e->args[1]->value >= 0)
-    best = static_cast<int64_t>(e->args[1]->value) + 1;
-  for (const auto& a : e->args)
-    if (std::optional<int64_t> r = clamped_rows(a.get()); r && (!best || *r > *best)) best = r;
+  std::unordered_set<const Expr*> seen;  // (a DAG: shared subexpressions once)
+  std::function<void(const Expr*)> visit = [&](const Expr* e) {
+    if (!seen.insert(e).second) return;
+    if (e->kind == ExprKind::Op && e->op == Op::Minimum && e->args.size() == 2 && e->args[1]->kind == ExprKind::Const &&
+        e->args[0]->kind == ExprKind::Op && e->args[0]->op == Op::Maximum && e->args[0]->args.size() == 2 &&
+        is_const(e->args[0]->args[1], 0) && e->args[1]->value >= 0 && e->args[1]->value < 0x1p62) {
+      const auto rows = static_cast<int64_t>(e->args[1]->value) + 1;
+      if (!best || rows > *best) best = rows;
+    }
+    for (const auto& a : e->args) visit(a.get());
+  };
+  visit(root);
   return best;
 }
 
