@@ -3,12 +3,12 @@
 // constants, with the stores folded for the piece (plan_row_pieces in row_pieces.cpp,
 // ir::fold_var_range), and kernels with a strided or data-indexed innermost load vectorise
 // without gathers (prefers_no_gather, row_pieces.cpp). Checked through the API on the LLVM
-// backend alone:
-// the values of concats of 2-5 inputs of odd widths (widths 1 and 0 among them), pads on either
-// side, a concat fused with arithmetic, i32 and f64 data, a row chunk of any length at any column
-// (1-3 threads and KFUSE_CHUNK-like splits through the thread pool); and, in the compiled LLVM
-// IR, that a concat's pieces read with plain vector loads (no masked gathers) and that a step-2
-// slice takes the prefer-no-gather attribute while a plain copy does not.
+// backend alone: the values of concats of 2-5 inputs of odd widths (widths 1 and 0 among them),
+// pads on either side, a concat fused with arithmetic, i32 and f64 data, 1-3 threads; launch
+// chunks starting and ending anywhere in a row (sequential chunks of 1, 7 and 13 points give the
+// bits of one launch); and, in the compiled LLVM IR, that a concat's pieces read with plain
+// vector loads (no masked gathers) and that a step-2 slice takes the prefer-no-gather attribute
+// while a plain copy does not.
 #include <kfuse/options.hpp>
 
 #include <algorithm>
@@ -32,10 +32,13 @@ class LlvmRangePieces : public ::testing::Test {
   void TearDown() override {
     if (detail::find_backend("llvm")) set_options(saved_);
   }
-  void use_llvm(int threads) {
+  // The LLVM backend alone, on `threads` threads, launches in sequential chunks of `chunk`
+  // outer points (0: the pool's split; Options::llvm_launch_chunk).
+  void use_llvm(int threads, int64_t chunk = 0) {
     Options o = saved_;
     o.backends = {"llvm"};
     o.num_threads = threads;
+    o.llvm_launch_chunk = chunk;
     set_options(o);
   }
   Options saved_;
@@ -79,25 +82,25 @@ TEST_F(LlvmRangePieces, ConcatsAndPadsMatchTheReference) {
   }
 }
 
-// A row of the launch may start and end anywhere: a 3-D concat along the last axis over a domain
-// whose chunks (threads) cut rows in the middle, and a one-hot compare (o == c) with the cuts at
-// c and c + 1.
+// A launch chunk may start and end anywhere in a row: a 3-D concat along the last axis and a
+// one-hot compare (o == c, cuts at c and c + 1) launched in sequential chunks of 1, 7 and 13
+// points (rows of 11 cut at every column) give the bits of one whole launch.
 TEST_F(LlvmRangePieces, PiecesAreChunkIndependent) {
   const Tensor a = make_tensor(random_values(3 * 37 * 5, 1), {3, 37, 5});
   const Tensor b = make_tensor(random_values(3 * 37 * 6, 2), {3, 37, 6});
+  const Tensor r = make_tensor(random_values(7 * 11, 3), {7, 11});
+  auto cat = [&] { return concat({a, b}, 2); };
+  auto hot = [&] { return eq(arange(11), scalar(4, DType::I64)) + r; };
   use_llvm(1);
-  const std::vector<double> one = values(concat({a, b}, 2));
-  const std::vector<double> hot =
-      values(eq(arange(11), scalar(4, DType::I64)) + make_tensor(random_values(7 * 11, 3), {7, 11}));
-  for (int threads : {2, 3}) {
-    use_llvm(threads);
-    Tensor y = concat({a, b}, 2);
-    EXPECT_EQ(values(y), one) << threads;
-    EXPECT_TRUE(all_close(values(y), reference_values(y), 0, 0));
-    Tensor h = eq(arange(11), scalar(4, DType::I64)) + make_tensor(random_values(7 * 11, 3), {7, 11});
-    EXPECT_EQ(values(h), hot) << threads;
-    EXPECT_TRUE(all_close(values(h), reference_values(h), 1e-6, 0));  // (1 + x rounds to f32)
-  }
+  const std::vector<double> whole_cat = values(cat()), whole_hot = values(hot());
+  EXPECT_TRUE(all_close(whole_cat, reference_values(cat()), 0, 0));
+  EXPECT_TRUE(all_close(whole_hot, reference_values(hot()), 1e-6, 0));  // (1 + x rounds to f32)
+  for (int64_t chunk : {1, 7, 13})
+    for (int threads : {1, 2}) {
+      use_llvm(threads, chunk);
+      EXPECT_EQ(values(cat()), whole_cat) << "chunk " << chunk << " threads " << threads;
+      EXPECT_EQ(values(hot()), whole_hot) << "chunk " << chunk << " threads " << threads;
+    }
 }
 
 // More cuts than kMaxRowCuts (row_pieces.cpp): the kernel keeps its masked row loop (still correct).
