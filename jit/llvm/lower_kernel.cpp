@@ -127,6 +127,10 @@ class Lowerer {
     return fn;
   }
 
+  // i64 minimum and maximum (loop bounds, tile and piece edges).
+  Value* smin(Value* x, Value* y) { return b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {x, y}); }
+  Value* smax(Value* x, Value* y) { return b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {x, y}); }
+
   // ---- loops ----
   using Carried = std::vector<Value*>;
 
@@ -208,12 +212,6 @@ class Lowerer {
     auto point = [&](const std::vector<Value*>& idx, const Carried&) {
       body(idx);
       return Carried{};
-    };
-    auto smin = [&](Value* x, Value* y) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {x, y});
-    };
-    auto smax = [&](Value* x, Value* y) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {x, y});
     };
     Value* C = extents.back();
     Value* one = b_.getInt64(1);
@@ -314,7 +312,7 @@ class Lowerer {
     std::vector<Value*> idx = unravel(pos, extents, nd);
     Value* left = b_.CreateSub(end, pos, "", true, true);
     Value* row_left = b_.CreateSub(extents[nd - 1], idx[nd - 1], "", true, true);
-    Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {left, row_left});
+    Value* len = smin(left, row_left);
     Carried next = seg_body(idx, len, phis);
     Value* pos1 = b_.CreateAdd(pos, len, "", true, true);
     llvm::BasicBlock* latch = b_.GetInsertBlock();
@@ -584,8 +582,7 @@ class Lowerer {
     Value* nsub = b_.CreateUDiv(b_.CreateAdd(count, b_.getInt64(S - 1), "", true, true), b_.getInt64(S));
     return counted_loop(nsub, true, initial_states(ph), [&](Value* j, const Carried& cur) {
       Value* off = b_.CreateMul(j, b_.getInt64(S), "", true, true);
-      Value* len = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
-                                      {b_.getInt64(S), b_.CreateSub(count, off, "", true, true)});
+      Value* len = smin(b_.getInt64(S), b_.CreateSub(count, off, "", true, true));
       Carried part = cascade(ph, ex, level - 1, b_.CreateAdd(start, off, "", true, true), len);
       Carried next;
       for (size_t i = 0; i < ph.accs.size(); ++i) next.push_back(fold(ph.accs[i], cur[i], part[i], false));
@@ -703,8 +700,7 @@ class Lowerer {
     Value* ntiles = b_.CreateUDiv(b_.CreateAdd(len, b_.getInt64(T - 1), "", true, true), b_.getInt64(T));
     counted_loop(ntiles, true, {}, [&](Value* t, const Carried&) {
       Value* off = b_.CreateMul(t, b_.getInt64(T), "", true, true);
-      Value* w = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
-                                    {b_.getInt64(T), b_.CreateSub(len, off, "", true, true)});
+      Value* w = smin(b_.getInt64(T), b_.CreateSub(len, off, "", true, true));
       std::vector<Value*> at = first;
       at.back() = b_.CreateAdd(first.back(), off, "", true, true);
       column_tile(ex, at, w);
@@ -855,7 +851,7 @@ class Lowerer {
     };
     Value *lo, *hi;  // (not a structured binding: the lambdas below capture them)
     std::tie(lo, hi) = range(first);
-    Value* n = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {b_.CreateSub(hi, lo), b_.getInt64(0)});
+    Value* n = smax(b_.CreateSub(hi, lo), b_.getInt64(0));
     // The next bag (the next index of the outer dim before the lanes), empty past the last one.
     const size_t nd = first.size();
     std::vector<Value*> next = first;
@@ -1081,12 +1077,6 @@ class Lowerer {
   bool range_pieces(ExprEmitter& ex, Value* begin, Value* end, const std::vector<Value*>& ext) {
     const std::vector<RowPiece> pieces = plan_row_pieces(k_);
     if (pieces.empty()) return false;
-    auto smax = [&](Value* x, Value* y) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {x, y});
-    };
-    auto smin = [&](Value* x, Value* y) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {x, y});
-    };
     flat_segments(begin, end, ext, false, {}, [&](const std::vector<Value*>& idx, Value* len, const Carried&) {
       Value* s0 = idx.back();
       Value* s1 = b_.CreateAdd(s0, len, "", true, true);
@@ -1122,8 +1112,7 @@ class Lowerer {
     counted_loop(n, false, {}, [&](Value* i, const Carried&) {
       Value* blk = b_.CreateAdd(a[0], i, "", true, true);
       Value* rb = b_.CreateMul(blk, b_.getInt64(plan_.block), "", true, true);
-      Value* re = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()},
-                                     {b_.CreateAdd(rb, b_.getInt64(plan_.block)), b_.getInt64(k_.reduce_numel())});
+      Value* re = smin(b_.CreateAdd(rb, b_.getInt64(plan_.block)), b_.getInt64(k_.reduce_numel()));
       Carried fin = cascades(ph)
                         ? cascade(ph, ex, cascade_levels(plan_.block), rb, b_.CreateSub(re, rb, "", true, true))
                         : flat_range(rb, re, ext, true, initial_states(ph),
