@@ -229,6 +229,28 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   Workload mlp = mm(bm, bk, bn, Kind::Mlp, Target::Epilogue5pct);
   mlp.bare = v.back().name;
   v.push_back(mlp);
+  // Embedding bags (sum) over a table beyond the L3, its rows stored as f32, f16, 8-bit and 4-bit
+  // (bench/bag_problem.hpp), bags of 20-100 ids drawn uniformly and Zipf-like.
+  const int64_t bag_rows = rc(2'000'000, 20'000), bag_cols = 64, bags = rc(4096, 256);
+  for (bool zipf : {false, true}) {
+    std::string f32_name;
+    for (const char* table : {"f32", "f16", "8-bit", "4-bit"}) {
+      Workload b = wl("embedding_bag " + std::string(table) + " " + shape2(bag_rows, bag_cols) + ", " +
+                          std::to_string(bags) + " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
+                      Kind::EmbeddingBag, bag_rows, bag_cols);
+      b.table = table;
+      b.bags = bags;
+      b.zipf = zipf;
+      if (b.table == "f32") {
+        b.target = Target::BagVsTorch;
+        f32_name = b.name;
+      } else if (b.table == "8-bit") {
+        b.target = Target::Bag8Bit;
+        b.bare = f32_name;
+      }
+      v.push_back(b);
+    }
+  }
   v.push_back(wl("compile time per kernel", Kind::Compile, 1, 1024, Target::Compile100us));
   v.push_back(wl("cache-hit overhead 8 floats", Kind::CacheHit, 1, 8));
   return v;
@@ -268,12 +290,15 @@ std::string ratio(double x) {
 
 // Fills Row::target of the kfuse rows of one (workload, threads) group.
 void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
-  if (!w.bare.empty())  // every row of the MLP block: its time over the same implementation's bare GEMM
+  // Every row of the MLP block (8-bit bag): its time over the same implementation's bare GEMM (f32 bag).
+  if (!w.bare.empty())
     for (Row& r : group) {
       auto it = medians().find(median_key(w.bare, r.impl, r.threads));
       if (r.status != "ok" || it == medians().end()) continue;
       r.vs_bare = r.st.median / it->second;
-      std::string n = ratio(r.vs_bare) + " its bare GEMM";
+      // (A bag's ratio is a speed: the f32 bag's time over this one's.)
+      std::string n =
+          w.kind == Kind::Mlp ? ratio(r.vs_bare) + " its bare GEMM" : ratio(1 / r.vs_bare) + " the f32 bag's speed";
       r.note = r.note.empty() ? n : n + "; " + r.note;
     }
   if (w.target == Target::None) return;
@@ -331,6 +356,19 @@ void apply_targets(const Workload& w, std::vector<Row>& group, bool quick) {
           continue;
         }
         need(r.vs_bare <= 1.05, "(need <=1.05x the bare GEMM)");
+        break;
+      case Target::BagVsTorch:
+        if (!torch_nat) {
+          r.target = "n/a (LibTorch not run)";
+          continue;
+        }
+        need(r.st.median * 1.5 <= torch_nat->st.median,
+             ratio(torch_nat->st.median / r.st.median) + " vs torch at::embedding_bag (need >=1.5x)");
+        break;
+      case Target::Bag8Bit:
+        if (r.vs_bare > 0) need(r.vs_bare <= 0.5, ratio(1 / r.vs_bare) + " the f32 bag's speed (need >=2x)");
+        else need(false, "f32 bag not run (need >=2x its speed)");
+        need(r.frac >= 0.70, pct(r.frac) + " of ceiling (need 70%)");
         break;
       case Target::Compile100us:
         if (r.impl != "kfuse[xbyak]") continue;
@@ -531,6 +569,9 @@ int main(int argc, char** argv) {
     try {
       if (w.gemm()) {
         ref = gemm_reference(w);
+      } else if (w.kind == Kind::EmbeddingBag) {
+        ref = kfuse_bag_reference(w);
+        kfuse_bag_share_table(w);
       } else {
         auto in = kfuse_inputs(w);
         ref.values = kfuse::reference_values(kfuse_build(w, in));
@@ -550,7 +591,10 @@ int main(int argc, char** argv) {
       char b[160];
       roofs[t] = kfuse::measure_cpu_roofs(t, cli.quick);
       kfuse::Roof roof = kfuse::roof_of(roofs[t], kfuse::DType::F32);
-      bound[t] = kfuse_bound_seconds(w, roof);
+      // A bag's plan reads its whole table as far as explain() can tell (the rows are picked by
+      // data): its bound counts the distinct rows the ids pick (make_inputs), as kfuse_bag does.
+      bound[t] =
+          w.kind == Kind::EmbeddingBag ? roof.seconds(w.read_bytes, w.write_bytes, 0) : kfuse_bound_seconds(w, roof);
       if (w.gemm()) {
         ceil[t] = bound[t] > 0 ? w.flops / bound[t] * 1e-9 : 0;
         std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s (FMA peak %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],
@@ -571,7 +615,7 @@ int main(int argc, char** argv) {
     else
       std::printf("   compulsory %s; fp64 reference in %s; ceiling %s\n", fmt_bytes(w.compulsory_bytes).c_str(),
                   fmt_time(now_s() - t0).c_str(), ceil_txt.c_str());
-    if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes)
+    if (w.compulsory_bytes >= 16e6 && w.compulsory_bytes <= l3_bytes && w.kind != Kind::EmbeddingBag)
       std::printf(
           "   (fits the %s L3: rows may run from cache, above the DRAM ceiling; --scale measures out of cache)\n",
           fmt_bytes(l3_bytes).c_str());
@@ -581,15 +625,18 @@ int main(int argc, char** argv) {
       std::vector<Row> g;
       std::map<std::string, std::string> seen_backends;  // reported backend set -> first row
       for (auto& b : cli.backends) {
-        if (w.flops > gemm_flops_limit(b)) {  // not a GEMM backend: minutes per sample at this size
-          Row r;
-          r.workload = w.name;
-          r.impl = "kfuse[" + b + "]";
-          r.threads = t;
-          r.status = "skipped";
-          r.note = ": not timed above " + std::to_string(static_cast<long long>(gemm_flops_limit(b) / 1e6)) +
-                   " MFLOP (the " + b + " backend has no blocked GEMM)";
+        auto skip = [&](const std::string& why) {
+          Row r = skipped_row(w, ("kfuse[" + b + "]").c_str(), t, "");
+          r.note = ": " + why;
           g.push_back(r);
+        };
+        if (w.flops > gemm_flops_limit(b)) {  // not a GEMM backend: minutes per sample at this size
+          skip("not timed above " + std::to_string(static_cast<long long>(gemm_flops_limit(b) / 1e6)) + " MFLOP (the " +
+               b + " backend has no blocked GEMM)");
+          continue;
+        }
+        if (w.kind == Kind::EmbeddingBag && b == "reference" && !cli.quick) {  // the interpreter: seconds per call
+          skip("the interpreter is timed on bags with --quick only");
           continue;
         }
         Impl im = kfuse_impl(w, b, t, base);
@@ -608,7 +655,8 @@ int main(int argc, char** argv) {
           if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
           if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
           if (!p.error.empty()) n += " (" + p.error + ")";
-          if (cli.profile && r.status == "ok") {
+          // (Not for bags: the profiler counts the whole table, the bench the rows the ids pick.)
+          if (cli.profile && r.status == "ok" && w.kind != Kind::EmbeddingBag) {
             ProfileAgreement pa = profile_agreement(im, w, roofs[t], r, bound[t], kProfileTolerance);
             // A shared host's load comes and goes: a row whose fractions disagree is timed again,
             // the bench's way and then the profiler's back to back, up to twice.
@@ -662,15 +710,16 @@ int main(int argc, char** argv) {
 #else
       add_peer("torch", false, "LibTorch", nullptr);
 #endif
+      const bool other_peers = w.kind != Kind::EmbeddingBag;  // oneDNN and Eigen have no embedding bag
 #ifdef KFUSE_BENCH_HAVE_DNNL
-      add_peer("onednn", true, "oneDNN", &dnnl_impls);
+      if (other_peers) add_peer("onednn", true, "oneDNN", &dnnl_impls);
 #else
-      add_peer("onednn", false, "oneDNN", nullptr);
+      if (other_peers) add_peer("onednn", false, "oneDNN", nullptr);
 #endif
 #ifdef KFUSE_BENCH_HAVE_EIGEN
-      add_peer("eigen", true, "Eigen", &eigen_impls);
+      if (other_peers) add_peer("eigen", true, "Eigen", &eigen_impls);
 #else
-      add_peer("eigen", false, "Eigen", nullptr);
+      if (other_peers) add_peer("eigen", false, "Eigen", nullptr);
 #endif
       if (w.kind == Kind::Matmul) {  // OpenBLAS has only the GEMM
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS

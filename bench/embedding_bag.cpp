@@ -1,7 +1,8 @@
 // kfuse_bag: embedding_bag (mode sum) over a table larger than the L3, stored as f32, f16,
 // 8-bit and 4-bit row-wise quantised (include/kfuse/quantize.hpp), with bags of 20-100 ids drawn
-// uniformly or Zipf-like, and LibTorch's at::embedding_bag over the f32 table in the same run
-// when LibTorch is found (bench/peers/torch_bag.cpp).
+// uniformly or Zipf-like, and LibTorch's bags in the same run when LibTorch is found
+// (bench/peers/torch_bag.cpp): at::embedding_bag over the f32 table, PyTorch's quantised 8-bit bag
+// over the 8-bit table.
 //
 //   kfuse_bag [--rows 2000000] [--cols 64] [--bags 4096] [--threads 1,2] [--min-time 1]
 //             [--filter text] [--quick]
@@ -15,21 +16,15 @@
 #include <kfuse/kfuse.hpp>
 #include <kfuse/profile.hpp>
 #include <kfuse/quantize.hpp>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
-#include <new>
-#include <numeric>
 #include <utility>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "bag_problem.hpp"
@@ -86,59 +81,10 @@ Cli parse(int argc, char** argv) {
   return c;
 }
 
-// Bags of 20-100 ids. Uniform: every row equally likely. Zipf-like: rank k (0-based) with
-// density ~ 1/(k+1) (k = floor(R^u) - 1 for uniform u: Zipf with exponent 1, the shape of
-// real id traffic), ranks scattered over the table by a bijection (an odd multiplier coprime
-// to R, so hot rows are not neighbours).
-void make_bags(BagProblem& p, int64_t bags, bool zipf, uint64_t seed) {
-  SplitMix g{seed};
-  p.ids.clear();
-  p.offsets.clear();
-  uint64_t mult = 2654435761ULL;
-  while (std::gcd(mult, static_cast<uint64_t>(p.rows)) != 1) mult += 2;
-  for (int64_t b = 0; b < bags; ++b) {
-    p.offsets.push_back(static_cast<int64_t>(p.ids.size()));
-    const int64_t len = 20 + static_cast<int64_t>(g.next() % 81);
-    for (int64_t i = 0; i < len; ++i) {
-      uint64_t r;
-      if (zipf) {
-        const auto k = static_cast<uint64_t>(std::floor(std::pow(static_cast<double>(p.rows), g.unit()))) - 1;
-        r = static_cast<uint64_t>((static_cast<unsigned __int128>(k) * mult) % static_cast<uint64_t>(p.rows));
-      } else {
-        r = g.next() % static_cast<uint64_t>(p.rows);
-      }
-      p.ids.push_back(static_cast<int64_t>(r));
-    }
-  }
-}
-
-// fp64 bags of `values` (the table as the variant stores it, dequantised) and the per-element
-// bound 4 eps32 sum|row values| (f32 sums in any order, and dequantisation computed once per use).
-Reference bag_reference(const BagProblem& p, const float* values) {
-  Reference r;
-  const auto bags = static_cast<int64_t>(p.offsets.size());
-  r.values.assign(static_cast<size_t>(bags * p.cols), 0.0);
-  r.bound.assign(r.values.size(), 0.0);
-  for (int64_t b = 0; b < bags; ++b) {
-    const int64_t end = b + 1 < bags ? p.offsets[b + 1] : static_cast<int64_t>(p.ids.size());
-    for (int64_t i = p.offsets[b]; i < end; ++i)
-      for (int64_t c = 0; c < p.cols; ++c) {
-        const double v = values[static_cast<size_t>(p.ids[i] * p.cols + c)];
-        r.values[static_cast<size_t>(b * p.cols + c)] += v;
-        r.bound[static_cast<size_t>(b * p.cols + c)] += 4 * 1.1920929e-7 * std::fabs(v);
-      }
-  }
-  r.atol = 1e-6;
-  r.rtol = 0;
-  return r;
-}
-
-// One storage format of the table: how kfuse reads it, its bytes per row, and its values.
+// One storage format of the table and how kfuse reads it.
 struct Variant {
-  std::string name;
-  double row_bytes = 0;
+  std::string name;                      // bag_row_bytes' format name
   std::function<kfuse::Tensor()> table;  // the lazy f32 table expression the bag reads
-  std::vector<float> values;             // what it holds, as f32 (for the reference)
 };
 
 std::vector<float> as_floats(const kfuse::Tensor& t) { return t.to_vector<float>(); }
@@ -170,58 +116,44 @@ int main(int argc, char** argv) {
       "GB/s: (distinct rows touched x bytes per stored row + ids + offsets + f32 result) / median;\n"
       "%%ceil: of kfuse::Roof for that read/write mix and thread count, measured before each group\n");
 
-  // The f32 table and its f16 / 8-bit / 4-bit copies, made once (kfuse computes the copies).
-  BagProblem p;
-  p.rows = cli.rows;
-  p.cols = cli.cols;
-  // Allocated as kfuse allocates its own big buffers (lib/graph/host_pool.cpp): on a 2 MiB
-  // boundary with transparent huge pages asked for, unless KFUSE_HUGE_PAGES=0. So the f32 table
-  // (read by kfuse and LibTorch alike) and kfuse's f16 / 8-bit / 4-bit copies pay the same TLB
-  // misses per row. (A std::vector of this size is 16 bytes past a page: every 256-byte row would
-  // span 5 cache lines, and its pages are 4 KiB where THP is "madvise".)
-  const auto n = static_cast<size_t>(p.rows * p.cols);
-  const size_t huge = size_t{2} << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
-  std::unique_ptr<float, decltype(&std::free)> storage(static_cast<float*>(std::aligned_alloc(huge, bytes)),
-                                                       &std::free);
-  if (!storage) throw std::bad_alloc();
-  if (kfuse::options().huge_pages) madvise(storage.get(), bytes, MADV_HUGEPAGE);
-  float* table = storage.get();
-  {
-    SplitMix g{12345};
-    for (size_t i = 0; i < n; ++i) table[i] = static_cast<float>(2 * g.unit() - 1);
-  }
-  p.table = table;
-  kfuse::Tensor t32 = kfuse::Tensor::borrow(table, {p.rows, p.cols});
+  // The f32 table (bench/bag_problem.hpp) and its f16 / 8-bit / 4-bit copies, made once (kfuse
+  // computes the copies).
+  const std::shared_ptr<const float> storage = bag_table(cli.rows, cli.cols);
+  const float* table = storage.get();
+  kfuse::Tensor t32 = kfuse::Tensor::borrow(const_cast<float*>(table), {cli.rows, cli.cols});
   kfuse::Tensor t16 = t32.cast(kfuse::DType::F16);
   kfuse::QuantizedTable q8 = kfuse::quantize_rowwise(t32, 8), q4 = kfuse::quantize_rowwise(t32, 4);
   kfuse::eval({t16, q8.values, q8.scale_bias, q4.values, q4.scale_bias});
-  const double d = static_cast<double>(p.cols);
+  const double d = static_cast<double>(cli.cols);
   std::vector<Variant> variants;
-  variants.push_back({"f32", 4 * d, [t32] { return t32; }, {}});
-  variants.push_back({"f16", 2 * d, [t16] { return t16.cast(kfuse::DType::F32); }, {}});
-  variants.push_back({"8-bit", d + 8, [q8] { return kfuse::dequantize_rowwise(q8); }, {}});
-  variants.push_back({"4-bit", std::ceil(d / 2) + 8, [q4] { return kfuse::dequantize_rowwise(q4); }, {}});
+  variants.push_back({"f32", [t32] { return t32; }});
+  variants.push_back({"f16", [t16] { return t16.cast(kfuse::DType::F32); }});
+  variants.push_back({"8-bit", [q8] { return kfuse::dequantize_rowwise(q8); }});
+  variants.push_back({"4-bit", [q4] { return kfuse::dequantize_rowwise(q4); }});
 
   bool any_bad = false;
   for (bool zipf : {false, true}) {
-    make_bags(p, cli.bags, zipf, zipf ? 2 : 1);
-    const std::unordered_set<int64_t> distinct(p.ids.begin(), p.ids.end());
+    const BagProblem p = make_bag_problem(cli.rows, cli.cols, cli.bags, zipf, zipf ? 2 : 1);
     const double index_bytes = 8.0 * static_cast<double>(p.ids.size() + p.offsets.size());
     const double write_bytes = 4.0 * static_cast<double>(cli.bags) * d;
-    std::printf("\n== %s ids: %zu ids, %zu distinct rows\n", zipf ? "Zipf-like" : "uniform", p.ids.size(),
-                distinct.size());
+    std::printf("\n== %s ids: %zu ids, %lld distinct rows\n", zipf ? "Zipf-like" : "uniform", p.ids.size(),
+                static_cast<long long>(p.distinct));
     // Borrowed anew for every call, as a caller with a new batch would: the same borrowed tensors
     // would make every call after the first the same (interned) node, already evaluated, and time
     // nothing but recording.
-    auto ids = [&p] { return kfuse::Tensor::borrow(p.ids.data(), {static_cast<int64_t>(p.ids.size())}); };
-    auto offsets = [&p] { return kfuse::Tensor::borrow(p.offsets.data(), {static_cast<int64_t>(p.offsets.size())}); };
+    auto ids = [&p] {
+      return kfuse::Tensor::borrow(const_cast<int64_t*>(p.ids.data()), {static_cast<int64_t>(p.ids.size())});
+    };
+    auto offsets = [&p] {
+      return kfuse::Tensor::borrow(const_cast<int64_t*>(p.offsets.data()), {static_cast<int64_t>(p.offsets.size())});
+    };
     std::printf("%-8s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
                 "ceil", "%ceil", "kern", "check");
     for (Variant& v : variants) {
       if (!cli.filter.empty() && v.name.find(cli.filter) == std::string::npos &&
           cli.filter != (zipf ? "zipf" : "uniform"))
         continue;
-      const double read_bytes = static_cast<double>(distinct.size()) * v.row_bytes + index_bytes;
+      const double read_bytes = static_cast<double>(p.distinct) * bag_row_bytes(v.name, cli.cols) + index_bytes;
       const std::vector<float> copy = v.name == "f32" ? std::vector<float>{} : as_floats(v.table());
       const Reference ref = bag_reference(p, v.name == "f32" ? table : copy.data());
       std::vector<std::pair<Impl, int>> impls;  // with its thread count
@@ -241,6 +173,8 @@ int main(int argc, char** argv) {
         impls.push_back({k, t});
 #ifdef KFUSE_BENCH_HAVE_TORCH
         if (v.name == "f32") impls.push_back({torch_bag_impl(p, t), t});
+        if (v.name == "8-bit")
+          impls.push_back({torch_bag8_impl(p, q8.values.data_ptr<uint8_t>(), q8.scale_bias.data_ptr<float>(), t), t});
 #endif
       }
       for (auto& [im, t] : impls) {

@@ -1,6 +1,13 @@
 #include "kfuse_impl.hpp"
 
+#include "bag_problem.hpp"
+
+#include <kfuse/index_ops.hpp>
+#include <kfuse/quantize.hpp>
+
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -19,8 +26,69 @@ bool kfuse_has_explain() {
   return fn != nullptr;
 }
 
+namespace {
+
+// The table of an embedding-bag workload in its storage format, made once per table and format
+// (kfuse computes the f16 and quantised copies): the f32 borrow itself, or the stored copy behind
+// the lazy f32 expression the bag reads (f16 -> cast, quantised -> dequantize_rowwise).
+struct BagTable {
+  kfuse::Tensor stored;     // f32, f16
+  kfuse::QuantizedTable q;  // 8-bit, 4-bit
+  kfuse::Tensor expr() const {
+    return q.values.defined() ? kfuse::dequantize_rowwise(q) : stored.cast(kfuse::DType::F32);
+  }
+};
+
+const BagTable& bag_table_of(const Workload& w) {
+  static std::map<std::pair<const float*, std::string>, BagTable> made;
+  const BagProblem& p = *w.bag;
+  auto [it, fresh] = made.try_emplace({p.table, w.table});
+  BagTable& t = it->second;
+  if (fresh) {
+    kfuse::Tensor t32 = kfuse::Tensor::borrow(const_cast<float*>(p.table), {p.rows, p.cols});
+    if (w.table == "f32") {
+      t.stored = t32;
+    } else if (w.table == "f16") {
+      t.stored = t32.cast(kfuse::DType::F16).eval();
+    } else {
+      t.q = kfuse::quantize_rowwise(t32, w.table == "8-bit" ? 8 : 4);
+      kfuse::eval({t.q.values, t.q.scale_bias});
+    }
+  }
+  return t;
+}
+
+kfuse::Tensor bag_table_expr(const Workload& w) { return bag_table_of(w).expr(); }
+
+}  // namespace
+
+void kfuse_bag_share_table(Workload& w) {
+  if (w.table != "8-bit") return;
+  const BagTable& t = bag_table_of(w);
+  w.q8_values = t.q.values.data_ptr<uint8_t>();
+  w.q8_scale_bias = t.q.scale_bias.data_ptr<float>();
+}
+
+Reference kfuse_bag_reference(const Workload& w) {
+  const BagProblem& p = *w.bag;
+  if (w.table == "f32") return bag_reference(p, p.table);
+  // The values the format holds (dequantised as kfuse does): the bag is checked, not the format.
+  const std::vector<float> values = bag_table_expr(w).to_vector<float>();
+  return bag_reference(p, values.data());
+}
+
 std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   std::vector<kfuse::Tensor> in;
+  if (w.kind == Kind::EmbeddingBag) {
+    // Borrowed anew for every call, as a caller with a new batch would: the same borrowed tensors
+    // would make every call after the first the same (interned) node, already evaluated, and time
+    // nothing but recording.
+    const BagProblem& p = *w.bag;
+    in.push_back(kfuse::Tensor::borrow(const_cast<int64_t*>(p.ids.data()), {static_cast<int64_t>(p.ids.size())}));
+    in.push_back(
+        kfuse::Tensor::borrow(const_cast<int64_t*>(p.offsets.data()), {static_cast<int64_t>(p.offsets.size())}));
+    return in;
+  }
   if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
     auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };
     in.push_back(kfuse::Tensor::borrow(p(0), kfuse::Shape{w.rows, w.inner}));
@@ -58,6 +126,7 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
       return layer_norm(gelu(matmul(in[0], in[1]) + in[2], /*approximate_tanh=*/true), Shape{w.cols}, {}, {},
                         kLayerNormEps);
     case Kind::Chain10: return sqrt(sigmoid(log(relu(square(tanh(in[0] * 1.5 + 0.5)) - 0.25) + 1.0)));
+    case Kind::EmbeddingBag: return embedding_bag(bag_table_expr(w), in[0], in[1]);
     default: throw std::logic_error("kfuse_build: no expression for workload " + w.name);
   }
 }

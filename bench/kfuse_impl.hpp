@@ -15,6 +15,12 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w);
 /// The workload's expression recorded on `in` (not evaluated).
 kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& in);
 
+/// The fp64 reference of an embedding-bag workload: bags of the values its table format holds.
+Reference kfuse_bag_reference(const Workload& w);
+/// An 8-bit bag workload: points w.q8_values / w.q8_scale_bias at kfuse's stored 8-bit table,
+/// which the PyTorch 8-bit peer copies (the same codes, so one reference checks both).
+void kfuse_bag_share_table(Workload& w);
+
 /// Options with `backend` preferred and `threads` threads, on top of `base`.
 kfuse::Options kfuse_options(const kfuse::Options& base, const std::string& backend, int threads);
 

@@ -1,5 +1,7 @@
 #include "workload.hpp"
 
+#include "bag_problem.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -19,6 +21,19 @@ int num_inputs(Kind k) {
 }
 
 void make_inputs(Workload& w, uint64_t seed) {
+  if (w.kind == Kind::EmbeddingBag) {  // its own ids; no float inputs
+    w.inputs.clear();
+    w.bag = shared_bag_problem(w.rows, w.cols, w.bags, w.zipf);
+    const BagProblem& p = *w.bag;
+    // What a bag must read: each distinct row once in its storage format, the ids and the offsets.
+    w.read_bytes = static_cast<double>(p.distinct) * bag_row_bytes(w.table, w.cols) +
+                   8.0 * static_cast<double>(p.ids.size() + p.offsets.size());
+    w.out_numel = w.bags * w.cols;
+    w.write_bytes = 4.0 * static_cast<double>(w.out_numel);
+    w.compulsory_bytes = w.read_bytes + w.write_bytes;
+    w.flops = 0;
+    return;
+  }
   SplitMix rng{seed * 0x2545F4914F6CDD1DULL + 17};
   const int64_t n = w.numel();
   w.inputs.clear();

@@ -4,29 +4,31 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace kbench {
 
 enum class Kind {
-  LogSoftmax,  // x[R,C] -> log_softmax over the last axis
-  Softmax,     // x[R,C] -> softmax over the last axis
-  LayerNorm,   // x[R,C], w[C], b[C] -> layer_norm over the last axis, eps 1e-5
-  ReluFma,     // a,b,c[N] -> relu(a*b + c)
-  Gelu,        // x[N] -> gelu, tanh form
-  Chain3,      // a,b,c[N] -> tanh(a*0.5 + b) * sigmoid(c) - exp(-a*a)
-  Add,         // a,b[R,C] -> a + b
-  Relu,        // a[R,C] -> relu(a)
-  AddRelu,     // a,b[R,C] -> relu(a + b)
-  SumAxis0,    // x[R,C] -> [C]
-  SumAxis1,    // x[R,C] -> [R]
-  SumAll,      // x[R,C] -> []
-  Chain10,     // x[N] -> sqrt(sigmoid(log(relu(tanh(x*1.5 + 0.5)^2 - 0.25) + 1)))  (10 ops)
-  Compile,     // kfuse only: compile time of a fresh kernel per backend
-  CacheHit,    // kfuse only: record + cached eval overhead
-  Matmul,      // a[M,K] @ b[K,N] (rows = M, cols = N, inner = K), f32
-  Mlp,         // layer_norm(gelu_tanh(x[M,K] @ w[K,N] + b[N])) over the last axis, no affine, eps 1e-5
+  LogSoftmax,    // x[R,C] -> log_softmax over the last axis
+  Softmax,       // x[R,C] -> softmax over the last axis
+  LayerNorm,     // x[R,C], w[C], b[C] -> layer_norm over the last axis, eps 1e-5
+  ReluFma,       // a,b,c[N] -> relu(a*b + c)
+  Gelu,          // x[N] -> gelu, tanh form
+  Chain3,        // a,b,c[N] -> tanh(a*0.5 + b) * sigmoid(c) - exp(-a*a)
+  Add,           // a,b[R,C] -> a + b
+  Relu,          // a[R,C] -> relu(a)
+  AddRelu,       // a,b[R,C] -> relu(a + b)
+  SumAxis0,      // x[R,C] -> [C]
+  SumAxis1,      // x[R,C] -> [R]
+  SumAll,        // x[R,C] -> []
+  Chain10,       // x[N] -> sqrt(sigmoid(log(relu(tanh(x*1.5 + 0.5)^2 - 0.25) + 1)))  (10 ops)
+  Compile,       // kfuse only: compile time of a fresh kernel per backend
+  CacheHit,      // kfuse only: record + cached eval overhead
+  Matmul,        // a[M,K] @ b[K,N] (rows = M, cols = N, inner = K), f32
+  Mlp,           // layer_norm(gelu_tanh(x[M,K] @ w[K,N] + b[N])) over the last axis, no affine, eps 1e-5
+  EmbeddingBag,  // embedding_bag sum over a table [rows, cols] stored as `table` (f32, f16, 8-bit, 4-bit)
 };
 
 /// Which target of the issue applies to the kfuse rows of this workload.
@@ -40,7 +42,11 @@ enum class Target {
   Compile100us,          // xbyak compile: <= 100 us median
   Under5us,              // record + eval of an already-planned small matmul: <= 5 us
   Epilogue5pct,          // MLP block: <= 1.05x the bare GEMM of its shape (same run, threads, impl)
+  BagVsTorch,            // f32 embedding bag: >= 1.5x LibTorch's at::embedding_bag
+  Bag8Bit,               // 8-bit table bag: >= 2x the f32 bag of the same ids (`bare`), >= 70% of the ceiling
 };
+
+struct BagProblem;  // bag_problem.hpp
 
 constexpr float kLayerNormEps = 1e-5f;
 
@@ -51,7 +57,14 @@ struct Workload {
   int64_t rows = 0, cols = 0;              // for 1-D workloads rows = 1, cols = N
   int64_t inner = 0;                       // GEMM workloads: K (rows = M, cols = N)
   bool b_t = false;                        // Matmul: B stored [N, K] (a linear layer's weight: x @ W^T)
-  std::string bare;                        // Mlp: the name of the bare GEMM workload of its shape
+  std::string bare;                        // the workload this one is timed against, same impl and threads:
+                                           // Mlp: the bare GEMM of its shape; 8-bit bag: the f32 bag
+  std::string table;                       // EmbeddingBag: the table's storage format
+  int64_t bags = 0;                        // EmbeddingBag: bags per call
+  bool zipf = false;                       // EmbeddingBag: ids drawn Zipf-like (else uniformly)
+  std::shared_ptr<const BagProblem> bag;   // EmbeddingBag: filled by make_inputs()
+  const uint8_t* q8_values = nullptr;      // 8-bit bag: kfuse's table (kfuse_bag_share_table), u8 [rows, cols]
+  const float* q8_scale_bias = nullptr;    // ... and its f32 [rows, 2] scale and bias
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;
   double compulsory_bytes = 0;             // inputs read once + output written once

@@ -127,7 +127,7 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
 }  // namespace
 
 std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
-  if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  if (w.kind == Kind::Compile || w.kind == Kind::CacheHit || w.kind == Kind::EmbeddingBag) return {};
   if (w.gemm()) return dnnl_gemm_impls(w, threads);
   auto st = std::make_shared<State>();
   const memory::dim R = w.rows, C = w.cols, N = w.numel();

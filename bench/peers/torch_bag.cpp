@@ -1,8 +1,14 @@
-// LibTorch peer of the embedding-bag benchmark: at::embedding_bag, mode sum, over the f32 table
-// (borrowed with from_blob; the ids and offsets are i64 tensors made once).
+// LibTorch peers of the embedding-bag benchmark (the ids and offsets are i64 tensors made once):
+//   at::embedding_bag, mode sum, over the f32 table (borrowed with from_blob);
+//   quantized::embedding_bag_byte_rowwise_offsets (PyTorch's 8-bit bag, registered in
+//   libtorch_cpu, called through the dispatcher) over kfuse's 8-bit table copied into PyTorch's
+//   fused rows: C u8 values, then the f32 scale and bias. Both read the same codes, scales and
+//   biases, so both are checked against the same fp64 bag.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cstring>
 #include <memory>
 
 #include "../bag_problem.hpp"
@@ -10,16 +16,50 @@
 
 namespace kbench {
 
-Impl torch_bag_impl(const BagProblem& p, int threads) {
-  struct State {
-    at::Tensor table, ids, offsets, y;
-  };
+namespace {
+
+struct State {
+  at::Tensor table, ids, offsets, y;
+};
+
+std::shared_ptr<State> state(const BagProblem& p) {
   auto st = std::make_shared<State>();
   auto i64 = at::TensorOptions().dtype(at::kLong);
-  st->table = at::from_blob(const_cast<float*>(p.table), {p.rows, p.cols}, at::TensorOptions().dtype(at::kFloat));
   st->ids = at::from_blob(const_cast<int64_t*>(p.ids.data()), {static_cast<int64_t>(p.ids.size())}, i64).clone();
   st->offsets =
       at::from_blob(const_cast<int64_t*>(p.offsets.data()), {static_cast<int64_t>(p.offsets.size())}, i64).clone();
+  return st;
+}
+
+}  // namespace
+
+Impl torch_bag8_impl(const BagProblem& p, const uint8_t* values, const float* scale_bias, int threads) {
+  auto st = state(p);
+  const int64_t width = p.cols + 8;
+  st->table = at::empty({p.rows, width}, at::TensorOptions().dtype(at::kByte));
+  auto* rows = st->table.data_ptr<uint8_t>();
+  for (int64_t r = 0; r < p.rows; ++r) {
+    std::memcpy(rows + r * width, values + r * p.cols, static_cast<size_t>(p.cols));
+    std::memcpy(rows + r * width + p.cols, scale_bias + 2 * r, 8);
+  }
+  using Fn = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, bool, int64_t, bool,
+                        const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool);
+  auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("quantized::embedding_bag_byte_rowwise_offsets", "").typed<Fn>();
+  Impl im;
+  im.name = "torch 8-bit";
+  im.note = "quantized::embedding_bag_byte_rowwise_offsets";
+  im.setup = [threads] { set_torch_threads(threads); };
+  im.run = [st, op] {
+    st->y = op.call(st->table, st->ids, st->offsets, false, 0, false, c10::nullopt, c10::nullopt, false);
+  };
+  im.result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
+  return im;
+}
+
+Impl torch_bag_impl(const BagProblem& p, int threads) {
+  auto st = state(p);
+  st->table = at::from_blob(const_cast<float*>(p.table), {p.rows, p.cols}, at::TensorOptions().dtype(at::kFloat));
   Impl im;
   im.name = "torch f32";
   im.note = "at::embedding_bag, mode sum";

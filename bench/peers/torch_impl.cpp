@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "../bag_problem.hpp"
 #include "peers.hpp"
 #include "torch_threads.hpp"
 
@@ -68,6 +69,13 @@ std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
 std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
   if (w.gemm()) return torch_gemm_impls(w, threads);
+  if (w.kind == Kind::EmbeddingBag) {  // f32: at::embedding_bag; 8-bit: PyTorch's quantised bag
+    if (w.table == "8-bit" && w.q8_values) return {torch_bag8_impl(*w.bag, w.q8_values, w.q8_scale_bias, threads)};
+    if (w.table != "f32") return {};
+    Impl im = torch_bag_impl(*w.bag, threads);
+    im.name = "torch natural";
+    return {im};
+  }
   auto st = std::make_shared<State>();
   const int64_t R = w.rows, C = w.cols;
   std::vector<int64_t> shape = w.one_d() ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};
