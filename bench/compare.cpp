@@ -591,8 +591,8 @@ int main(int argc, char** argv) {
       char b[160];
       roofs[t] = kfuse::measure_cpu_roofs(t, cli.quick);
       kfuse::Roof roof = kfuse::roof_of(roofs[t], kfuse::DType::F32);
-      // A bag's plan reads its whole table as far as explain() can tell (the rows are picked by
-      // data): its bound counts the distinct rows the ids pick (make_inputs), as kfuse_bag does.
+      // A bag's plan counts a row per id (explain() cannot see repeated ids): its bound counts the
+      // distinct rows the ids pick (make_inputs), as kfuse_bag does.
       bound[t] =
           w.kind == Kind::EmbeddingBag ? roof.seconds(w.read_bytes, w.write_bytes, 0) : kfuse_bound_seconds(w, roof);
       if (w.gemm()) {
@@ -655,7 +655,7 @@ int main(int argc, char** argv) {
           if (c1.fallbacks > c0.fallbacks) n += ", fallbacks " + std::to_string(c1.fallbacks - c0.fallbacks);
           if (!p.backends.empty() && p.backends != b) n += " (fell back from " + b + ")";
           if (!p.error.empty()) n += " (" + p.error + ")";
-          // (Not for bags: the profiler counts the whole table, the bench the rows the ids pick.)
+          // (Not for bags: the profiler counts a row per id, the bench the distinct rows.)
           if (cli.profile && r.status == "ok" && w.kind != Kind::EmbeddingBag) {
             ProfileAgreement pa = profile_agreement(im, w, roofs[t], r, bound[t], kProfileTolerance);
             // A shared host's load comes and goes: a row whose fractions disagree is timed again,

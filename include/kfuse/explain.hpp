@@ -19,7 +19,9 @@ struct KernelReport {
   std::vector<std::string> ops;     ///< fused ops in topological order
   std::vector<std::string> inputs;  ///< "%3 f32[4096, 10]"
   std::vector<std::string> outputs;
-  int64_t min_bytes = 0;    ///< compulsory traffic: inputs read once + outputs written once
+  /// Compulsory traffic: outputs written once + inputs read once, as far as the kernel reaches
+  /// them (an input read through a gather: the elements its index can reach, at most its size).
+  int64_t min_bytes = 0;
   int64_t read_bytes = 0;   ///< the inputs' part of min_bytes
   int64_t write_bytes = 0;  ///< the outputs' part
   double flops = 0;         ///< counted from the kernel IR (lib/ir/flops.cpp; 0 for opaque ops)
