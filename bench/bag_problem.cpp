@@ -98,7 +98,7 @@ double bag_row_bytes(const std::string& format, int64_t cols) {
   const auto d = static_cast<double>(cols);
   if (format == "f32") return 4 * d;
   if (format == "f16") return 2 * d;
-  if (format == "8-bit") return d + 8;
+  if (format == "8-bit" || format == "8-bit fused") return d + 8;
   if (format == "4-bit") return std::ceil(d / 2) + 8;
   throw std::invalid_argument("bag_row_bytes: unknown table format " + format);
 }

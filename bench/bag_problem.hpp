@@ -42,15 +42,15 @@ std::shared_ptr<const BagProblem> shared_bag_problem(int64_t rows, int64_t cols,
 /// per use).
 Reference bag_reference(const BagProblem& p, const float* values);
 
-/// Bytes per stored row of a table format: "f32", "f16", "8-bit", "4-bit" (values plus the
-/// quantised formats' f32 scale and bias).
+/// Bytes per stored row of a table format: "f32", "f16", "8-bit", "8-bit fused" (the same bytes
+/// in PyTorch's fused rows), "4-bit" (values plus the quantised formats' f32 scale and bias).
 double bag_row_bytes(const std::string& format, int64_t cols);
 
 /// LibTorch's at::embedding_bag (mode sum) over the f32 table: "torch f32".
 Impl torch_bag_impl(const BagProblem& p, int threads);
-/// PyTorch's 8-bit bag (quantized::embedding_bag_byte_rowwise_offsets, mode sum) over an 8-bit
-/// table given as kfuse's QuantizedTable holds it (values u8 [rows, cols], scale_bias f32
-/// [rows, 2]), copied into PyTorch's fused rows: "torch 8-bit".
-Impl torch_bag8_impl(const BagProblem& p, const uint8_t* values, const float* scale_bias, int threads);
+/// PyTorch's 8-bit bag (quantized::embedding_bag_byte_rowwise_offsets, mode sum) over a fused
+/// rowwise 8-bit table (u8 [rows, cols + 8], kfuse::pack_fused_rowwise's), read in place:
+/// "torch 8-bit".
+Impl torch_bag8_impl(const BagProblem& p, const uint8_t* fused, int threads);
 
 }  // namespace kbench

@@ -1,5 +1,6 @@
 // kfuse_bag: embedding_bag (mode sum) over a table larger than the L3, stored as f32, f16,
-// 8-bit and 4-bit row-wise quantised (include/kfuse/quantize.hpp), with bags of 20-100 ids drawn
+// 8-bit (two tensors, and PyTorch's fused rows) and 4-bit row-wise quantised
+// (include/kfuse/quantize.hpp), with bags of 20-100 ids drawn
 // uniformly or Zipf-like, and LibTorch's bags in the same run when LibTorch is found
 // (bench/peers/torch_bag.cpp): at::embedding_bag over the f32 table, PyTorch's quantised 8-bit bag
 // over the 8-bit table.
@@ -124,11 +125,14 @@ int main(int argc, char** argv) {
   kfuse::Tensor t16 = t32.cast(kfuse::DType::F16);
   kfuse::QuantizedTable q8 = kfuse::quantize_rowwise(t32, 8), q4 = kfuse::quantize_rowwise(t32, 4);
   kfuse::eval({t16, q8.values, q8.scale_bias, q4.values, q4.scale_bias});
+  const kfuse::Tensor fused8 = kfuse::pack_fused_rowwise(q8);
+  const kfuse::QuantizedTable f8 = kfuse::fused_rowwise_table(fused8);
   const double d = static_cast<double>(cli.cols);
   std::vector<Variant> variants;
   variants.push_back({"f32", [t32] { return t32; }});
   variants.push_back({"f16", [t16] { return t16.cast(kfuse::DType::F32); }});
   variants.push_back({"8-bit", [q8] { return kfuse::dequantize_rowwise(q8); }});
+  variants.push_back({"8-bit fused", [f8] { return kfuse::dequantize_rowwise(f8); }});
   variants.push_back({"4-bit", [q4] { return kfuse::dequantize_rowwise(q4); }});
 
   bool any_bad = false;
@@ -147,7 +151,7 @@ int main(int argc, char** argv) {
     auto offsets = [&p] {
       return kfuse::Tensor::borrow(const_cast<int64_t*>(p.offsets.data()), {static_cast<int64_t>(p.offsets.size())});
     };
-    std::printf("%-8s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
+    std::printf("%-11s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
                 "ceil", "%ceil", "kern", "check");
     for (Variant& v : variants) {
       if (!cli.filter.empty() && v.name.find(cli.filter) == std::string::npos &&
@@ -173,8 +177,7 @@ int main(int argc, char** argv) {
         impls.push_back({k, t});
 #ifdef KFUSE_BENCH_HAVE_TORCH
         if (v.name == "f32") impls.push_back({torch_bag_impl(p, t), t});
-        if (v.name == "8-bit")
-          impls.push_back({torch_bag8_impl(p, q8.values.data_ptr<uint8_t>(), q8.scale_bias.data_ptr<float>(), t), t});
+        if (v.name == "8-bit fused") impls.push_back({torch_bag8_impl(p, fused8.data_ptr<uint8_t>(), t), t});
 #endif
       }
       for (auto& [im, t] : impls) {
@@ -185,7 +188,7 @@ int main(int argc, char** argv) {
         const Verdict vd = verify(im.result(), ref);
         any_bad = any_bad || !vd.ok;
         const double gbps = (read_bytes + write_bytes) / st.median / 1e9;
-        std::printf("%-8s %-12s %2d %10s %6.2fx %8.2f %8.2f %6s %5s  %s\n", v.name.c_str(), im.name.c_str(), t,
+        std::printf("%-11s %-12s %2d %10s %6.2fx %8.2f %8.2f %6s %5s  %s\n", v.name.c_str(), im.name.c_str(), t,
                     fmt_time(st.median).c_str(), st.spread(), gbps, ceil, pct(gbps / ceil).c_str(),
                     im.name == "kfuse" ? std::to_string(planned).c_str() : "-",
                     vd.ok ? "ok" : ("FAIL " + vd.message).c_str());

@@ -33,7 +33,8 @@ namespace {
 // the lazy f32 expression the bag reads (f16 -> cast, quantised -> dequantize_rowwise).
 struct BagTable {
   kfuse::Tensor stored;     // f32, f16
-  kfuse::QuantizedTable q;  // 8-bit, 4-bit
+  kfuse::QuantizedTable q;  // 8-bit, 8-bit fused, 4-bit
+  kfuse::Tensor fused;      // the 8-bit codes in fused rows (the table of "8-bit fused"; PyTorch's)
   kfuse::Tensor expr() const {
     return q.values.defined() ? kfuse::dequantize_rowwise(q) : stored.cast(kfuse::DType::F32);
   }
@@ -51,8 +52,10 @@ const BagTable& bag_table_of(const Workload& w) {
     } else if (w.table == "f16") {
       t.stored = t32.cast(kfuse::DType::F16).eval();
     } else {
-      t.q = kfuse::quantize_rowwise(t32, w.table == "8-bit" ? 8 : 4);
+      t.q = kfuse::quantize_rowwise(t32, w.table == "4-bit" ? 4 : 8);
       kfuse::eval({t.q.values, t.q.scale_bias});
+      if (t.q.bits == 8) t.fused = kfuse::pack_fused_rowwise(t.q);
+      if (w.table == "8-bit fused") t.q = kfuse::fused_rowwise_table(t.fused);
     }
   }
   return t;
@@ -63,10 +66,8 @@ kfuse::Tensor bag_table_expr(const Workload& w) { return bag_table_of(w).expr();
 }  // namespace
 
 void kfuse_bag_share_table(Workload& w) {
-  if (w.table != "8-bit") return;
   const BagTable& t = bag_table_of(w);
-  w.q8_values = t.q.values.data_ptr<uint8_t>();
-  w.q8_scale_bias = t.q.scale_bias.data_ptr<float>();
+  if (t.fused.defined()) w.q8_fused = t.fused.data_ptr<uint8_t>();
 }
 
 Reference kfuse_bag_reference(const Workload& w) {

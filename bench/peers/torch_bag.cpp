@@ -1,14 +1,14 @@
 // LibTorch peers of the embedding-bag benchmark (the ids and offsets are i64 tensors made once):
 //   at::embedding_bag, mode sum, over the f32 table (borrowed with from_blob);
 //   quantized::embedding_bag_byte_rowwise_offsets (PyTorch's 8-bit bag, registered in
-//   libtorch_cpu, called through the dispatcher) over kfuse's 8-bit table copied into PyTorch's
-//   fused rows: C u8 values, then the f32 scale and bias. Both read the same codes, scales and
-//   biases, so both are checked against the same fp64 bag.
+//   libtorch_cpu, called through the dispatcher) over kfuse's 8-bit table in the fused rowwise
+//   layout both libraries share (kfuse::pack_fused_rowwise: C u8 codes, then the f32 scale and
+//   bias), borrowed: the same codes, scales and biases, checked against the same fp64 bag.
+//   (Debian's LibTorch is built without FBGEMM: this bag is PyTorch's portable loop.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <cstring>
 #include <memory>
 
 #include "../bag_problem.hpp"
@@ -33,15 +33,9 @@ std::shared_ptr<State> state(const BagProblem& p) {
 
 }  // namespace
 
-Impl torch_bag8_impl(const BagProblem& p, const uint8_t* values, const float* scale_bias, int threads) {
+Impl torch_bag8_impl(const BagProblem& p, const uint8_t* fused, int threads) {
   auto st = state(p);
-  const int64_t width = p.cols + 8;
-  st->table = at::empty({p.rows, width}, at::TensorOptions().dtype(at::kByte));
-  auto* rows = st->table.data_ptr<uint8_t>();
-  for (int64_t r = 0; r < p.rows; ++r) {
-    std::memcpy(rows + r * width, values + r * p.cols, static_cast<size_t>(p.cols));
-    std::memcpy(rows + r * width + p.cols, scale_bias + 2 * r, 8);
-  }
+  st->table = at::from_blob(const_cast<uint8_t*>(fused), {p.rows, p.cols + 8}, at::TensorOptions().dtype(at::kByte));
   using Fn = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, bool, int64_t, bool,
                         const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool);
   auto op =

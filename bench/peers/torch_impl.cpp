@@ -70,7 +70,7 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
   if (w.gemm()) return torch_gemm_impls(w, threads);
   if (w.kind == Kind::EmbeddingBag) {  // f32: at::embedding_bag; 8-bit: PyTorch's quantised bag
-    if (w.table == "8-bit" && w.q8_values) return {torch_bag8_impl(*w.bag, w.q8_values, w.q8_scale_bias, threads)};
+    if (w.q8_fused) return {torch_bag8_impl(*w.bag, w.q8_fused, threads)};
     if (w.table != "f32") return {};
     Impl im = torch_bag_impl(*w.bag, threads);
     im.name = "torch natural";

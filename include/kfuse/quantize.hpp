@@ -11,6 +11,11 @@
  *               byte is 0);
  *   scale_bias: f32 [R, 2]: scale = (max - min) / (2^bits - 1) and bias = min of the row.
  * Value q dequantises to q * scale + bias. Both functions are lazy, as every other op.
+ *
+ * The classic fused layout is available too (pack_fused_rowwise, fused_rowwise_table): a
+ * QuantizedTable whose two tensors are views of one [R, C + 8] byte table, through
+ * view_as_dtype; so the two-tensor form above is what every kernel sees, and a bag over a
+ * fused table reads a row's codes and its scale and bias from the same or adjacent lines.
  */
 #pragma once
 #include <cstdint>
@@ -36,5 +41,19 @@ QuantizedTable quantize_rowwise(const Tensor& x, int bits = 8);
 /// The f32 table [R, C] that `q` encodes: values * scale + bias, element-wise (fuses into its
 /// consumers, e.g. an embedding bag over the rows it picks).
 Tensor dequantize_rowwise(const QuantizedTable& q);
+
+/// The "fused rowwise" 8-bit layout of PyTorch and FBGEMM (quantized::embedding_bag_byte_prepack):
+/// u8 [R, C + 8], each row its C codes, then its f32 scale, then its f32 bias (little-endian
+/// bytes). Evaluates `q` (8 bits) and copies it into that layout: an eager conversion, as
+/// PyTorch's prepack. A bag over it reads each row's codes and its scale and bias from adjacent
+/// bytes (README "Quantised tables").
+Tensor pack_fused_rowwise(const QuantizedTable& q);
+
+/// A fused-rowwise 8-bit table (pack_fused_rowwise's, or PyTorch's prepacked bytes borrowed) as a
+/// QuantizedTable read in place: `values` is a view of each row's first C bytes and `scale_bias`
+/// a view of its last 8 through view_as_dtype(packed, f32) (when C % 4 == 0; for other widths
+/// the scale and bias are copied out once, the codes are still read in place).
+/// dequantize_rowwise and embedding_bag then work on it unchanged.
+QuantizedTable fused_rowwise_table(const Tensor& packed);
 
 }  // namespace kfuse

@@ -256,6 +256,13 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> axis = std::nullopt);
 Tensor unsqueeze(const Tensor& x, int64_t axis);
 Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+/// The bytes of `x` read as `dtype` (PyTorch's x.view(dtype)): the last axis holds
+/// size * sizeof(x's dtype) / sizeof(dtype) elements, each sizeof(dtype) consecutive bytes in the
+/// machine's (little-endian) order; the other axes stay. Zero-copy: `x` is evaluated (a CPU tensor)
+/// and the result is a stored tensor aliasing its memory (kept alive; a borrowed x keeps
+/// borrow's lifetime contract). UserError for a device tensor, a 0-d tensor, bool on either side,
+/// or a last axis whose bytes do not divide into whole `dtype` elements.
+Tensor view_as_dtype(const Tensor& x, DType dtype);
 /// `pads` holds (before, after) per axis, starting at the first axis.
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
 

@@ -37,6 +37,35 @@ Tensor Tensor::borrow_bytes(void* data, DType dtype, Shape shape) {
   return Tensor(make_buffer_node(std::move(st), std::move(shape)));
 }
 
+Tensor view_as_dtype(const Tensor& x, DType dtype) {
+  require_defined("view_as_dtype", x);
+  const std::string call = "view_as_dtype(" + describe(x) + ", " + dtype_name(dtype) + ")";
+  if (x.device() != Device::cpu())
+    throw UserError(call + ": the tensor lives on " + x.device().str() +
+                    "; view its bytes on the host (.to(Device::cpu()))");
+  if (x.dtype() == DType::Bool || dtype == DType::Bool)
+    throw UserError(call + ": bool is not a byte view (its bytes must be 0 or 1); cast to or from u8 instead");
+  if (x.ndim() == 0) throw UserError(call + ": a 0-d tensor has no last axis to view; reshape it to [1] first");
+  const auto from = static_cast<int64_t>(dtype_size(x.dtype())), to = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bytes = x.shape().back() * from;
+  if (bytes % to != 0)
+    throw UserError(call + ": the last axis holds " + std::to_string(bytes) + " bytes, not a whole number of " +
+                    std::to_string(to) + "-byte elements; slice or pad it to a multiple of " + std::to_string(to) +
+                    " bytes");
+  x.eval();
+  const Node& n = *x.node();
+  std::shared_ptr<Storage> src = n.op == Op::Buffer ? n.storage : n.realized();
+  if (!src) throw InternalError(call + ": evaluated tensor without storage");
+  auto st = make_storage();
+  st->dtype = dtype;
+  st->numel = static_cast<int64_t>(src->bytes()) / to;
+  st->data = src->data;
+  st->owner = src;  // keeps x's memory (and whatever keeps that alive)
+  Shape shape = x.shape();
+  shape.back() = bytes / to;
+  return Tensor(make_buffer_node(std::move(st), std::move(shape)));
+}
+
 namespace {
 // full and its spellings; errors name the one that was called.
 Tensor filled(const char* op, const Shape& shape, double value, DType dtype) {

@@ -2,13 +2,18 @@
 // existing element-wise ops, reductions and views, so dequantisation fuses into whatever reads
 // it (an embedding bag reads only the rows it picks).
 //
+// pack_fused_rowwise / fused_rowwise_table: the fused 8-bit layout (codes, then f32 scale and
+// bias, per row) is an eager copy one way and views the other (view_as_dtype for the f32 tail).
+//
 // 4-bit codes are packed and picked with integer bit ops (lo | hi << 4; (byte >> 4 * (c & 1)) &
 // 15). They replaced an exact f32 form (floor(b / 16), b - 16 * floor(b / 16), lo + 16 * hi)
 // written when kfuse had no bit ops: the same bytes, but the float pick cost a conversion, a
 // floor, three multiplies and a blend per value. In the LLVM bag the pick now vectorises to a
 // shift and a mask; the byte loads at column / 2 are still scalar (the vectoriser sees a
 // gather), docs/llvm-backend.md.
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "kfuse/quantize.hpp"
 #include "record.hpp"
@@ -28,6 +33,24 @@ int64_t packed_width(int64_t cols, int bits) { return bits == 8 ? cols : (cols +
 
 // Column `c` of a [R, 1]-column view of the [R, 2] scale/bias tensor.
 Tensor column(const Tensor& sb, int64_t c) { return slice(sb, {Range::all(), Range{c, c + 1}}); }
+
+// The two tensors of `q` as quantize_rowwise makes them, else a UserError naming `op`.
+void check_table(const char* op, const QuantizedTable& q) {
+  require_defined(op, q.values);
+  require_defined(op, q.scale_bias);
+  check_bits(op, q.bits);
+  const Tensor& v = q.values;
+  const Tensor& sb = q.scale_bias;
+  const bool values_ok =
+      v.dtype() == DType::U8 && v.ndim() == 2 && q.cols >= 1 && v.shape()[1] == packed_width(q.cols, q.bits);
+  const bool sb_ok = sb.dtype() == DType::F32 && sb.ndim() == 2 && v.ndim() == 2 && sb.shape()[0] == v.shape()[0] &&
+                     sb.shape()[1] == 2;
+  if (!values_ok || !sb_ok)
+    throw UserError(describe_call(op, {v, sb}) + " with bits " + std::to_string(q.bits) + ", cols " +
+                    std::to_string(q.cols) + ": expects u8 values [R, " +
+                    (q.bits == 8 ? std::string("cols") : std::string("ceil(cols/2)")) +
+                    "] and f32 scale_bias [R, 2], as quantize_rowwise makes them");
+}
 
 }  // namespace
 
@@ -61,20 +84,9 @@ QuantizedTable quantize_rowwise(const Tensor& x_in, int bits) {
 }
 
 Tensor dequantize_rowwise(const QuantizedTable& q) {
-  require_defined("dequantize_rowwise", q.values);
-  require_defined("dequantize_rowwise", q.scale_bias);
-  check_bits("dequantize_rowwise", q.bits);
+  check_table("dequantize_rowwise", q);
   const Tensor& v = q.values;
   const Tensor& sb = q.scale_bias;
-  const bool values_ok =
-      v.dtype() == DType::U8 && v.ndim() == 2 && q.cols >= 1 && v.shape()[1] == packed_width(q.cols, q.bits);
-  const bool sb_ok = sb.dtype() == DType::F32 && sb.ndim() == 2 && v.ndim() == 2 && sb.shape()[0] == v.shape()[0] &&
-                     sb.shape()[1] == 2;
-  if (!values_ok || !sb_ok)
-    throw UserError(describe_call("dequantize_rowwise", {v, sb}) + " with bits " + std::to_string(q.bits) + ", cols " +
-                    std::to_string(q.cols) + ": expects u8 values [R, " +
-                    (q.bits == 8 ? std::string("cols") : std::string("ceil(cols/2)")) +
-                    "] and f32 scale_bias [R, 2], as quantize_rowwise makes them");
   const int64_t rows = v.shape()[0];
   Tensor vals;
   if (q.bits == 8) {
@@ -93,6 +105,47 @@ Tensor dequantize_rowwise(const QuantizedTable& q) {
   // One rounding (fma): a bag then spends an FMA per vector of a row on dequantisation, not a
   // multiply and an add (every backend computes fma alike; a * b + c is never contracted).
   return fma(vals, column(sb, 0), column(sb, 1));
+}
+
+Tensor pack_fused_rowwise(const QuantizedTable& q) {
+  check_table("pack_fused_rowwise", q);
+  if (q.bits != 8)
+    throw UserError("pack_fused_rowwise: bits = " + std::to_string(q.bits) +
+                    "; the fused rowwise layout here is the 8-bit one (PyTorch's embedding_bag_byte_prepack); "
+                    "quantize with bits = 8");
+  eval({q.values, q.scale_bias});
+  const int64_t rows = q.values.shape()[0], cols = q.cols, width = cols + 8;
+  const auto* v = static_cast<const uint8_t*>(q.values.data());
+  const auto* sb = static_cast<const float*>(q.scale_bias.data());
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = packed.data() + r * width;
+    std::memcpy(row, v + r * cols, static_cast<size_t>(cols));
+    std::memcpy(row + cols, sb + 2 * r, 2 * sizeof(float));
+  }
+  return Tensor::from_bytes(packed.data(), DType::U8, {rows, width});
+}
+
+QuantizedTable fused_rowwise_table(const Tensor& packed) {
+  require_defined("fused_rowwise_table", packed);
+  if (packed.dtype() != DType::U8 || packed.ndim() != 2 || packed.shape()[1] < 9)
+    throw UserError("fused_rowwise_table(" + describe(packed) +
+                    "): expects u8 [R, C + 8] with C >= 1 (each row C codes, an f32 scale, an f32 bias), as "
+                    "pack_fused_rowwise or PyTorch's embedding_bag_byte_prepack make it");
+  const int64_t rows = packed.shape()[0], cols = packed.shape()[1] - 8;
+  Tensor values = slice(packed, {Range::all(), Range{0, cols}});
+  Tensor scale_bias;
+  if (cols % 4 == 0) {
+    // The whole table as f32 [R, (C + 8) / 4]: each row's scale and bias are its last two.
+    scale_bias = slice(view_as_dtype(packed, DType::F32), {Range::all(), Range{cols / 4, cols / 4 + 2}});
+  } else {
+    // Not 4-byte aligned: the 8-byte tails are copied out once (a kernel loads whole elements).
+    const auto* p = static_cast<const uint8_t*>(packed.data());
+    std::vector<float> sb(static_cast<size_t>(2 * rows));
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&sb[static_cast<size_t>(2 * r)], p + r * (cols + 8) + cols, 8);
+    scale_bias = Tensor::from_vector(sb, {rows, 2});
+  }
+  return QuantizedTable{values, scale_bias, 8, cols};
 }
 
 }  // namespace kfuse

@@ -11,11 +11,14 @@
 namespace kfuse::test {
 namespace {
 
-Tensor rnd(Shape s, uint64_t seed) { return make_tensor(random_values(static_cast<size_t>(count_of(s)), seed, -1, 1), s); }
+Tensor rnd(Shape s, uint64_t seed) {
+  return make_tensor(random_values(static_cast<size_t>(count_of(s)), seed, -1, 1), s);
+}
 
 Tensor ids_tensor(int64_t n, int64_t rows, uint64_t seed, Shape shape = {}) {
   std::vector<int64_t> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7919 + seed * 104729) % static_cast<uint64_t>(rows));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<int64_t>((i * 7919 + seed * 104729) % static_cast<uint64_t>(rows));
   return Tensor::from_vector(v, shape.empty() ? Shape{n} : shape);
 }
 
@@ -43,8 +46,7 @@ TEST(Traffic, EmbeddingBagsReadTheRowsTheirIdsReach) {
   // column slices and broadcasts.
   QuantizedTable q8 = quantize_rowwise(table, 8);
   eval({q8.values, q8.scale_bias});
-  EXPECT_EQ(traffic(embedding_bag(dequantize_rowwise(q8), ids, offsets)),
-            RW(N * C + 8 * N + index_bytes, out_bytes));
+  EXPECT_EQ(traffic(embedding_bag(dequantize_rowwise(q8), ids, offsets)), RW(N * C + 8 * N + index_bytes, out_bytes));
   // 4-bit: the packed bytes ceil(C/2) per row, through the nibble picks (reshape, expand, slice).
   QuantizedTable q4 = quantize_rowwise(table, 4);
   eval({q4.values, q4.scale_bias});

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "forced_backend.hpp"
 #include "test_util.hpp"
@@ -139,16 +140,32 @@ TEST_P(Quantize, ConstantRowsAreExactAndNonFiniteRowsStayNonFinite) {
 // The quantised bag: embedding_bag over the dequantised table, with per-sample weights and an
 // element-wise epilogue, is ONE kernel that reads only the bags' rows of the u8 table and their
 // scale/bias, and matches fp64 bags of q * scale + bias written out here.
+void check_weighted_bag(int64_t cols, int form);
+
+// Forms: 8 and 4 bits as quantize_rowwise makes them, and 8 bits in the fused rowwise layout
+// (bits 0 here): cols 9 copies its scale and bias out, cols 16 reads them through view_as_dtype.
+QuantizedTable table_form(const Tensor& x, int form) {
+  if (form == 0) return fused_rowwise_table(pack_fused_rowwise(quantize_rowwise(x, 8)));
+  return quantize_rowwise(x, form);
+}
+
 TEST_P(Quantize, WeightedBagOfTheDequantizedTableWithEpilogueIsOneKernel) {
-  const int64_t rows = 50, cols = 9;
+  for (int64_t cols : {9, 16})
+    for (int form : {8, 4, 0}) check_weighted_bag(cols, form);
+}
+
+void check_weighted_bag(int64_t cols, int form) {
+  SCOPED_TRACE("cols " + std::to_string(cols) + ", form " + std::to_string(form));
+  const int64_t rows = 50;
+  const int bits = form == 0 ? 8 : form;
   const std::vector<double> x = table_values(rows, cols, 11);
   const std::vector<double> ids = {3, 7, 7, 49, 0, 12, 3, 8, 8, 8, 31};
   const std::vector<double> offsets = {0, 3, 3, 6};  // bag 1 is empty, the last bag runs to the end
   const std::vector<double> psw = random_values(ids.size(), 5, 0.5, 1.5);
   const std::vector<double> w = random_values(static_cast<size_t>(cols), 6),
                             b = random_values(static_cast<size_t>(cols), 7);
-  for (int bits : {8, 4}) {
-    QuantizedTable q = quantize_rowwise(make_tensor(x, {rows, cols}), bits);
+  {
+    QuantizedTable q = table_form(make_tensor(x, {rows, cols}), form);
     eval({q.values, q.scale_bias});
     const std::vector<double> deq = values(dequantize_rowwise(q));
     Tensor y = relu(embedding_bag(dequantize_rowwise(q), make_tensor(ids, {11}, DType::I64),
@@ -178,6 +195,40 @@ TEST_P(Quantize, WeightedBagOfTheDequantizedTableWithEpilogueIsOneKernel) {
   }
 }
 
+// The fused rowwise layout byte by byte (PyTorch's embedding_bag_byte_prepack rows: codes, f32
+// scale, f32 bias, little-endian), read back in place as the same codes and scale/bias, and its
+// dequantised table bit for bit the two-tensor one's, for widths with and without a 4-byte
+// aligned tail.
+TEST_P(Quantize, FusedRowsHoldCodesThenScaleAndBias) {
+  for (int64_t cols : {1, 13, 16, 64}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = 7;
+    QuantizedTable q = quantize_rowwise(make_tensor(table_values(rows, cols, 21), {rows, cols}), 8);
+    Tensor packed = pack_fused_rowwise(q);
+    ASSERT_EQ(packed.dtype(), DType::U8);
+    ASSERT_EQ(packed.shape(), (Shape{rows, cols + 8}));
+    const auto* p = static_cast<const uint8_t*>(packed.data());
+    const std::vector<double> codes = values(q.values), sb = values(q.scale_bias);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        EXPECT_EQ(p[r * (cols + 8) + c], codes[static_cast<size_t>(r * cols + c)]) << "row " << r << " col " << c;
+      float scale, bias;
+      std::memcpy(&scale, p + r * (cols + 8) + cols, 4);
+      std::memcpy(&bias, p + r * (cols + 8) + cols + 4, 4);
+      EXPECT_EQ(scale, sb[static_cast<size_t>(2 * r)]) << "row " << r;
+      EXPECT_EQ(bias, sb[static_cast<size_t>(2 * r + 1)]) << "row " << r;
+    }
+    QuantizedTable f = fused_rowwise_table(packed);
+    EXPECT_EQ(f.bits, 8);
+    EXPECT_EQ(f.cols, cols);
+    EXPECT_EQ(values(f.values), codes);
+    EXPECT_EQ(values(f.scale_bias), sb);
+    EXPECT_EQ(values(dequantize_rowwise(f)), values(dequantize_rowwise(q)));
+    Explanation ex = explain(dequantize_rowwise(f));
+    EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Quantize, ::testing::Values("reference", "llvm", "xbyak"),
                          [](const auto& info) { return info.param; });
 
@@ -197,6 +248,11 @@ TEST(QuantizeErrors, BadArgumentsThrowAtRecordTime) {
   }
   EXPECT_THROW(dequantize_rowwise(QuantizedTable{q.values, q.scale_bias.cast(DType::F64), 4, 4}), UserError);
   EXPECT_THROW(dequantize_rowwise(QuantizedTable{q.values, q.scale_bias, 4, 5}), UserError);
+  // The fused layout is the 8-bit one; a fused table is u8 [R, C + 8] with C >= 1.
+  EXPECT_THROW(pack_fused_rowwise(q), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(24, 2, 0, 255), {3, 8}, DType::U8)), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_values(30, 2), {3, 10})), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(30, 2, 0, 255), {30}, DType::U8)), UserError);
 }
 
 }  // namespace
