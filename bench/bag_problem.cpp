@@ -100,6 +100,7 @@ double bag_row_bytes(const std::string& format, int64_t cols) {
   if (format == "f16") return 2 * d;
   if (format == "8-bit" || format == "8-bit fused") return d + 8;
   if (format == "4-bit") return std::ceil(d / 2) + 8;
+  if (format == "4-bit fused") return std::ceil(d / 2) + 4;
   throw std::invalid_argument("bag_row_bytes: unknown table format " + format);
 }
 

@@ -43,14 +43,15 @@ std::shared_ptr<const BagProblem> shared_bag_problem(int64_t rows, int64_t cols,
 Reference bag_reference(const BagProblem& p, const float* values);
 
 /// Bytes per stored row of a table format: "f32", "f16", "8-bit", "8-bit fused" (the same bytes
-/// in PyTorch's fused rows), "4-bit" (values plus the quantised formats' f32 scale and bias).
+/// in PyTorch's fused rows), "4-bit" (values plus the quantised formats' f32 scale and bias),
+/// "4-bit fused" (PyTorch's 4-bit rows: f16 scale and bias).
 double bag_row_bytes(const std::string& format, int64_t cols);
 
 /// LibTorch's at::embedding_bag (mode sum) over the f32 table: "torch f32".
 Impl torch_bag_impl(const BagProblem& p, int threads);
-/// PyTorch's 8-bit bag (quantized::embedding_bag_byte_rowwise_offsets, mode sum) over a fused
-/// rowwise 8-bit table (u8 [rows, cols + 8], kfuse::pack_fused_rowwise's), read in place:
-/// "torch 8-bit".
-Impl torch_bag8_impl(const BagProblem& p, const uint8_t* fused, int threads);
+/// PyTorch's quantised bag (quantized::embedding_bag_byte_rowwise_offsets at 8 bits,
+/// ..._4bit_rowwise_offsets at 4; mode sum) over a fused rowwise table (kfuse::pack_fused_rowwise's:
+/// u8 [rows, cols + 8], or [rows, ceil(cols/2) + 4]), read in place: "torch 8-bit", "torch 4-bit".
+Impl torch_bag_fused_impl(const BagProblem& p, const uint8_t* fused, int bits, int threads);
 
 }  // namespace kbench

@@ -229,13 +229,13 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   Workload mlp = mm(bm, bk, bn, Kind::Mlp, Target::Epilogue5pct);
   mlp.bare = v.back().name;
   v.push_back(mlp);
-  // Embedding bags (sum) over a table beyond the L3, its rows stored as f32, f16, 8-bit (as
-  // quantize_rowwise's two tensors, and in fused rows), 4-bit (bench/bag_problem.hpp), bags of
-  // 20-100 ids drawn uniformly and Zipf-like.
+  // Embedding bags (sum) over a table beyond the L3, its rows stored as f32, f16, 8-bit and 4-bit
+  // (as quantize_rowwise's two tensors, and in PyTorch's fused rows; bench/bag_problem.hpp), bags
+  // of 20-100 ids drawn uniformly and Zipf-like.
   const int64_t bag_rows = rc(2'000'000, 20'000), bag_cols = 64, bags = rc(4096, 256);
   for (bool zipf : {false, true}) {
     std::string f32_name;
-    for (const char* table : {"f32", "f16", "8-bit", "8-bit fused", "4-bit"}) {
+    for (const char* table : {"f32", "f16", "8-bit", "8-bit fused", "4-bit", "4-bit fused"}) {
       Workload b = wl("embedding_bag " + std::string(table) + " " + shape2(bag_rows, bag_cols) + ", " +
                           std::to_string(bags) + " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
                       Kind::EmbeddingBag, bag_rows, bag_cols);

@@ -1,6 +1,6 @@
 // kfuse_bag: embedding_bag (mode sum) over a table larger than the L3, stored as f32, f16,
-// 8-bit (two tensors, and PyTorch's fused rows) and 4-bit row-wise quantised
-// (include/kfuse/quantize.hpp), with bags of 20-100 ids drawn
+// 8-bit and 4-bit row-wise quantised (two tensors, and PyTorch's fused rows;
+// include/kfuse/quantize.hpp), with bags of 20-100 ids drawn
 // uniformly or Zipf-like, and LibTorch's bags in the same run when LibTorch is found
 // (bench/peers/torch_bag.cpp): at::embedding_bag over the f32 table, PyTorch's quantised 8-bit bag
 // over the 8-bit table.
@@ -125,8 +125,9 @@ int main(int argc, char** argv) {
   kfuse::Tensor t16 = t32.cast(kfuse::DType::F16);
   kfuse::QuantizedTable q8 = kfuse::quantize_rowwise(t32, 8), q4 = kfuse::quantize_rowwise(t32, 4);
   kfuse::eval({t16, q8.values, q8.scale_bias, q4.values, q4.scale_bias});
-  const kfuse::Tensor fused8 = kfuse::pack_fused_rowwise(q8);
-  const kfuse::QuantizedTable f8 = kfuse::fused_rowwise_table(fused8);
+  const kfuse::Tensor fused8 = kfuse::pack_fused_rowwise(q8), fused4 = kfuse::pack_fused_rowwise(q4);
+  const kfuse::QuantizedTable f8 = kfuse::fused_rowwise_table(fused8),
+                              f4 = kfuse::fused_rowwise_table(fused4, 4, cli.cols);
   const double d = static_cast<double>(cli.cols);
   std::vector<Variant> variants;
   variants.push_back({"f32", [t32] { return t32; }});
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
   variants.push_back({"8-bit", [q8] { return kfuse::dequantize_rowwise(q8); }});
   variants.push_back({"8-bit fused", [f8] { return kfuse::dequantize_rowwise(f8); }});
   variants.push_back({"4-bit", [q4] { return kfuse::dequantize_rowwise(q4); }});
+  variants.push_back({"4-bit fused", [f4] { return kfuse::dequantize_rowwise(f4); }});
 
   bool any_bad = false;
   for (bool zipf : {false, true}) {
@@ -177,7 +179,8 @@ int main(int argc, char** argv) {
         impls.push_back({k, t});
 #ifdef KFUSE_BENCH_HAVE_TORCH
         if (v.name == "f32") impls.push_back({torch_bag_impl(p, t), t});
-        if (v.name == "8-bit fused") impls.push_back({torch_bag8_impl(p, fused8.data_ptr<uint8_t>(), t), t});
+        if (v.name == "8-bit fused") impls.push_back({torch_bag_fused_impl(p, fused8.data_ptr<uint8_t>(), 8, t), t});
+        if (v.name == "4-bit fused") impls.push_back({torch_bag_fused_impl(p, fused4.data_ptr<uint8_t>(), 4, t), t});
 #endif
       }
       for (auto& [im, t] : impls) {

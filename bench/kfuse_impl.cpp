@@ -33,8 +33,8 @@ namespace {
 // the lazy f32 expression the bag reads (f16 -> cast, quantised -> dequantize_rowwise).
 struct BagTable {
   kfuse::Tensor stored;     // f32, f16
-  kfuse::QuantizedTable q;  // 8-bit, 8-bit fused, 4-bit
-  kfuse::Tensor fused;      // the 8-bit codes in fused rows (the table of "8-bit fused"; PyTorch's)
+  kfuse::QuantizedTable q;  // the quantised formats
+  kfuse::Tensor fused;      // the codes in PyTorch's fused rows (the table of the "fused" formats)
   kfuse::Tensor expr() const {
     return q.values.defined() ? kfuse::dequantize_rowwise(q) : stored.cast(kfuse::DType::F32);
   }
@@ -52,10 +52,13 @@ const BagTable& bag_table_of(const Workload& w) {
     } else if (w.table == "f16") {
       t.stored = t32.cast(kfuse::DType::F16).eval();
     } else {
-      t.q = kfuse::quantize_rowwise(t32, w.table == "4-bit" ? 4 : 8);
+      const int bits = w.table.rfind("4-bit", 0) == 0 ? 4 : 8;
+      t.q = kfuse::quantize_rowwise(t32, bits);
       kfuse::eval({t.q.values, t.q.scale_bias});
-      if (t.q.bits == 8) t.fused = kfuse::pack_fused_rowwise(t.q);
-      if (w.table == "8-bit fused") t.q = kfuse::fused_rowwise_table(t.fused);
+      // The fused rows PyTorch's peer reads: the same codes (at 4 bits, scale and bias in f16, so
+      // only the "4-bit fused" table, which holds them so, has the peer).
+      if (bits == 8 || w.table == "4-bit fused") t.fused = kfuse::pack_fused_rowwise(t.q);
+      if (w.table.find("fused") != std::string::npos) t.q = kfuse::fused_rowwise_table(t.fused, bits, p.cols);
     }
   }
   return t;
@@ -67,7 +70,9 @@ kfuse::Tensor bag_table_expr(const Workload& w) { return bag_table_of(w).expr();
 
 void kfuse_bag_share_table(Workload& w) {
   const BagTable& t = bag_table_of(w);
-  if (t.fused.defined()) w.q8_fused = t.fused.data_ptr<uint8_t>();
+  if (!t.fused.defined()) return;
+  w.fused_rows = t.fused.data_ptr<uint8_t>();
+  w.fused_bits = t.q.bits;
 }
 
 Reference kfuse_bag_reference(const Workload& w) {

@@ -17,8 +17,8 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
 
 /// The fp64 reference of an embedding-bag workload: bags of the values its table format holds.
 Reference kfuse_bag_reference(const Workload& w);
-/// An 8-bit bag workload: points w.q8_fused at kfuse's 8-bit table in fused rows, which the
-/// PyTorch 8-bit peer reads (the same codes, so one reference checks both).
+/// A quantised bag workload: points w.fused_rows at kfuse's table in PyTorch's fused rows, which
+/// the PyTorch peer reads (the same codes, scales and biases, so one reference checks both).
 void kfuse_bag_share_table(Workload& w);
 
 /// Options with `backend` preferred and `threads` threads, on top of `base`.

@@ -63,8 +63,8 @@ struct Workload {
   int64_t bags = 0;                        // EmbeddingBag: bags per call
   bool zipf = false;                       // EmbeddingBag: ids drawn Zipf-like (else uniformly)
   std::shared_ptr<const BagProblem> bag;   // EmbeddingBag: filled by make_inputs()
-  const uint8_t* q8_fused = nullptr;       // 8-bit bags: kfuse's table in fused rows, u8 [rows, cols + 8]
-                                           // (kfuse_bag_share_table), for the PyTorch 8-bit peer
+  const uint8_t* fused_rows = nullptr;     // quantised bags: kfuse's table in PyTorch's fused rows
+  int fused_bits = 0;                      // (kfuse_bag_share_table), for the PyTorch peer
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
   int64_t out_numel = 0;
   double compulsory_bytes = 0;             // inputs read once + output written once

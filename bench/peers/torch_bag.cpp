@@ -1,9 +1,10 @@
 // LibTorch peers of the embedding-bag benchmark (the ids and offsets are i64 tensors made once):
 //   at::embedding_bag, mode sum, over the f32 table (borrowed with from_blob);
-//   quantized::embedding_bag_byte_rowwise_offsets (PyTorch's 8-bit bag, registered in
-//   libtorch_cpu, called through the dispatcher) over kfuse's 8-bit table in the fused rowwise
-//   layout both libraries share (kfuse::pack_fused_rowwise: C u8 codes, then the f32 scale and
-//   bias), borrowed: the same codes, scales and biases, checked against the same fp64 bag.
+//   quantized::embedding_bag_byte_rowwise_offsets and ..._4bit_rowwise_offsets (PyTorch's
+//   quantised bags, registered in libtorch_cpu, called through the dispatcher) over kfuse's
+//   8-bit or 4-bit table in the fused rowwise layouts both libraries share
+//   (kfuse::pack_fused_rowwise), borrowed: the same codes, scales and biases, checked against
+//   the same fp64 bag.
 //   (Debian's LibTorch is built without FBGEMM: this bag is PyTorch's portable loop.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -33,16 +34,18 @@ std::shared_ptr<State> state(const BagProblem& p) {
 
 }  // namespace
 
-Impl torch_bag8_impl(const BagProblem& p, const uint8_t* fused, int threads) {
+Impl torch_bag_fused_impl(const BagProblem& p, const uint8_t* fused, int bits, int threads) {
   auto st = state(p);
-  st->table = at::from_blob(const_cast<uint8_t*>(fused), {p.rows, p.cols + 8}, at::TensorOptions().dtype(at::kByte));
+  const int64_t width = bits == 8 ? p.cols + 8 : (p.cols + 1) / 2 + 4;
+  st->table = at::from_blob(const_cast<uint8_t*>(fused), {p.rows, width}, at::TensorOptions().dtype(at::kByte));
   using Fn = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, bool, int64_t, bool,
                         const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool);
-  auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("quantized::embedding_bag_byte_rowwise_offsets", "").typed<Fn>();
+  const char* name =
+      bits == 8 ? "quantized::embedding_bag_byte_rowwise_offsets" : "quantized::embedding_bag_4bit_rowwise_offsets";
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
   Impl im;
-  im.name = "torch 8-bit";
-  im.note = "quantized::embedding_bag_byte_rowwise_offsets";
+  im.name = bits == 8 ? "torch 8-bit" : "torch 4-bit";
+  im.note = name;
   im.setup = [threads] { set_torch_threads(threads); };
   im.run = [st, op] {
     st->y = op.call(st->table, st->ids, st->offsets, false, 0, false, c10::nullopt, c10::nullopt, false);

@@ -70,7 +70,7 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
   if (w.gemm()) return torch_gemm_impls(w, threads);
   if (w.kind == Kind::EmbeddingBag) {  // f32: at::embedding_bag; 8-bit: PyTorch's quantised bag
-    if (w.q8_fused) return {torch_bag8_impl(*w.bag, w.q8_fused, threads)};
+    if (w.fused_rows) return {torch_bag_fused_impl(*w.bag, w.fused_rows, w.fused_bits, threads)};
     if (w.table != "f32") return {};
     Impl im = torch_bag_impl(*w.bag, threads);
     im.name = "torch natural";

@@ -2,8 +2,8 @@
 // existing element-wise ops, reductions and views, so dequantisation fuses into whatever reads
 // it (an embedding bag reads only the rows it picks).
 //
-// pack_fused_rowwise / fused_rowwise_table: the fused 8-bit layout (codes, then f32 scale and
-// bias, per row) is an eager copy one way and views the other (view_as_dtype for the f32 tail).
+// pack_fused_rowwise / fused_rowwise_table: the fused layouts (codes, then scale and bias, per
+// row) are an eager copy one way and views the other (view_as_dtype for the scale/bias tail).
 //
 // 4-bit codes are packed and picked with integer bit ops (lo | hi << 4; (byte >> 4 * (c & 1)) &
 // 15). They replaced an exact f32 form (floor(b / 16), b - 16 * floor(b / 16), lo + 16 * hi)
@@ -43,13 +43,13 @@ void check_table(const char* op, const QuantizedTable& q) {
   const Tensor& sb = q.scale_bias;
   const bool values_ok =
       v.dtype() == DType::U8 && v.ndim() == 2 && q.cols >= 1 && v.shape()[1] == packed_width(q.cols, q.bits);
-  const bool sb_ok = sb.dtype() == DType::F32 && sb.ndim() == 2 && v.ndim() == 2 && sb.shape()[0] == v.shape()[0] &&
-                     sb.shape()[1] == 2;
+  const bool sb_ok = (sb.dtype() == DType::F32 || sb.dtype() == DType::F16) && sb.ndim() == 2 && v.ndim() == 2 &&
+                     sb.shape()[0] == v.shape()[0] && sb.shape()[1] == 2;
   if (!values_ok || !sb_ok)
     throw UserError(describe_call(op, {v, sb}) + " with bits " + std::to_string(q.bits) + ", cols " +
                     std::to_string(q.cols) + ": expects u8 values [R, " +
                     (q.bits == 8 ? std::string("cols") : std::string("ceil(cols/2)")) +
-                    "] and f32 scale_bias [R, 2], as quantize_rowwise makes them");
+                    "] and f32 (or f16) scale_bias [R, 2], as quantize_rowwise or fused_rowwise_table make them");
 }
 
 }  // namespace
@@ -104,48 +104,60 @@ Tensor dequantize_rowwise(const QuantizedTable& q) {
   }
   // One rounding (fma): a bag then spends an FMA per vector of a row on dequantisation, not a
   // multiply and an add (every backend computes fma alike; a * b + c is never contracted).
-  return fma(vals, column(sb, 0), column(sb, 1));
+  // (An f16 scale and bias, the 4-bit fused layout's, are widened exactly.)
+  return fma(vals, cast_if_needed(column(sb, 0), DType::F32), cast_if_needed(column(sb, 1), DType::F32));
 }
 
 Tensor pack_fused_rowwise(const QuantizedTable& q) {
   check_table("pack_fused_rowwise", q);
-  if (q.bits != 8)
-    throw UserError("pack_fused_rowwise: bits = " + std::to_string(q.bits) +
-                    "; the fused rowwise layout here is the 8-bit one (PyTorch's embedding_bag_byte_prepack); "
-                    "quantize with bits = 8");
-  eval({q.values, q.scale_bias});
-  const int64_t rows = q.values.shape()[0], cols = q.cols, width = cols + 8;
+  // PyTorch's layouts: 8 bits with an f32 scale and bias, 4 bits with f16 ones (rounded here).
+  const DType sb_dt = q.bits == 8 ? DType::F32 : DType::F16;
+  const Tensor sb_t = cast_if_needed(q.scale_bias, sb_dt);
+  eval({q.values, sb_t});
+  const int64_t rows = q.values.shape()[0], width = q.values.shape()[1];
+  const auto tail = static_cast<int64_t>(2 * dtype_size(sb_dt)), stride = width + tail;
   const auto* v = static_cast<const uint8_t*>(q.values.data());
-  const auto* sb = static_cast<const float*>(q.scale_bias.data());
-  std::vector<uint8_t> packed(static_cast<size_t>(rows * width));
+  const auto* sb = static_cast<const uint8_t*>(sb_t.data());
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * stride));
   for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = packed.data() + r * width;
-    std::memcpy(row, v + r * cols, static_cast<size_t>(cols));
-    std::memcpy(row + cols, sb + 2 * r, 2 * sizeof(float));
+    uint8_t* row = packed.data() + r * stride;
+    std::memcpy(row, v + r * width, static_cast<size_t>(width));
+    std::memcpy(row + width, sb + r * tail, static_cast<size_t>(tail));
   }
-  return Tensor::from_bytes(packed.data(), DType::U8, {rows, width});
+  return Tensor::from_bytes(packed.data(), DType::U8, {rows, stride});
 }
 
-QuantizedTable fused_rowwise_table(const Tensor& packed) {
+QuantizedTable fused_rowwise_table(const Tensor& packed, int bits, int64_t cols) {
   require_defined("fused_rowwise_table", packed);
-  if (packed.dtype() != DType::U8 || packed.ndim() != 2 || packed.shape()[1] < 9)
-    throw UserError("fused_rowwise_table(" + describe(packed) +
-                    "): expects u8 [R, C + 8] with C >= 1 (each row C codes, an f32 scale, an f32 bias), as "
-                    "pack_fused_rowwise or PyTorch's embedding_bag_byte_prepack make it");
-  const int64_t rows = packed.shape()[0], cols = packed.shape()[1] - 8;
-  Tensor values = slice(packed, {Range::all(), Range{0, cols}});
+  check_bits("fused_rowwise_table", bits);
+  const DType sb_dt = bits == 8 ? DType::F32 : DType::F16;
+  const auto tail = static_cast<int64_t>(2 * dtype_size(sb_dt));
+  const int64_t width = packed.ndim() == 2 ? packed.shape()[1] - tail : 0;  // code bytes per row
+  if (cols < 0) cols = bits == 8 ? width : 2 * width;
+  const std::string layout =
+      bits == 8 ? "C codes, an f32 scale, an f32 bias" : "ceil(C/2) code bytes, an f16 scale, an f16 bias";
+  if (packed.dtype() != DType::U8 || packed.ndim() != 2 || width < 1 || packed_width(cols, bits) != width)
+    throw UserError("fused_rowwise_table(" + describe(packed) + ", bits " + std::to_string(bits) + ", cols " +
+                    std::to_string(cols) + "): expects u8 [R, " + (bits == 8 ? "C + 8" : "ceil(C/2) + 4") +
+                    "] with C >= 1 (each row " + layout +
+                    "), as pack_fused_rowwise or PyTorch's embedding_bag_byte_prepack / embedding_bag_4bit_prepack "
+                    "make it");
+  const int64_t rows = packed.shape()[0], elem = static_cast<int64_t>(dtype_size(sb_dt));
+  Tensor values = slice(packed, {Range::all(), Range{0, width}});
   Tensor scale_bias;
-  if (cols % 4 == 0) {
-    // The whole table as f32 [R, (C + 8) / 4]: each row's scale and bias are its last two.
-    scale_bias = slice(view_as_dtype(packed, DType::F32), {Range::all(), Range{cols / 4, cols / 4 + 2}});
+  if (width % elem == 0) {
+    // The whole table as [R, (width + tail) / elem] scale-bias elements: each row's are its last two.
+    const int64_t at = width / elem;
+    scale_bias = slice(view_as_dtype(packed, sb_dt), {Range::all(), Range{at, at + 2}});
   } else {
-    // Not 4-byte aligned: the 8-byte tails are copied out once (a kernel loads whole elements).
+    // Not aligned to the scale's size: the tails are copied out once (a kernel loads whole elements).
     const auto* p = static_cast<const uint8_t*>(packed.data());
-    std::vector<float> sb(static_cast<size_t>(2 * rows));
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&sb[static_cast<size_t>(2 * r)], p + r * (cols + 8) + cols, 8);
-    scale_bias = Tensor::from_vector(sb, {rows, 2});
+    std::vector<uint8_t> sb(static_cast<size_t>(rows * tail));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&sb[static_cast<size_t>(r * tail)], p + r * (width + tail) + width, static_cast<size_t>(tail));
+    scale_bias = Tensor::from_bytes(sb.data(), sb_dt, {rows, 2});
   }
-  return QuantizedTable{values, scale_bias, 8, cols};
+  return QuantizedTable{values, scale_bias, bits, cols};
 }
 
 }  // namespace kfuse

@@ -142,22 +142,26 @@ TEST_P(Quantize, ConstantRowsAreExactAndNonFiniteRowsStayNonFinite) {
 // scale/bias, and matches fp64 bags of q * scale + bias written out here.
 void check_weighted_bag(int64_t cols, int form);
 
-// Forms: 8 and 4 bits as quantize_rowwise makes them, and 8 bits in the fused rowwise layout
-// (bits 0 here): cols 9 copies its scale and bias out, cols 16 reads them through view_as_dtype.
+// Forms: 8 and 4 bits as quantize_rowwise makes them, and in the fused rowwise layouts (-8, -4):
+// cols 9 copies the scale and bias out (8 bits: 9 code bytes; 4 bits: 5), cols 16 reads them
+// through view_as_dtype.
 QuantizedTable table_form(const Tensor& x, int form) {
-  if (form == 0) return fused_rowwise_table(pack_fused_rowwise(quantize_rowwise(x, 8)));
+  if (form < 0) {
+    const int64_t cols = x.shape()[1];
+    return fused_rowwise_table(pack_fused_rowwise(quantize_rowwise(x, -form)), -form, cols);
+  }
   return quantize_rowwise(x, form);
 }
 
 TEST_P(Quantize, WeightedBagOfTheDequantizedTableWithEpilogueIsOneKernel) {
   for (int64_t cols : {9, 16})
-    for (int form : {8, 4, 0}) check_weighted_bag(cols, form);
+    for (int form : {8, 4, -8, -4}) check_weighted_bag(cols, form);
 }
 
 void check_weighted_bag(int64_t cols, int form) {
   SCOPED_TRACE("cols " + std::to_string(cols) + ", form " + std::to_string(form));
   const int64_t rows = 50;
-  const int bits = form == 0 ? 8 : form;
+  const int bits = form < 0 ? -form : form;
   const std::vector<double> x = table_values(rows, cols, 11);
   const std::vector<double> ids = {3, 7, 7, 49, 0, 12, 3, 8, 8, 8, 31};
   const std::vector<double> offsets = {0, 3, 3, 6};  // bag 1 is empty, the last bag runs to the end
@@ -195,38 +199,52 @@ void check_weighted_bag(int64_t cols, int form) {
   }
 }
 
-// The fused rowwise layout byte by byte (PyTorch's embedding_bag_byte_prepack rows: codes, f32
-// scale, f32 bias, little-endian), read back in place as the same codes and scale/bias, and its
-// dequantised table bit for bit the two-tensor one's, for widths with and without a 4-byte
-// aligned tail.
+// The fused rowwise layouts byte by byte (PyTorch's prepacked rows: code bytes, then the scale and
+// the bias, little-endian; f32 at 8 bits, f16 at 4), read back in place as the same codes and
+// scale/bias, and their dequantised tables bit for bit the two-tensor ones' (4 bits: with the
+// scale and bias rounded to f16), for widths with and without an aligned tail.
 TEST_P(Quantize, FusedRowsHoldCodesThenScaleAndBias) {
-  for (int64_t cols : {1, 13, 16, 64}) {
-    SCOPED_TRACE("cols " + std::to_string(cols));
-    const int64_t rows = 7;
-    QuantizedTable q = quantize_rowwise(make_tensor(table_values(rows, cols, 21), {rows, cols}), 8);
-    Tensor packed = pack_fused_rowwise(q);
-    ASSERT_EQ(packed.dtype(), DType::U8);
-    ASSERT_EQ(packed.shape(), (Shape{rows, cols + 8}));
-    const auto* p = static_cast<const uint8_t*>(packed.data());
-    const std::vector<double> codes = values(q.values), sb = values(q.scale_bias);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c)
-        EXPECT_EQ(p[r * (cols + 8) + c], codes[static_cast<size_t>(r * cols + c)]) << "row " << r << " col " << c;
-      float scale, bias;
-      std::memcpy(&scale, p + r * (cols + 8) + cols, 4);
-      std::memcpy(&bias, p + r * (cols + 8) + cols + 4, 4);
-      EXPECT_EQ(scale, sb[static_cast<size_t>(2 * r)]) << "row " << r;
-      EXPECT_EQ(bias, sb[static_cast<size_t>(2 * r + 1)]) << "row " << r;
+  for (int bits : {8, 4})
+    for (int64_t cols : {1, 13, 16, 64}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + ", cols " + std::to_string(cols));
+      const int64_t rows = 7, width = bits == 8 ? cols : (cols + 1) / 2, tail = bits == 8 ? 8 : 4;
+      QuantizedTable q = quantize_rowwise(make_tensor(table_values(rows, cols, 21), {rows, cols}), bits);
+      if (bits == 4) q.scale_bias = q.scale_bias.cast(DType::F16);  // what the layout stores
+      Tensor packed = pack_fused_rowwise(q);
+      ASSERT_EQ(packed.dtype(), DType::U8);
+      ASSERT_EQ(packed.shape(), (Shape{rows, width + tail}));
+      const auto* p = static_cast<const uint8_t*>(packed.data());
+      const std::vector<double> codes = values(q.values), sb = values(q.scale_bias);
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = p + r * (width + tail);
+        for (int64_t c = 0; c < width; ++c)
+          EXPECT_EQ(row[c], codes[static_cast<size_t>(r * width + c)]) << "row " << r << " byte " << c;
+        double scale, bias;
+        if (bits == 8) {
+          float f[2];
+          std::memcpy(f, row + width, 8);
+          scale = f[0], bias = f[1];
+        } else {
+          uint16_t h[2];
+          std::memcpy(h, row + width, 4);
+          scale = static_cast<double>(half::from_bits(h[0])), bias = static_cast<double>(half::from_bits(h[1]));
+        }
+        EXPECT_EQ(scale, sb[static_cast<size_t>(2 * r)]) << "row " << r;
+        EXPECT_EQ(bias, sb[static_cast<size_t>(2 * r + 1)]) << "row " << r;
+      }
+      QuantizedTable f = fused_rowwise_table(packed, bits, cols);
+      EXPECT_EQ(f.bits, bits);
+      EXPECT_EQ(f.cols, cols);
+      EXPECT_EQ(f.scale_bias.dtype(), q.scale_bias.dtype());
+      EXPECT_EQ(values(f.values), codes);
+      EXPECT_EQ(values(f.scale_bias), sb);
+      EXPECT_EQ(values(dequantize_rowwise(f)), values(dequantize_rowwise(q)));
+      Explanation ex = explain(dequantize_rowwise(f));
+      EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
     }
-    QuantizedTable f = fused_rowwise_table(packed);
-    EXPECT_EQ(f.bits, 8);
-    EXPECT_EQ(f.cols, cols);
-    EXPECT_EQ(values(f.values), codes);
-    EXPECT_EQ(values(f.scale_bias), sb);
-    EXPECT_EQ(values(dequantize_rowwise(f)), values(dequantize_rowwise(q)));
-    Explanation ex = explain(dequantize_rowwise(f));
-    EXPECT_EQ(ex.kernel_count(), 1u) << ex.text();
-  }
+  // PyTorch's default width: twice the code bytes at 4 bits
+  QuantizedTable q4 = quantize_rowwise(make_tensor(table_values(3, 10, 5), {3, 10}), 4);
+  EXPECT_EQ(fused_rowwise_table(pack_fused_rowwise(q4), 4).cols, 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Quantize, ::testing::Values("reference", "llvm", "xbyak"),
@@ -248,9 +266,11 @@ TEST(QuantizeErrors, BadArgumentsThrowAtRecordTime) {
   }
   EXPECT_THROW(dequantize_rowwise(QuantizedTable{q.values, q.scale_bias.cast(DType::F64), 4, 4}), UserError);
   EXPECT_THROW(dequantize_rowwise(QuantizedTable{q.values, q.scale_bias, 4, 5}), UserError);
-  // The fused layout is the 8-bit one; a fused table is u8 [R, C + 8] with C >= 1.
-  EXPECT_THROW(pack_fused_rowwise(q), UserError);
+  // A fused table is u8 [R, C + 8] (8 bits) or [R, ceil(C/2) + 4] (4 bits) with C >= 1.
   EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(24, 2, 0, 255), {3, 8}, DType::U8)), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(12, 2, 0, 255), {3, 4}, DType::U8), 4), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(24, 2, 0, 255), {3, 8}, DType::U8), 4, 9), UserError);
+  EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(24, 2, 0, 255), {3, 8}, DType::U8), 3), UserError);
   EXPECT_THROW(fused_rowwise_table(make_tensor(random_values(30, 2), {3, 10})), UserError);
   EXPECT_THROW(fused_rowwise_table(make_tensor(random_ints(30, 2, 0, 255), {30}, DType::U8)), UserError);
 }
