@@ -13,7 +13,6 @@
 // gather), docs/llvm-backend.md.
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "kfuse/quantize.hpp"
 #include "record.hpp"
@@ -118,13 +117,14 @@ Tensor pack_fused_rowwise(const QuantizedTable& q) {
   const auto tail = static_cast<int64_t>(2 * dtype_size(sb_dt)), stride = width + tail;
   const auto* v = static_cast<const uint8_t*>(q.values.data());
   const auto* sb = static_cast<const uint8_t*>(sb_t.data());
-  std::vector<uint8_t> packed(static_cast<size_t>(rows * stride));
+  auto st = Storage::allocate(DType::U8, rows * stride);  // (written in place: one copy of the table)
+  auto* packed = static_cast<uint8_t*>(st->data);
   for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = packed.data() + r * stride;
+    uint8_t* row = packed + r * stride;
     std::memcpy(row, v + r * width, static_cast<size_t>(width));
     std::memcpy(row + width, sb + r * tail, static_cast<size_t>(tail));
   }
-  return Tensor::from_bytes(packed.data(), DType::U8, {rows, stride});
+  return Tensor(make_buffer_node(std::move(st), {rows, stride}));
 }
 
 QuantizedTable fused_rowwise_table(const Tensor& packed, int bits, int64_t cols) {
@@ -152,10 +152,11 @@ QuantizedTable fused_rowwise_table(const Tensor& packed, int bits, int64_t cols)
   } else {
     // Not aligned to the scale's size: the tails are copied out once (a kernel loads whole elements).
     const auto* p = static_cast<const uint8_t*>(packed.data());
-    std::vector<uint8_t> sb(static_cast<size_t>(rows * tail));
+    auto st = Storage::allocate(sb_dt, rows * 2);
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(&sb[static_cast<size_t>(r * tail)], p + r * (width + tail) + width, static_cast<size_t>(tail));
-    scale_bias = Tensor::from_bytes(sb.data(), sb_dt, {rows, 2});
+      std::memcpy(static_cast<uint8_t*>(st->data) + r * tail, p + r * (width + tail) + width,
+                  static_cast<size_t>(tail));
+    scale_bias = Tensor(make_buffer_node(std::move(st), {rows, 2}));
   }
   return QuantizedTable{values, scale_bias, bits, cols};
 }
