@@ -45,7 +45,10 @@ Box operand_box(const Node* m, size_t operand, const Box& b) {
       Box x(r, 1);
       const auto& perm = m->attrs.ints;
       if (perm.size() != r || b.size() != r) return full(o);
-      for (size_t i = 0; i < r; ++i) x[static_cast<size_t>(perm[i])] = b[i];
+      for (size_t i = 0; i < r; ++i) {
+        if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(r)) return full(o);
+        x[static_cast<size_t>(perm[i])] = b[i];
+      }
       return clamp_to(x);
     }
     case Op::Reshape: {  // the leading axes both shapes share keep their extents
@@ -63,7 +66,10 @@ Box operand_box(const Node* m, size_t operand, const Box& b) {
   }
   if (is_reduction(m->op) && r == m->shape.size()) {  // reduced axes whole (kept with size 1)
     Box x = b;
-    for (int64_t a : m->attrs.ints) x[static_cast<size_t>(a)] = o->shape[static_cast<size_t>(a)];
+    for (int64_t a : m->attrs.ints) {
+      if (a < 0 || a >= static_cast<int64_t>(r)) return full(o);  // (axes are normalised at record time)
+      x[static_cast<size_t>(a)] = o->shape[static_cast<size_t>(a)];
+    }
     return x;
   }
   return full(o);
