@@ -26,6 +26,7 @@
 #include "device_bench.hpp"
 #include "harness.hpp"
 #include "kfuse/profile.hpp"
+#include "bag_tables.hpp"
 #include "kfuse_impl.hpp"
 #include "profile_agreement.hpp"
 #include "peers/peers.hpp"
@@ -235,9 +236,9 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   const int64_t bag_rows = rc(2'000'000, 20'000), bag_cols = 64, bags = rc(4096, 256);
   for (bool zipf : {false, true}) {
     std::string f32_name;
-    for (const char* table : {"f32", "f16", "8-bit", "8-bit fused", "4-bit", "4-bit fused"}) {
-      Workload b = wl("embedding_bag " + std::string(table) + " " + shape2(bag_rows, bag_cols) + ", " +
-                          std::to_string(bags) + " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
+    for (const std::string& table : bag_formats()) {
+      Workload b = wl("embedding_bag " + table + " " + shape2(bag_rows, bag_cols) + ", " + std::to_string(bags) +
+                          " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
                       Kind::EmbeddingBag, bag_rows, bag_cols);
       b.table = table;
       b.bags = bags;

@@ -16,19 +16,17 @@
 #include <kfuse/index_ops.hpp>
 #include <kfuse/kfuse.hpp>
 #include <kfuse/profile.hpp>
-#include <kfuse/quantize.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <utility>
 #include <string>
 #include <vector>
 
-#include "bag_problem.hpp"
+#include "bag_tables.hpp"
 #include "harness.hpp"
 
 namespace kbench {
@@ -82,14 +80,6 @@ Cli parse(int argc, char** argv) {
   return c;
 }
 
-// One storage format of the table and how kfuse reads it.
-struct Variant {
-  std::string name;                      // bag_row_bytes' format name
-  std::function<kfuse::Tensor()> table;  // the lazy f32 table expression the bag reads
-};
-
-std::vector<float> as_floats(const kfuse::Tensor& t) { return t.to_vector<float>(); }
-
 std::string pct(double f) {
   char b[32];
   std::snprintf(b, sizeof b, "%.0f%%", 100 * f);
@@ -117,25 +107,11 @@ int main(int argc, char** argv) {
       "GB/s: (distinct rows touched x bytes per stored row + ids + offsets + f32 result) / median;\n"
       "%%ceil: of kfuse::Roof for that read/write mix and thread count, measured before each group\n");
 
-  // The f32 table (bench/bag_problem.hpp) and its f16 / 8-bit / 4-bit copies, made once (kfuse
-  // computes the copies).
+  // The f32 table (bench/bag_problem.hpp); its copies in the other formats are made on first use
+  // (bench/bag_tables.hpp), shared by the uniform and Zipf problems: `storage` keeps the one table
+  // alive between them.
   const std::shared_ptr<const float> storage = bag_table(cli.rows, cli.cols);
-  const float* table = storage.get();
-  kfuse::Tensor t32 = kfuse::Tensor::borrow(const_cast<float*>(table), {cli.rows, cli.cols});
-  kfuse::Tensor t16 = t32.cast(kfuse::DType::F16);
-  kfuse::QuantizedTable q8 = kfuse::quantize_rowwise(t32, 8), q4 = kfuse::quantize_rowwise(t32, 4);
-  kfuse::eval({t16, q8.values, q8.scale_bias, q4.values, q4.scale_bias});
-  const kfuse::Tensor fused8 = kfuse::pack_fused_rowwise(q8), fused4 = kfuse::pack_fused_rowwise(q4);
-  const kfuse::QuantizedTable f8 = kfuse::fused_rowwise_table(fused8),
-                              f4 = kfuse::fused_rowwise_table(fused4, 4, cli.cols);
   const double d = static_cast<double>(cli.cols);
-  std::vector<Variant> variants;
-  variants.push_back({"f32", [t32] { return t32; }});
-  variants.push_back({"f16", [t16] { return t16.cast(kfuse::DType::F32); }});
-  variants.push_back({"8-bit", [q8] { return kfuse::dequantize_rowwise(q8); }});
-  variants.push_back({"8-bit fused", [f8] { return kfuse::dequantize_rowwise(f8); }});
-  variants.push_back({"4-bit", [q4] { return kfuse::dequantize_rowwise(q4); }});
-  variants.push_back({"4-bit fused", [f4] { return kfuse::dequantize_rowwise(f4); }});
 
   bool any_bad = false;
   for (bool zipf : {false, true}) {
@@ -155,16 +131,16 @@ int main(int argc, char** argv) {
     };
     std::printf("%-11s %-12s %2s %10s %7s %8s %8s %6s %5s  %s\n", "table", "impl", "T", "median", "spread", "GB/s",
                 "ceil", "%ceil", "kern", "check");
-    for (Variant& v : variants) {
-      if (!cli.filter.empty() && v.name.find(cli.filter) == std::string::npos &&
+    for (const std::string& format : bag_formats()) {
+      if (!cli.filter.empty() && format.find(cli.filter) == std::string::npos &&
           cli.filter != (zipf ? "zipf" : "uniform"))
         continue;
-      const double read_bytes = static_cast<double>(p.distinct) * bag_row_bytes(v.name, cli.cols) + index_bytes;
-      const std::vector<float> copy = v.name == "f32" ? std::vector<float>{} : as_floats(v.table());
-      const Reference ref = bag_reference(p, v.name == "f32" ? table : copy.data());
+      const BagTable& table = bag_table_of(p, format);
+      const double read_bytes = static_cast<double>(p.distinct) * bag_row_bytes(format, cli.cols) + index_bytes;
+      const Reference ref = bag_format_reference(p, format);
       std::vector<std::pair<Impl, int>> impls;  // with its thread count
       auto y = std::make_shared<kfuse::Tensor>();
-      const size_t planned = kfuse::explain(kfuse::embedding_bag(v.table(), ids(), offsets())).kernel_count();
+      const size_t planned = kfuse::explain(kfuse::embedding_bag(table.expr(), ids(), offsets())).kernel_count();
       for (int t : cli.threads) {
         Impl k;
         k.name = "kfuse";
@@ -174,13 +150,13 @@ int main(int argc, char** argv) {
           o.num_threads = t;
           kfuse::set_options(o);
         };
-        k.run = [y, &v, ids, offsets] { *y = kfuse::embedding_bag(v.table(), ids(), offsets()).eval(); };
+        k.run = [y, &table, ids, offsets] { *y = kfuse::embedding_bag(table.expr(), ids(), offsets()).eval(); };
         k.result = [y] { return y->data_ptr<float>(); };
         impls.push_back({k, t});
 #ifdef KFUSE_BENCH_HAVE_TORCH
-        if (v.name == "f32") impls.push_back({torch_bag_impl(p, t), t});
-        if (v.name == "8-bit fused") impls.push_back({torch_bag_fused_impl(p, fused8.data_ptr<uint8_t>(), 8, t), t});
-        if (v.name == "4-bit fused") impls.push_back({torch_bag_fused_impl(p, fused4.data_ptr<uint8_t>(), 4, t), t});
+        if (format == "f32") impls.push_back({torch_bag_impl(p, t), t});
+        if (table.fused.defined())
+          impls.push_back({torch_bag_fused_impl(p, table.fused.data_ptr<uint8_t>(), table.q.bits, t), t});
 #endif
       }
       for (auto& [im, t] : impls) {
@@ -191,7 +167,7 @@ int main(int argc, char** argv) {
         const Verdict vd = verify(im.result(), ref);
         any_bad = any_bad || !vd.ok;
         const double gbps = (read_bytes + write_bytes) / st.median / 1e9;
-        std::printf("%-11s %-12s %2d %10s %6.2fx %8.2f %8.2f %6s %5s  %s\n", v.name.c_str(), im.name.c_str(), t,
+        std::printf("%-11s %-12s %2d %10s %6.2fx %8.2f %8.2f %6s %5s  %s\n", format.c_str(), im.name.c_str(), t,
                     fmt_time(st.median).c_str(), st.spread(), gbps, ceil, pct(gbps / ceil).c_str(),
                     im.name == "kfuse" ? std::to_string(planned).c_str() : "-",
                     vd.ok ? "ok" : ("FAIL " + vd.message).c_str());

@@ -1,13 +1,10 @@
 #include "kfuse_impl.hpp"
 
-#include "bag_problem.hpp"
+#include "bag_tables.hpp"
 
 #include <kfuse/index_ops.hpp>
-#include <kfuse/quantize.hpp>
 
 #include <chrono>
-#include <functional>
-#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -26,62 +23,14 @@ bool kfuse_has_explain() {
   return fn != nullptr;
 }
 
-namespace {
-
-// The table of an embedding-bag workload in its storage format, made once per table and format
-// (kfuse computes the f16 and quantised copies): the f32 borrow itself, or the stored copy behind
-// the lazy f32 expression the bag reads (f16 -> cast, quantised -> dequantize_rowwise).
-struct BagTable {
-  kfuse::Tensor stored;     // f32, f16
-  kfuse::QuantizedTable q;  // the quantised formats
-  kfuse::Tensor fused;      // the codes in PyTorch's fused rows (the table of the "fused" formats)
-  kfuse::Tensor expr() const {
-    return q.values.defined() ? kfuse::dequantize_rowwise(q) : stored.cast(kfuse::DType::F32);
-  }
-};
-
-const BagTable& bag_table_of(const Workload& w) {
-  static std::map<std::pair<const float*, std::string>, BagTable> made;
-  const BagProblem& p = *w.bag;
-  auto [it, fresh] = made.try_emplace({p.table, w.table});
-  BagTable& t = it->second;
-  if (fresh) {
-    kfuse::Tensor t32 = kfuse::Tensor::borrow(const_cast<float*>(p.table), {p.rows, p.cols});
-    if (w.table == "f32") {
-      t.stored = t32;
-    } else if (w.table == "f16") {
-      t.stored = t32.cast(kfuse::DType::F16).eval();
-    } else {
-      const int bits = w.table.rfind("4-bit", 0) == 0 ? 4 : 8;
-      t.q = kfuse::quantize_rowwise(t32, bits);
-      kfuse::eval({t.q.values, t.q.scale_bias});
-      // The fused rows PyTorch's peer reads: the same codes (at 4 bits, scale and bias in f16, so
-      // only the "4-bit fused" table, which holds them so, has the peer).
-      if (bits == 8 || w.table == "4-bit fused") t.fused = kfuse::pack_fused_rowwise(t.q);
-      if (w.table.find("fused") != std::string::npos) t.q = kfuse::fused_rowwise_table(t.fused, bits, p.cols);
-    }
-  }
-  return t;
-}
-
-kfuse::Tensor bag_table_expr(const Workload& w) { return bag_table_of(w).expr(); }
-
-}  // namespace
-
 void kfuse_bag_share_table(Workload& w) {
-  const BagTable& t = bag_table_of(w);
+  const BagTable& t = bag_table_of(*w.bag, w.table);
   if (!t.fused.defined()) return;
   w.fused_rows = t.fused.data_ptr<uint8_t>();
   w.fused_bits = t.q.bits;
 }
 
-Reference kfuse_bag_reference(const Workload& w) {
-  const BagProblem& p = *w.bag;
-  if (w.table == "f32") return bag_reference(p, p.table);
-  // The values the format holds (dequantised as kfuse does): the bag is checked, not the format.
-  const std::vector<float> values = bag_table_expr(w).to_vector<float>();
-  return bag_reference(p, values.data());
-}
+Reference kfuse_bag_reference(const Workload& w) { return bag_format_reference(*w.bag, w.table); }
 
 std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   std::vector<kfuse::Tensor> in;
@@ -132,7 +81,7 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
       return layer_norm(gelu(matmul(in[0], in[1]) + in[2], /*approximate_tanh=*/true), Shape{w.cols}, {}, {},
                         kLayerNormEps);
     case Kind::Chain10: return sqrt(sigmoid(log(relu(square(tanh(in[0] * 1.5 + 0.5)) - 0.25) + 1.0)));
-    case Kind::EmbeddingBag: return embedding_bag(bag_table_expr(w), in[0], in[1]);
+    case Kind::EmbeddingBag: return embedding_bag(bag_table_of(*w.bag, w.table).expr(), in[0], in[1]);
     default: throw std::logic_error("kfuse_build: no expression for workload " + w.name);
   }
 }
