@@ -92,7 +92,8 @@ Traffic min_traffic(const FusionGroup& g) {
       return;
     }
     if (!members.count(m)) {
-      reached[m] += count(b);
+      int64_t& r = reached[m];
+      r = std::min(m->numel(), r + count(b));  // (capped as it goes: many paths cannot overflow it)
       return;
     }
     for (size_t i = 0; i < m->inputs.size(); ++i) walk(m->inputs[i].get(), operand_box(m, i, b));
@@ -100,7 +101,7 @@ Traffic min_traffic(const FusionGroup& g) {
   for (const Node* n : g.outputs) walk(n, full(n));
   for (const Node* n : g.inputs) {
     auto it = reached.find(n);
-    const int64_t elems = whole || it == reached.end() ? n->numel() : std::min(n->numel(), it->second);
+    const int64_t elems = whole || it == reached.end() ? n->numel() : it->second;
     t.read_bytes += static_cast<int64_t>(elems * dtype_size(n->dtype));
   }
   return t;
