@@ -232,27 +232,31 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   v.push_back(mlp);
   // Embedding bags (sum) over a table beyond the L3, its rows stored as f32, f16, 8-bit and 4-bit
   // (as quantize_rowwise's two tensors, and in PyTorch's fused rows; bench/bag_problem.hpp), bags
-  // of 20-100 ids drawn uniformly and Zipf-like.
-  const int64_t bag_rows = rc(2'000'000, 20'000), bag_cols = 64, bags = rc(4096, 256);
-  for (bool zipf : {false, true}) {
-    std::string f32_name;
-    for (const std::string& table : bag_formats()) {
-      Workload b = wl("embedding_bag " + table + " " + shape2(bag_rows, bag_cols) + ", " + std::to_string(bags) +
-                          " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
-                      Kind::EmbeddingBag, bag_rows, bag_cols);
-      b.table = table;
-      b.bags = bags;
-      b.zipf = zipf;
-      if (b.table == "f32") {
-        b.target = Target::BagVsTorch;
-        f32_name = b.name;
-      } else if (b.table.rfind("8-bit", 0) == 0) {
-        b.target = Target::Bag8Bit;
-        b.bare = f32_name;
+  // of 20-100 ids drawn uniformly and Zipf-like. Rows of 64 and of 128 columns (the two widths of
+  // recommendation models' tables), 512 MiB as f32 either way: an 8-bit row of 64 codes and its
+  // scale and bias (72 bytes) spans two cache lines, one of 128 spans three for 136 bytes.
+  const int64_t bags = rc(4096, 256);
+  for (const auto& [bag_rows, bag_cols] : {std::pair<int64_t, int64_t>{rc(2'000'000, 20'000), 64},
+                                           std::pair<int64_t, int64_t>{rc(1'000'000, 10'000), 128}})
+    for (bool zipf : {false, true}) {
+      std::string f32_name;
+      for (const std::string& table : bag_formats()) {
+        Workload b = wl("embedding_bag " + table + " " + shape2(bag_rows, bag_cols) + ", " + std::to_string(bags) +
+                            " bags, " + (zipf ? "Zipf" : "uniform") + " ids",
+                        Kind::EmbeddingBag, bag_rows, bag_cols);
+        b.table = table;
+        b.bags = bags;
+        b.zipf = zipf;
+        if (b.table == "f32") {
+          b.target = Target::BagVsTorch;
+          f32_name = b.name;
+        } else if (b.table.rfind("8-bit", 0) == 0) {
+          b.target = Target::Bag8Bit;
+          b.bare = f32_name;
+        }
+        v.push_back(b);
       }
-      v.push_back(b);
     }
-  }
   v.push_back(wl("compile time per kernel", Kind::Compile, 1, 1024, Target::Compile100us));
   v.push_back(wl("cache-hit overhead 8 floats", Kind::CacheHit, 1, 8));
   return v;
