@@ -107,10 +107,18 @@ inline Dag random_dag(uint64_t seed, const std::vector<DType>& input_dtypes = {D
         // A strided slice, or (no draw from g: the other DAGs stay the same) for seeds 2 mod 5 a
         // gather: columns picked by an index tensor, reversed and repeated; for seeds 3 mod 5 a
         // concat along the last axis of a and a strided slice of it; for seeds 4 mod 5 a pad of
-        // the last axis (both: kernels whose rows the LLVM backend cuts into pieces).
+        // the last axis (both: kernels whose rows the LLVM backend cuts into pieces); for seeds
+        // 1 mod 5 and an even row, the second half of each row as a slice of a split reshape
+        // (which passes/slice_before_split.cpp turns into a slice of a).
         if (a.ndim() == 2 && a.shape()[1] > 1) {
           const Tensor strided = a.slice({Range::all(), Range{0, std::nullopt, 2}});
+          const int64_t rows = a.shape()[0], half = a.shape()[1] / 2;
           switch (seed % 5) {
+            case 1:
+              r = a.shape()[1] % 2
+                      ? strided
+                      : a.reshape({rows, 2, half}).slice({Range::all(), Range{1, 2}}).reshape({rows, half});
+              break;
             case 2: r = index_select(a, 1, on(Tensor::from_vector<int64_t>({a.shape()[1] - 1, 0, 0}, {3}))); break;
             case 3: r = concat({a, strided}, 1); break;
             case 4: r = pad(a, {{0, 0}, {1, 2}}, 1); break;

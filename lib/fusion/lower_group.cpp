@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/reshape_runs.hpp"
 #include "ir/collapse_reduce.hpp"
 #include "ir/random.hpp"
 #include "ir/widen_narrow.hpp"
@@ -510,8 +511,8 @@ class Lowerer {
     return emit(x, xi, xd, guard);
   }
 
-  // A reshape splits and merges runs of adjacent dims whose products match: [B*S, H*D] ->
-  // [B, S, H, D] is the runs [B*S] <- [B, S] and [H*D] <- [H, D]. Each input dim is indexed
+  // A reshape splits and merges runs of adjacent dims whose products match (core/reshape_runs.hpp):
+  // [B*S, H*D] -> [B, S, H, D] is the runs [B*S] <- [B, S] and [H*D] <- [H, D]. Each input dim is indexed
   // from its own run alone: a run of one input dim takes the run's linear index (a split needs
   // no division: the head split of attention stays affine, so xbyak takes it and LLVM
   // vectorises it), a run of several input dims unravels the run's index (a merge: [64] <-
@@ -520,24 +521,9 @@ class Lowerer {
   // takes the whole-index form) when an extent is 0 or no run is shorter than the whole shape.
   bool reshape_groups(const Node* n, const Node* x, const std::vector<ExprRef>& idx, const std::vector<ExprRef>& dims,
                       std::vector<ExprRef>& xi, std::vector<ExprRef>& xd) const {
-    const auto &ns = n->shape, &xs = x->shape;
-    for (int64_t e : ns)
-      if (e == 0) return false;
-    size_t i = 0, j = 0;
-    std::vector<std::pair<size_t, size_t>> runs;  // (end of the run in n, end in x)
-    while (i < ns.size() && j < xs.size()) {
-      int64_t pn = ns[i++], px = xs[j++];
-      while (pn != px) {
-        if (pn < px && i < ns.size()) pn *= ns[i++];
-        else if (j < xs.size()) px *= xs[j++];
-        else return false;
-      }
-      runs.push_back({i, j});
-    }
-    // Trailing size-1 dims (the products already match) join the last run.
-    if (runs.empty()) return false;
-    runs.back() = {ns.size(), xs.size()};
-    if (runs.size() == 1) return false;
+    const auto& xs = x->shape;
+    const auto runs = reshape_runs(n->shape, xs);
+    if (runs.size() < 2) return false;
     size_t i0 = 0, j0 = 0;
     for (auto [i1, j1] : runs) {
       std::vector<ExprRef> ri(idx.begin() + i0, idx.begin() + i1), rd(dims.begin() + i0, dims.begin() + i1);

@@ -27,7 +27,7 @@
 //      with a reduction. Members that feed it (its OPERAND side) are recomputed for every use,
 //      an element of A once per output column (N times), of B once per row (M times), so only
 //      cheap producers join: views that fold into the load index (permute, expand, slice,
-//      size-1 reshapes, and any reshape of a value read from memory, which is contiguous),
+//      reshapes that only split dims, and any reshape of a value read from memory, which is contiguous),
 //      casts, negation, and scaling by a constant; anything else is materialised first. Operand
 //      members feed only the contraction (they are not outputs). Values derived from its
 //      result (the EPILOGUE) flow only through element-wise ops and size-1 reshapes at its
@@ -53,6 +53,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "core/reshape_runs.hpp"
 #include "graph/node_map.hpp"
 #include "kfuse/error.hpp"
 
@@ -532,7 +533,9 @@ class Partitioner {
       case Op::Slice:
       case Op::Cast:
       case Op::Neg: return true;
-      case Op::Reshape: return same_squeezed(n.inputs[0]->shape, n.shape) || !in(n.inputs[0].get());
+      // A reshape of a value read from memory (contiguous) reads it at the linear index; one that
+      // only splits dims keeps any strided index affine (lower_group.cpp, reshape_groups).
+      case Op::Reshape: return !in(n.inputs[0].get()) || reshape_only_splits(n.shape, n.inputs[0]->shape);
       case Op::Mul:
       case Op::Div: {
         auto scalar = [](const Node* x) {

@@ -9,16 +9,18 @@
 #include "remove_noop_views.hpp"
 #include "rewrite.hpp"
 #include "simplify_algebra.hpp"
+#include "slice_before_split.hpp"
 
 namespace kfuse::detail {
 
 const std::vector<NamedPass>& graph_passes() {
-  // Views first (they expose constants and concats), then slices of concats, then folding,
-  // then algebra on what is left (folded constants make more identities visible).
+  // Views first (they expose constants and concats; slices move before the reshapes that split
+  // dims, so views that shared a reshape each read the source on their own), then slices of
+  // concats, then folding, then algebra on what is left (folded constants make more identities
+  // visible).
   static const std::vector<NamedPass> passes = {
-      {"remove_noop_views", remove_noop_views},
-      {"fold_concat_split", fold_concat_split},
-      {"fold_constants", fold_constants},
+      {"remove_noop_views", remove_noop_views}, {"slice_before_split", slice_before_split},
+      {"fold_concat_split", fold_concat_split}, {"fold_constants", fold_constants},
       {"simplify_algebra", simplify_algebra},
   };
   return passes;

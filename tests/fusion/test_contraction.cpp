@@ -322,6 +322,26 @@ TEST(ContractionPlans, WhatDoesNotFuseIntoAContraction) {
     EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-5));
 }
 
+// Attention splits one projection into q, k and v by slicing a reshape of it. Each matmul reads
+// its part of the projection in place (passes/slice_before_split.hpp): four kernels, no copy of
+// the projection, which the shared reshape used to cost.
+TEST(ContractionPlans, AttentionReadsItsQkvProjectionInPlace) {
+  const int64_t B = 2, S = 5, H = 2, D = 3;
+  Tensor x = rnd({B, S, H * D}, 91), w = rnd({H * D, 3 * H * D}, 92);
+  auto make = [&] {
+    Tensor qkv = matmul(x, w).reshape({B, S, 3, H, D});
+    auto part = [&](int64_t i) {
+      return qkv.slice({Range::all(), Range::all(), Range{i, i + 1}}).reshape({B, S, H, D}).permute({0, 2, 1, 3});
+    };
+    Tensor p = softmax(matmul(part(0), part(1).transpose(2, 3)) * 0.5, 3);
+    return matmul(p, part(2));
+  };
+  Explanation e = explain(make());
+  ASSERT_EQ(e.kernel_count(), 4u) << e.text();
+  for (const auto& k : e.kernels) EXPECT_NE(k.kind, "pointwise") << e.text();
+  EXPECT_TRUE(all_close(values(make()), reference_values(make()), 1e-5, 1e-5));
+}
+
 TEST(ContractionPlans, AGraphWithMatmulIsPlannedOnce) {
   auto make = [](uint64_t seed) {
     Tensor x = rnd({12, 10}, seed), w = rnd({10, 7}, seed + 1), b = rnd({7}, seed + 2);
