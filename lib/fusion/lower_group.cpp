@@ -153,7 +153,8 @@ class Lowerer {
         out.specialised.push_back("reduce extents " + shape_str(k.reduce) + " (compile-time: unrolled/masked rows)");
       }
     } else {
-      const Shape& s = g_.outputs.at(0)->shape;
+      store_reshape_inputs_ = outputs_merge_one_shape();
+      const Shape& s = store_reshape_inputs_ ? g_.outputs[0]->inputs[0]->shape : g_.outputs.at(0)->shape;
       bool has_views = std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node* n) {
         return is_view(n->op) || n->op == Op::Iota ||
                std::any_of(n->inputs.begin(), n->inputs.end(), [&](const NodeRef& i) { return i->op == Op::Iota; });
@@ -189,7 +190,7 @@ class Lowerer {
       if (per_row && o->shape != kept_shape(sig_)) squeeze_access(o->shape, idx, dims);
       if (has_red && !per_row && o->shape != sig_.full)
         throw InternalError("lower_group: output shape does not fit the domain");
-      ExprRef value = emit(o, idx, dims, nullptr);
+      ExprRef value = emit(store_reshape_inputs_ ? o->inputs[0].get() : o, idx, dims, nullptr);
       ExprRef index = flat_ ? full_idx_[0] : linearize(idx, dims);
       stores.push_back({{first_out + static_cast<int>(i), index, value}, per_row});
     }
@@ -511,6 +512,22 @@ class Lowerer {
     return emit(x, xi, xd, guard);
   }
 
+  // Whether every output of a pointwise group is a reshape that merges dims of values of one
+  // shape T: the kernel then iterates over T and stores each value at its row-major offset,
+  // which is where the reshape puts it. The reshapes cost nothing: merging attention's heads,
+  // [B, S, H, D] -> [B, S, H*D] read through a permute, would otherwise divide every index by D
+  // (and xbyak declines a load that is not affine in the innermost index: 4.5x slower on LLVM).
+  bool outputs_merge_one_shape() const {
+    const Shape* t = nullptr;
+    for (const Node* o : g_.outputs) {
+      if (o->op != Op::Reshape) return false;
+      const Shape& in = o->inputs[0]->shape;
+      if ((t && in != *t) || reshape_only_splits(o->shape, in)) return false;
+      t = &in;
+    }
+    return t && shape_numel(*t) > 0;
+  }
+
   // A reshape splits and merges runs of adjacent dims whose products match (core/reshape_runs.hpp):
   // [B*S, H*D] -> [B, S, H, D] is the runs [B*S] <- [B, S] and [H*D] <- [H, D]. Each input dim is indexed
   // from its own run alone: a run of one input dim takes the run's linear index (a split needs
@@ -555,6 +572,7 @@ class Lowerer {
   std::unordered_map<const Node*, int> buffer_id_;
   ReduceSig sig_;
   bool flat_ = false;
+  bool store_reshape_inputs_ = false;  ///< outputs_merge_one_shape(): the domain is the reshapes' input shape
   std::vector<ExprRef> full_idx_, full_dims_, kept_idx_, kept_dims_;
   std::vector<ir::Accumulator> accs_;
   std::unordered_map<const Node*, int> acc_id_;

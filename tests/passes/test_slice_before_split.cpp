@@ -65,11 +65,11 @@ TEST(SliceBeforeSplit, SlicesThatAreNotOneRangeOfTheSourceStay) {
   Tensor x = input({4, 6});
   Tensor split = x.reshape({4, 3, 2});
   expect_unchanged({
-      split.slice({Range::all(), Range::all(), Range{0, 1}}),   // an inner split dim narrowed
-      split.slice({Range::all(), Range{0, 3, 2}}),              // a step over blocks of 2
-      x.reshape({24}).slice({Range{2, 10}}),                    // a merge
-      x.reshape({2, 12}).slice({Range{0, 1}}),                  // dims regrouped (4*6 -> 2*12)
-      split.slice({Range::all(), Range{1, 1}}),                 // empty
+      split.slice({Range::all(), Range::all(), Range{0, 1}}),  // an inner split dim narrowed
+      split.slice({Range::all(), Range{0, 3, 2}}),             // a step over blocks of 2
+      x.reshape({24}).slice({Range{2, 10}}),                   // a merge
+      x.reshape({2, 12}).slice({Range{0, 1}}),                 // dims regrouped (4*6 -> 2*12)
+      split.slice({Range::all(), Range{1, 1}}),                // empty
   });
 }
 

@@ -86,6 +86,32 @@ TEST(Views, HeadSplitReshapeStaysAffineForXbyak) {
                 }));
 }
 
+// Merging attention's heads back, [B, H, S, D] -> permute -> [B, S, H*D]: a kernel whose outputs
+// are reshapes that merge dims iterates over the reshapes' input shape and stores at the same
+// row-major offsets (lower_group.cpp outputs_merge_one_shape), so its loads stay affine and
+// xbyak takes it; also with a second output and with arithmetic before the reshape.
+TEST(Views, MergeHeadsReshapeRunsOverItsInputShape) {
+  auto v = iota_values(3 * 4 * 5 * 6);
+  Tensor o = make_tensor(v, {3, 4, 5, 6});  // [B, H, S, D]
+  auto merged = [&](const Tensor& t) { return reshape(permute(t, {0, 2, 1, 3}), {3, 5, 24}); };
+  auto want = [&](double scale) {
+    return generate({3, 5, 24}, [&](const std::vector<int64_t>& i) {
+      return scale * v[static_cast<size_t>(ravel({i[0], i[2] / 6, i[1], i[2] % 6}, {3, 4, 5, 6}))];
+    });
+  };
+  auto y = [&] { return merged(o); };
+  const std::vector<double> got = values(y());
+  expect_tensor(make_tensor(got, {3, 5, 24}), {3, 5, 24}, DType::F32, want(1.0));
+  Explanation ex = explain(y());
+  ASSERT_EQ(ex.kernel_count(), 1u) << ex.text();
+  if (detail::find_backend("xbyak")) { EXPECT_EQ(ex.kernels[0].backend, "xbyak") << ex.text(); }
+  // two outputs merged alike, one computed before its reshape
+  Tensor a = merged(o), b = merged(o * 3.0);
+  eval({a, b});
+  expect_tensor(a, {3, 5, 24}, DType::F32, want(1.0));
+  expect_tensor(b, {3, 5, 24}, DType::F32, want(3.0));
+}
+
 TEST(Views, PermuteAndTranspose) {
   auto v = iota_values(60);
   const Shape s = {3, 4, 5};
