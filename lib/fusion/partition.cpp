@@ -535,7 +535,9 @@ class Partitioner {
       case Op::Neg: return true;
       // A reshape of a value read from memory (contiguous) reads it at the linear index; one that
       // only splits dims keeps any strided index affine (lower_group.cpp, reshape_groups).
-      case Op::Reshape: return !in(n.inputs[0].get()) || reshape_only_splits(n.shape, n.inputs[0]->shape);
+      case Op::Reshape:
+        return !in(n.inputs[0].get()) || same_squeezed(n.inputs[0]->shape, n.shape) ||
+               reshape_only_splits(n.shape, n.inputs[0]->shape);
       case Op::Mul:
       case Op::Div: {
         auto scalar = [](const Node* x) {
