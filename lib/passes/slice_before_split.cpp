@@ -33,15 +33,14 @@ NodeRef slice_of_split_rule(const NodeRef& n) {
       if (s[2 * i] != 0 || s[2 * i + 1] != 1 || n->shape[i] != ys[i]) return nullptr;
       inner *= ys[i];
     }
+    // (every run holds at least one dim of y and one of x: reshape_runs)
     size_t jx = j0;  // the run's one dim of x other than 1 (any, when all are 1)
     while (jx + 1 < j1 && xs[jx] == 1) ++jx;
-    if (lead < i1 && jx < j1) {
-      const int64_t start = s[2 * lead], step = s[2 * lead + 1], count = n->shape[lead];
-      if (step != 1 && inner != 1) return nullptr;  // every step-th block: not one range of x
-      a.ints[2 * jx] = start * inner;
-      a.ints[2 * jx + 1] = step;
-      shape[jx] = count * inner;
-    }
+    const int64_t start = s[2 * lead], step = s[2 * lead + 1], count = n->shape[lead];
+    if (step != 1 && inner != 1) return nullptr;  // every step-th block: not one range of x
+    a.ints[2 * jx] = start * inner;
+    a.ints[2 * jx + 1] = step;
+    shape[jx] = count * inner;
     i0 = i1;
     j0 = j1;
   }
