@@ -282,18 +282,23 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   }
   const GatherPrefetch how = gather_prefetch(table_bytes, rows_only);
   if (how.ahead == 0) return;
-  Label here, skip;
+  // The id ahead in this bag falls through; past its end the position in the next bag is
+  // computed out of line (seg_cold_), so the walk's common path takes no branch here.
+  Label& here = seg_cold_labels_.emplace_back();
+  Label& skip = seg_cold_labels_.emplace_back();
+  Label& next_bag = seg_cold_labels_.emplace_back();
   lea(rax, ptr[rcx + how.ahead]);
   cmp(rax, qword[rsp + seg_hi_q_]);
-  jl(here, T_NEAR);
-  if (sp.next_bag_prefetch) {
-    sub(rax, qword[rsp + seg_hi_q_]);
-    add(rax, qword[rsp + seg_nlo_q_]);
-    cmp(rax, qword[rsp + seg_nhi_q_]);
-    jge(skip, T_NEAR);
-  } else {
-    jmp(skip, T_NEAR);
-  }
+  jge(sp.next_bag_prefetch ? next_bag : skip, T_NEAR);
+  if (sp.next_bag_prefetch)
+    seg_cold_.push_back([this, &here, &skip, &next_bag] {
+      L(next_bag);
+      sub(rax, qword[rsp + seg_hi_q_]);
+      add(rax, qword[rsp + seg_nlo_q_]);
+      cmp(rax, qword[rsp + seg_nhi_q_]);
+      jl(here, T_NEAR);
+      jmp(skip, T_NEAR);
+    });
   L(here);
   seg_r0_ = rax;
   // A shared value two prefetched bases read (the 8-bit table's clamped row id, for its row and
@@ -458,10 +463,11 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
       spare.pop_back();
     }
   }
+  // The walk tests its end at the bottom (one branch per id; an empty bag skips it at the top).
   mov(rcx, qword[rsp + seg_lo_q_]);
-  L(top);
   cmp(rcx, qword[rsp + seg_hi_q_]);
   jge(end, T_NEAR);
+  L(top);
   seg_prefetch(nv, masked);
   // uniform values of this id
   seg_cse_.clear();
@@ -510,7 +516,9 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   }
   ireg_.clear();
   inc(rcx);
-  jmp(top, T_NEAR);
+  cmp(rcx, qword[rsp + seg_hi_q_]);
+  jl(top, T_NEAR);
+  if (!seg_cold_.empty()) jmp(end, T_NEAR);
   for (const auto& cold : seg_cold_) cold();  // (reached only by their branches)
   seg_cold_.clear();
   L(end);
