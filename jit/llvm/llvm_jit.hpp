@@ -31,7 +31,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 6;
+inline constexpr int kLlvmCodegenVersion = 7;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -90,6 +90,15 @@ LaunchPlan plan_launch(const ir::Kernel& k);
 inline constexpr int64_t kTransposeTile = 8, kTransposeRows = 256;
 /// The tile width for `k` (0: not a pointwise kernel reading an input transposed).
 int64_t plan_transpose_tile(const ir::Kernel& k);
+/// Bounds on a kernel whose 8 x 8 tiles are transposed in registers (each tile unrolls the
+/// kernel's expression 64 times): expression nodes of its stores, transposed loads.
+inline constexpr size_t kTransposeTileMaxNodes = 48, kTransposeTileMaxLoads = 4;
+/// 8-column blocks per chunk of an 8 x 8 tiled walk (Lowerer::tiled_range).
+inline constexpr int64_t kTransposeChunk = 16;
+/// The transposed loads of a tiled kernel (plan_transpose_tile) that an 8 x 8 tile reads as 8
+/// vectors along the next-to-innermost dim and transposes in registers: unmasked, unit step along
+/// that dim; empty when any transposed load is not such, or the kernel is past the bounds above.
+std::vector<const ir::Expr*> transpose_tile_loads(const ir::Kernel& k);
 
 // ---- row_pieces.cpp ----
 /// One piece of a pointwise kernel's rows: the innermost index in [lo, hi), the kernel's phases
@@ -142,6 +151,22 @@ class ExprEmitter {
   ExprEmitter(Builder& b, const ir::Kernel& k, const MathLib& math) : b_(b), k_(k), math_(math) {}
   llvm::Value* emit(const ir::ExprRef& e);
   void reset() { cache_.clear(); }
+  /// A loaded element (memory type) as the value emit gives for a load of `dt` (narrow types
+  /// widened, bool from its byte).
+  llvm::Value* widen_loaded(llvm::Value* v, DType dt);
+
+  /// Values that emit gives for these expressions instead of emitting them (kept across
+  /// reset(): a transpose tile's loads, read once per tile).
+  std::unordered_map<const ir::Expr*, llvm::Value*> fixed;
+  /// A store: buffer, element index, value in the buffer's memory type.
+  struct Store {
+    int buffer;
+    llvm::Value* index;
+    llvm::Value* value;
+  };
+  /// When set, store() appends here instead of storing (a transpose tile stores a row's points
+  /// as one vector).
+  std::vector<Store>* captured = nullptr;
 
   std::vector<llvm::Value*> buffers;  ///< one pointer per kernel buffer
   std::vector<llvm::Value*> params;   ///< i64 per kernel param

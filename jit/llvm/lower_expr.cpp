@@ -136,6 +136,8 @@ bool ExprEmitter::is_index(const ir::Expr* e) {
 }
 
 Value* ExprEmitter::emit(const ir::ExprRef& e) {
+  if (!fixed.empty())
+    if (auto f = fixed.find(e.get()); f != fixed.end()) return f->second;
   auto it = cache_.find(e.get());
   if (it != cache_.end()) return it->second;
   Value* r = nullptr;
@@ -170,21 +172,24 @@ Value* ExprEmitter::emit(const ir::ExprRef& e) {
   return r;
 }
 
+Value* ExprEmitter::widen_loaded(Value* v, DType dt) {
+  switch (dt) {
+    case DType::Bool: return b_.CreateICmpNE(v, b_.getInt8(0));
+    case DType::U8: return b_.CreateZExt(v, b_.getInt32Ty());
+    case DType::I8: return b_.CreateSExt(v, b_.getInt32Ty());
+    case DType::F16: return b_.CreateFPExt(v, b_.getFloatTy());
+    case DType::BF16:
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), b_.getInt32(16)), b_.getFloatTy());
+    default: return v;
+  }
+}
+
 Value* ExprEmitter::emit_load(const ir::Expr& e) {
   Value* idx = convert(emit(e.args[0]), e.args[0]->dtype, DType::I64);
   llvm::Type* mt = mem_type(b_.getContext(), e.dtype);
   auto do_load = [&]() -> Value* {
     Value* p = b_.CreateInBoundsGEP(mt, buffers.at(e.index), idx);
-    Value* v = b_.CreateLoad(mt, p);
-    switch (e.dtype) {
-      case DType::Bool: return b_.CreateICmpNE(v, b_.getInt8(0));
-      case DType::U8: return b_.CreateZExt(v, b_.getInt32Ty());
-      case DType::I8: return b_.CreateSExt(v, b_.getInt32Ty());
-      case DType::F16: return b_.CreateFPExt(v, b_.getFloatTy());
-      case DType::BF16:
-        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), b_.getInt32(16)), b_.getFloatTy());
-      default: return v;
-    }
+    return widen_loaded(b_.CreateLoad(mt, p), e.dtype);
   };
   if (e.args.size() < 2) return do_load();
   // Masked: the memory access happens only when the mask holds (a branch the vectoriser turns
@@ -221,6 +226,7 @@ void ExprEmitter::store(int buffer, Value* index, Value* value) {
       break;
     default: break;
   }
+  if (captured) return captured->push_back({buffer, index, value});
   b_.CreateStore(value, b_.CreateInBoundsGEP(mt, buffers.at(buffer), index));
 }
 

@@ -16,12 +16,26 @@
 // a whole row of input rows, and rows a power of two apart share too few cache sets to keep them).
 // Whole column blocks run with a constant trip count (unrolled).
 //
+// Register transposes: the SLP vectoriser made each tile row's 8 transposed elements one gather
+// (vgatherqps), on which batched transposes waited: [512, 128, 64] took 7.4-7.9 ms against
+// 2.5-2.9 ms for [4096, 1024]. A small kernel (transpose_tile_loads: at most
+// kTransposeTileMaxNodes nodes, unmasked transposed loads that step by one element along the
+// next-to-innermost dim) instead reads each transposed input as 8 vectors along that dim, one
+// per column of an 8 x 8 tile, transposes them with shuffles, and stores each tile row as one
+// vector (Lowerer::tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
+// chunk (Lowerer::tiled_range). Zen 4, 1 thread, `transpose(x) + 0`, old / new alternating, ms:
+// [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512, 512] 5.6-5.8 ->
+// 2.3-2.5; [4096, 1024] 4.0-5.1 -> 3.1-3.5 (a slow spell of the host: its copy took 1.3-1.6 ms).
+//
 // Pointwise points are independent (no accumulators, each point stores its own outputs), so the
 // order of the walk cannot change a bit.
 //
 // Eligible: kind "pointwise" with at least two outer dims, every store contiguous along the
 // innermost outer dim, and a load that moves by more than one element (or by a run-time amount)
 // per step of the innermost outer dim but by one element per step of the dim before it.
+#include <algorithm>
+#include <unordered_set>
+
 #include "ir/expr_util.hpp"
 #include "llvm_jit.hpp"
 
@@ -29,22 +43,58 @@ namespace kfuse::detail::llvmjit {
 
 namespace {
 
-// Whether a load under `e` reads transposed: strided along the innermost dim, unit along the next.
-bool transposed_load(const ir::Expr* e, int inner) {
-  if (e->kind == ir::ExprKind::Load) {
-    const ir::Expr* idx = e->args[0].get();
-    const std::optional<int64_t> s_in = ir::affine_step(idx, ir::Space::Outer, inner);
-    const std::optional<int64_t> s_next = ir::affine_step(idx, ir::Space::Outer, inner - 1);
-    const bool strided = !s_in || (*s_in != 0 && *s_in != 1 && *s_in != -1);
-    if (strided && ir::depends_on(idx, ir::Space::Outer, inner) && s_next && (*s_next == 1 || *s_next == -1))
-      return true;
+// Whether `e` is a load that reads transposed: strided along the innermost dim, unit along the next.
+bool reads_transposed(const ir::Expr* e, int inner) {
+  if (e->kind != ir::ExprKind::Load) return false;
+  const ir::Expr* idx = e->args[0].get();
+  const std::optional<int64_t> s_in = ir::affine_step(idx, ir::Space::Outer, inner);
+  const std::optional<int64_t> s_next = ir::affine_step(idx, ir::Space::Outer, inner - 1);
+  const bool strided = !s_in || (*s_in != 0 && *s_in != 1 && *s_in != -1);
+  return strided && ir::depends_on(idx, ir::Space::Outer, inner) && s_next && (*s_next == 1 || *s_next == -1);
+}
+
+// The loads under `e` that read transposed (not looking inside them), appended to `out` once each.
+void collect_transposed(const ir::Expr* e, int inner, std::vector<const ir::Expr*>& out) {
+  if (reads_transposed(e, inner)) {
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    return;
   }
-  for (const auto& a : e->args)
-    if (transposed_load(a.get(), inner)) return true;
-  return false;
+  for (const auto& a : e->args) collect_transposed(a.get(), inner, out);
+}
+
+size_t count_nodes(const ir::Expr* e, std::unordered_set<const ir::Expr*>& seen) {
+  if (!seen.insert(e).second) return 0;
+  size_t n = 1;
+  for (const auto& a : e->args) n += count_nodes(a.get(), seen);
+  return n;
 }
 
 }  // namespace
+
+std::vector<const ir::Expr*> transpose_tile_loads(const ir::Kernel& k) {
+  if (plan_transpose_tile(k) != kTransposeTile) return {};
+  const int inner = static_cast<int>(k.outer.size()) - 1;
+  std::vector<const ir::Expr*> loads;
+  std::unordered_set<const ir::Expr*> seen;
+  size_t nodes = 0;
+  for (const auto& ph : k.phases)
+    for (const auto& s : ph.stores) {
+      collect_transposed(s.value.get(), inner, loads);
+      nodes += count_nodes(s.value.get(), seen) + count_nodes(s.index.get(), seen);
+    }
+  if (nodes > kTransposeTileMaxNodes || loads.size() > kTransposeTileMaxLoads) return {};
+  for (const ir::Expr* l : loads)
+    if (l->args.size() != 1 ||
+        ir::affine_step(l->args[0].get(), ir::Space::Outer, inner - 1) != std::optional<int64_t>(1))
+      return {};
+  // (a tile's stores land after its loads: no load may read a buffer the kernel writes)
+  std::unordered_set<int> written;
+  for (const auto& ph : k.phases)
+    for (const auto& s : ph.stores) written.insert(s.buffer);
+  for (const ir::Expr* e : seen)
+    if (e->kind == ir::ExprKind::Load && written.count(e->index)) return {};
+  return loads;
+}
 
 int64_t plan_transpose_tile(const ir::Kernel& k) {
   if (k.kind != ir::KernelKind::Pointwise || k.outer.size() < 2 || !k.reduce.empty() || !k.accs.empty()) return 0;
@@ -54,7 +104,9 @@ int64_t plan_transpose_tile(const ir::Kernel& k) {
     if (ph.over_reduce) return 0;
     for (const auto& s : ph.stores) {
       if (ir::affine_step(s.index.get(), ir::Space::Outer, inner) != std::optional<int64_t>(1)) return 0;
-      any = any || transposed_load(s.value.get(), inner);
+      std::vector<const ir::Expr*> loads;
+      collect_transposed(s.value.get(), inner, loads);
+      any = any || !loads.empty();
     }
   }
   return any ? kTransposeTile : 0;

@@ -27,6 +27,8 @@ int64_t plan_column_tile(const ir::Kernel& k);
 // The same for pointwise kernels that read an input transposed (transpose_tiles.cpp): the column
 // width of their tiles, 0 for the row-by-row walk.
 int64_t plan_transpose_tile(const ir::Kernel& k);
+// Its transposed loads that 8 x 8 tiles read as vectors and transpose in registers.
+std::vector<const ir::Expr*> transpose_tile_loads(const ir::Kernel& k);
 }  // namespace kfuse::detail::llvmjit
 
 namespace kfuse::test::llvmt {
