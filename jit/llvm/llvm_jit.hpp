@@ -99,6 +99,16 @@ inline constexpr int64_t kTransposeChunk = 16;
 /// vectors along the next-to-innermost dim and transposes in registers: unmasked, unit step along
 /// that dim; empty when any transposed load is not such, or the kernel is past the bounds above.
 std::vector<const ir::Expr*> transpose_tile_loads(const ir::Kernel& k);
+class ExprEmitter;
+/// The 8 x 8 points from `row` (the leading dims' indices; its next-to-innermost index the first
+/// of 8 in one run of that dim) x columns [c0, c0 + 8). Each load of `tloads` is read as 8
+/// vectors, one per column, each along the 8 rows, transposed in registers into one vector per
+/// row; `point` runs each point with those loads fixed to its lane (ExprEmitter::fixed), and
+/// each row's stores become one vector store per output. Before, left to the vectoriser, a
+/// row's 8 transposed elements were one gather (vgatherqps on x86).
+void transpose_tile8(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& tloads,
+                     const std::vector<llvm::Value*>& row, llvm::Value* c0,
+                     const std::function<void(const std::vector<llvm::Value*>&)>& point);
 
 // ---- row_pieces.cpp ----
 /// One piece of a pointwise kernel's rows: the innermost index in [lo, hi), the kernel's phases

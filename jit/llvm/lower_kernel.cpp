@@ -29,7 +29,6 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include <array>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -245,7 +244,7 @@ class Lowerer {
               return Carried{};
             });
           };
-          // With transposed loads read as 8 x 8 tiles (tile8), rows [qb, qb + nr) go by chunks of
+          // With transposed loads read as 8 x 8 tiles (transpose_tile8), rows [qb, qb + nr) go by chunks of
           // kTransposeChunk whole 8-column blocks, each chunk by groups of 8 rows inside one run of
           // the next-to-innermost dim, each group along the chunk's blocks: a group writes its rows'
           // chunk whole and reads the chunk's input lines, which the next group reads on from L1
@@ -271,7 +270,7 @@ class Lowerer {
                 counted_loop(kn, true, {}, [&](Value* ci, const Carried&) {
                   Value* c0 = b_.CreateMul(b_.CreateAdd(k0, ci), eight);
                   if_else(
-                      fits, [&] { tile8(ex, tloads, idx, c0, body); }, [&] { tile(q, c0, rows, tv); });
+                      fits, [&] { transpose_tile8(b_, ex, tloads, idx, c0, body); }, [&] { tile(q, c0, rows, tv); });
                   return Carried{};
                 });
                 return Carried{};
@@ -304,84 +303,6 @@ class Lowerer {
         [] {});
     Value* tail_begin = smax(head_end, b_.CreateMul(q1, cpos));
     flat_range(tail_begin, end, extents, false, {}, point);
-  }
-
-  // The 8 x 8 points from `row` (the leading dims' indices, its next-to-innermost index the
-  // first of 8 in one run) x columns [c0, c0 + 8). Each load of `tloads` is read as 8 vectors,
-  // one per column, each along 8 rows (the loads step by one element per row:
-  // transpose_tile_loads), transposed in registers into one vector per row; the points of a row
-  // take its lanes, and the vectoriser makes the row's 8 points one vector computation and store.
-  // Before, its 8 columns' elements were one gather per row (vgatherqps on x86; Zen 4, 1
-  // thread, `transpose(x) + 0` over [512, 128, 64] f32: 7.4 ms against 2.5 ms for [4096, 1024]).
-  void tile8(ExprEmitter& ex, const std::vector<const ir::Expr*>& tloads, const std::vector<Value*>& row, Value* c0,
-             const std::function<void(const std::vector<Value*>&)>& body) {
-    const size_t nd = row.size() + 1;
-    std::vector<std::array<Value*, 8>> rows_of(tloads.size());
-    for (size_t l = 0; l < tloads.size(); ++l) {
-      const ir::Expr* ld = tloads[l];
-      llvm::Type* mt = mem_type(c_, ld->dtype);
-      auto* vt = llvm::FixedVectorType::get(mt, 8);
-      std::array<Value*, 8> col{};
-      for (int j = 0; j < 8; ++j) {
-        ex.reset();
-        ex.outer = row;
-        ex.outer.push_back(b_.CreateAdd(c0, b_.getInt64(j), "", true, true));
-        Value* at = ex.convert(ex.emit(ld->args[0]), ld->args[0]->dtype, DType::I64);
-        Value* p = b_.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(ld->index)), at);
-        col[static_cast<size_t>(j)] = b_.CreateAlignedLoad(vt, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
-      }
-      rows_of[l] = transpose8(col);
-    }
-    // A row's points store into 8 consecutive elements of each output (plan_transpose_tile:
-    // every store steps by one along the innermost dim, and no load reads an output): their
-    // stores are collected and made one vector store per output at the first point's index.
-    std::vector<ExprEmitter::Store> stores;
-    ex.captured = &stores;
-    for (int i = 0; i < 8; ++i) {
-      stores.clear();
-      for (int j = 0; j < 8; ++j) {
-        for (size_t l = 0; l < tloads.size(); ++l)
-          ex.fixed[tloads[l]] = ex.widen_loaded(
-              b_.CreateExtractElement(rows_of[l][static_cast<size_t>(i)], b_.getInt64(j)), tloads[l]->dtype);
-        std::vector<Value*> at = row;
-        at[nd - 2] = b_.CreateAdd(row[nd - 2], b_.getInt64(i), "", true, true);
-        at.push_back(b_.CreateAdd(c0, b_.getInt64(j), "", true, true));
-        body(at);
-      }
-      const size_t per = stores.size() / 8;
-      for (size_t s = 0; s < per; ++s) {
-        llvm::Type* mt = stores[s].value->getType();
-        Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, 8));
-        for (size_t j = 0; j < 8; ++j) v = b_.CreateInsertElement(v, stores[j * per + s].value, b_.getInt64(j));
-        Value* p = b_.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(stores[s].buffer)), stores[s].index);
-        b_.CreateAlignedStore(v, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
-      }
-    }
-    ex.captured = nullptr;
-    ex.fixed.clear();
-  }
-
-  // Transposes 8 vectors of 8: lane i of result j is lane j of v[i]. Three rounds of two-input
-  // shuffles, each doubling the runs of lanes that are already in place.
-  std::array<Value*, 8> transpose8(const std::array<Value*, 8>& v) {
-    auto shuf = [&](Value* a, Value* b, std::array<int, 8> m) { return b_.CreateShuffleVector(a, b, m); };
-    std::array<Value*, 8> a{}, b{}, r{};
-    for (int p = 0; p < 4; ++p) {  // pairs of rows interleaved: lo lanes 0-3, hi lanes 4-7
-      a[2 * p] = shuf(v[2 * p], v[2 * p + 1], {0, 8, 1, 9, 2, 10, 3, 11});
-      a[2 * p + 1] = shuf(v[2 * p], v[2 * p + 1], {4, 12, 5, 13, 6, 14, 7, 15});
-    }
-    for (int h = 0; h < 2; ++h)  // rows 4h..4h+3: runs of 4 per column
-      for (int s = 0; s < 2; ++s) {
-        Value* x = a[4 * h + s];
-        Value* y = a[4 * h + 2 + s];
-        b[4 * h + 2 * s] = shuf(x, y, {0, 1, 8, 9, 2, 3, 10, 11});
-        b[4 * h + 2 * s + 1] = shuf(x, y, {4, 5, 12, 13, 6, 7, 14, 15});
-      }
-    for (int c = 0; c < 4; ++c) {  // columns 2c and 2c + 1 from both halves
-      r[2 * c] = shuf(b[c], b[4 + c], {0, 1, 2, 3, 8, 9, 10, 11});
-      r[2 * c + 1] = shuf(b[c], b[4 + c], {4, 5, 6, 7, 12, 13, 14, 15});
-    }
-    return r;
   }
 
   // The indices of flat position `pos` in the row-major domain of the first `nd` >= 1 `extents`.

@@ -22,7 +22,7 @@
 // kTransposeTileMaxNodes nodes, unmasked transposed loads that step by one element along the
 // next-to-innermost dim) instead reads each transposed input as 8 vectors along that dim, one
 // per column of an 8 x 8 tile, transposes them with shuffles, and stores each tile row as one
-// vector (Lowerer::tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
+// vector (transpose_tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
 // chunk (Lowerer::tiled_range). Zen 4, 1 thread, `transpose(x) + 0`, old / new alternating, ms:
 // [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512, 512] 5.6-5.8 ->
 // 2.3-2.5; [4096, 1024] 4.0-5.1 -> 3.1-3.5 (a slow spell of the host: its copy took 1.3-1.6 ms).
@@ -34,6 +34,7 @@
 // innermost outer dim, and a load that moves by more than one element (or by a run-time amount)
 // per step of the innermost outer dim but by one element per step of the dim before it.
 #include <algorithm>
+#include <array>
 #include <unordered_set>
 
 #include "ir/expr_util.hpp"
@@ -110,6 +111,85 @@ int64_t plan_transpose_tile(const ir::Kernel& k) {
     }
   }
   return any ? kTransposeTile : 0;
+}
+
+namespace {
+
+using llvm::Value;
+
+// Transposes 8 vectors of 8: lane j of result i is lane i of v[j]. Three rounds of two-input
+// shuffles, each doubling the runs of lanes already in place.
+std::array<Value*, 8> transpose8(Builder& b, const std::array<Value*, 8>& v) {
+  auto shuf = [&](Value* x, Value* y, std::array<int, 8> m) { return b.CreateShuffleVector(x, y, m); };
+  std::array<Value*, 8> a{}, h{}, r{};
+  for (int p = 0; p < 4; ++p) {  // pairs of vectors interleaved: lanes 0-3, then lanes 4-7
+    a[2 * p] = shuf(v[2 * p], v[2 * p + 1], {0, 8, 1, 9, 2, 10, 3, 11});
+    a[2 * p + 1] = shuf(v[2 * p], v[2 * p + 1], {4, 12, 5, 13, 6, 14, 7, 15});
+  }
+  for (int q = 0; q < 2; ++q)  // vectors 4q..4q+3: runs of 4 per lane
+    for (int s = 0; s < 2; ++s) {
+      Value* x = a[4 * q + s];
+      Value* y = a[4 * q + 2 + s];
+      h[4 * q + 2 * s] = shuf(x, y, {0, 1, 8, 9, 2, 3, 10, 11});
+      h[4 * q + 2 * s + 1] = shuf(x, y, {4, 5, 12, 13, 6, 7, 14, 15});
+    }
+  for (int c = 0; c < 4; ++c) {  // lanes 2c and 2c + 1 of all 8 vectors
+    r[2 * c] = shuf(h[c], h[4 + c], {0, 1, 2, 3, 8, 9, 10, 11});
+    r[2 * c + 1] = shuf(h[c], h[4 + c], {4, 5, 6, 7, 12, 13, 14, 15});
+  }
+  return r;
+}
+
+}  // namespace
+
+void transpose_tile8(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& tloads,
+                     const std::vector<Value*>& row, Value* c0,
+                     const std::function<void(const std::vector<Value*>&)>& point) {
+  const size_t nd = row.size() + 1;
+  llvm::LLVMContext& c = b.getContext();
+  std::vector<std::array<Value*, 8>> rows_of(tloads.size());
+  for (size_t l = 0; l < tloads.size(); ++l) {
+    const ir::Expr* ld = tloads[l];
+    llvm::Type* mt = mem_type(c, ld->dtype);
+    auto* vt = llvm::FixedVectorType::get(mt, 8);
+    std::array<Value*, 8> col{};
+    for (int j = 0; j < 8; ++j) {
+      ex.reset();
+      ex.outer = row;
+      ex.outer.push_back(b.CreateAdd(c0, b.getInt64(j), "", true, true));
+      Value* at = ex.convert(ex.emit(ld->args[0]), ld->args[0]->dtype, DType::I64);
+      Value* p = b.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(ld->index)), at);
+      col[static_cast<size_t>(j)] = b.CreateAlignedLoad(vt, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
+    }
+    rows_of[l] = transpose8(b, col);
+  }
+  // A row's points store into 8 consecutive elements of each output (plan_transpose_tile:
+  // every store steps by one along the innermost dim, and no load reads an output): their
+  // stores are collected and made one vector store per output at the first point's index.
+  std::vector<ExprEmitter::Store> stores;
+  ex.captured = &stores;
+  for (int i = 0; i < 8; ++i) {
+    stores.clear();
+    for (int j = 0; j < 8; ++j) {
+      for (size_t l = 0; l < tloads.size(); ++l)
+        ex.fixed[tloads[l]] = ex.widen_loaded(b.CreateExtractElement(rows_of[l][static_cast<size_t>(i)], b.getInt64(j)),
+                                              tloads[l]->dtype);
+      std::vector<Value*> at = row;
+      at[nd - 2] = b.CreateAdd(row[nd - 2], b.getInt64(i), "", true, true);
+      at.push_back(b.CreateAdd(c0, b.getInt64(j), "", true, true));
+      point(at);
+    }
+    const size_t per = stores.size() / 8;
+    for (size_t s = 0; s < per; ++s) {
+      llvm::Type* mt = stores[s].value->getType();
+      Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, 8));
+      for (size_t j = 0; j < 8; ++j) v = b.CreateInsertElement(v, stores[j * per + s].value, b.getInt64(j));
+      Value* p = b.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(stores[s].buffer)), stores[s].index);
+      b.CreateAlignedStore(v, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
+    }
+  }
+  ex.captured = nullptr;
+  ex.fixed.clear();
 }
 
 }  // namespace kfuse::detail::llvmjit

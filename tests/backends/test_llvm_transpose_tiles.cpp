@@ -145,7 +145,7 @@ TEST(LlvmTransposeTiles, EveryPointOnceAtTileAndChunkEdges) {
       }
 }
 
-// 8 x 8 tiles transposed in registers (Lowerer::tile8): every dtype's loads and vector stores,
+// 8 x 8 tiles transposed in registers (transpose_tile8): every dtype's loads and vector stores,
 // two transposed inputs, chunks of 16 blocks, groups of 8 rows that cross a run of the
 // next-to-innermost dim (the per-point walk), launch chunks that split tiles.
 TEST(LlvmTransposeTiles, RegisterTransposedTilesMatchTheReference) {
