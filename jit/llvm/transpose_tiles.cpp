@@ -25,7 +25,8 @@
 // vector (transpose_tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
 // chunk (Lowerer::tiled_range). Zen 4, 1 thread, `transpose(x) + 0`, old / new alternating, ms:
 // [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512, 512] 5.6-5.8 ->
-// 2.3-2.5; [4096, 1024] 4.0-5.1 -> 3.1-3.5 (a slow spell of the host: its copy took 1.3-1.6 ms).
+// 2.3-2.5 (a slow spell of the host: its copy took 1.3-1.6 ms); [4096, 1024] unchanged (quiet
+// host, four pairs: 2.70-2.92 -> 2.66-2.82).
 //
 // Pointwise points are independent (no accumulators, each point stores its own outputs), so the
 // order of the walk cannot change a bit.
