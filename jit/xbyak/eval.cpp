@@ -111,6 +111,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
   for (auto [a, r] : acc_nan_) pinned[r] = true;
   for (int r : online_regs_) pinned[r] = true;
   for (const auto& c : ireg_) pinned[c.second] = true;
+  for (const auto& c : seg_nib_reg_) pinned[c.second] = true;
   for (const auto& [regs, nans] : acc_sets_) {
     for (auto [a, r] : regs) pinned[r] = true;
     for (auto [a, r] : nans) pinned[r] = true;

@@ -297,6 +297,13 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<Reg64> seg_free(std::vector<Reg64> regs) const;  // regs less the pinned and shared-value ones
   void seg_pin_gprs();
   int seg_v_ = 0;  // vector of the block being emitted
+  // AVX-512 decodes a nibble row two vectors at a time (seg_leaf): the even vector's leaf widens
+  // one load of both vectors' bytes and leaves the odd one's in a register pinned for the block.
+  // Per nibble row leaf of the fold: that register. seg_pair_end_: vectors below it are paired
+  // (the block's unmasked vectors, rounded down to pairs).
+  std::vector<std::pair<const ir::Expr*, int>> seg_nib_reg_;
+  int seg_pair_end_ = 0;
+  std::vector<const ir::Expr*> seg_nibble_rows(const Dag& fold) const;
 
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp

@@ -205,13 +205,15 @@ TEST_F(XbyakSegments, BitwiseEqualToTheLlvmBagKernel) {
 
 // 4-bit tables (a nibble row: W / 2 bytes per vector of W columns) run on xbyak, no fallback:
 // every width (odd D: the row's last byte holds one nibble, and a masked tail must not read
-// past it; 32, 64, 192: a rest of whole vectors, which AVX-512 runs unmasked), an empty bag
-// (also the last), weighted, Mean and Max bags with padding.
+// past it; 32, 64, 192: a rest of whole vectors, which AVX-512 runs unmasked, decoding them in
+// pairs; 65, 200: pairs, then a masked vector; 17: one whole and one masked vector, no pair;
+// 300: a second block, its bytes from the row's middle), an empty bag (also the last),
+// weighted, Mean and Max bags with padding.
 TEST_F(XbyakSegments, FourBitBagsRunOnXbyak) {
   const auto pad = static_cast<int64_t>(bag_ids()[6]);
   const std::vector<Config> configs = {
       {BagMode::Sum, true, {}, false}, {BagMode::Mean, false, pad, true}, {BagMode::Max, false, {}, false}};
-  for (int64_t D : {1, 7, 8, 17, 32, 64, 65, 192, 200})
+  for (int64_t D : {1, 7, 8, 17, 32, 64, 65, 192, 200, 300})
     for (size_t i = 0; i < configs.size(); ++i) {
       const Config& c = configs[i];
       const bool last_empty = i == 0;
