@@ -3,6 +3,7 @@
 // promotion, creation and printing, then casts both ways with every dtype, element-wise ops and
 // reductions on every CPU backend built in (and OpenCL where present), compared bit for bit with
 // the host conversions or with the fp64 reference.
+#include <cstdlib>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -211,10 +212,11 @@ class LowPrecisionOn : public ForcedBackend {
     if (detail::find_backend(GetParam())) {
       // reference, llvm and the GPU run every kernel themselves; xbyak declines narrow buffers.
       if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam(); }
-      EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam();
+      if (expect_kernels_) { EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam(); }
     }
     ForcedBackend::TearDown();
   }
+  bool expect_kernels_ = true;  // (a single random DAG may need none: all its roots views of inputs)
 };
 
 // Bitwise equality, a NaN matching any NaN.
@@ -366,8 +368,14 @@ TEST_P(LowPrecisionOn, ReductionsAccumulateInTheComputeType) {
 
 // The random-DAG property: inputs of every new dtype (and f32), results within the storage
 // type's tolerance of the fp64 reference (integers exactly where no float is involved).
+// KFUSE_TEST_SEED=<n> runs seed n instead (sweeps over many seeds, one process each).
 TEST_P(LowPrecisionOn, RandomDagsWithNarrowInputsMatchTheReference) {
-  for (uint64_t seed = 2000; seed < 2006; ++seed) {  // ~1 s per seed of LLVM compiles
+  uint64_t first = 2000, count = 6;  // ~1 s per seed of LLVM compiles
+  if (const char* one = std::getenv("KFUSE_TEST_SEED")) {
+    first = std::strtoull(one, nullptr, 10), count = 1;
+    expect_kernels_ = false;
+  }
+  for (uint64_t seed = first; seed < first + count; ++seed) {
     Dag d = random_dag(seed, {DType::F16, DType::BF16, DType::U8, DType::I8, DType::F32});
     eval(d.roots);
     auto ref = reference_values(d.roots);
