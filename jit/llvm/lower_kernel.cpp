@@ -651,6 +651,7 @@ class Lowerer {
       return p;
     };
     reg_lanes_ = register_lanes();
+    pair_lanes_ = pair_lanes();
     regs_.assign(k_.accs.size(), {});
     for (size_t a = 0; a < k_.accs.size(); ++a) {
       for (llvm::Type* t : state_types(static_cast<int>(a))) {
@@ -732,6 +733,7 @@ class Lowerer {
     Value* n;
     Value* base;
     const StateArrays* arrays;
+    bool pairs = false;  // two lanes per iteration (a bag's nibble rows: pair_lanes())
   };
 
   // The points [first, first + len) along the innermost outer dim (one segment of a chunk) as
@@ -759,18 +761,26 @@ class Lowerer {
     std::vector<bool> done(k_.accs.size(), false);
     // body(j) for the lanes j of `blk` with the lane's outer indices and finished accumulators
     // bound in `ex`
+    // lane j of `blk` at column `col` (null: first.back() + its lane)
+    auto lane_body = [&](const LaneBlock& blk, Value* j, Value* col, const std::function<void(Value*)>& body) {
+      ex.reset();
+      Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
+      std::vector<Value*> at = first;
+      at.back() = col ? col : b_.CreateAdd(first.back(), lane, "", true, true);
+      ex.outer = at;
+      for (size_t a = 0; a < k_.accs.size(); ++a)
+        ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
+      body(j);
+    };
     auto lanes_of = [&](const LaneBlock& blk, const std::function<void(Value*)>& body) {
+      if (blk.pairs) {
+        lane_pairs(blk, first.back(), [&](Value* j, Value* col) { lane_body(blk, j, col, body); });
+        return;
+      }
       counted_loop(
           blk.n, true, {},
           [&](Value* j, const Carried&) {
-            ex.reset();
-            Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
-            std::vector<Value*> at = first;
-            at.back() = b_.CreateAdd(first.back(), lane, "", true, true);
-            ex.outer = at;
-            for (size_t a = 0; a < k_.accs.size(); ++a)
-              ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
-            body(j);
+            lane_body(blk, j, nullptr, body);
             return Carried{};
           },
           blk.arrays ? register_lane_loop() : nullptr);
@@ -945,6 +955,7 @@ class Lowerer {
       });
     };
     const LaneBlock all{w, nullptr, nullptr};
+    const LaneBlock generic{w, nullptr, nullptr, pair_lanes_};
     // Blocks of R lanes: R = reg_lanes_ for widths of 1 to kRegMaxBlocks such blocks, then
     // narrower single blocks (w == R) down to kRegMinLanes, else the generic tile.
     std::function<void(int64_t)> blocks = [&](int64_t R) {
@@ -969,11 +980,11 @@ class Lowerer {
           },
           [&] {
             if (R / 2 >= kRegMinLanes) blocks(R / 2);
-            else walk(all, kTileRowUnroll);
+            else walk(generic, kTileRowUnroll);
           });
     };
     if (reg_lanes_ > 0 && !ph.accs.empty()) blocks(reg_lanes_);
-    else walk(all, kTileRowUnroll);
+    else walk(generic, kTileRowUnroll);
     if (ph.accs.empty()) return;
     if_else(
         b_.CreateICmpEQ(n, b_.getInt64(0)),
@@ -985,6 +996,56 @@ class Lowerer {
               store_state(a, j, st);  // (an Arg state's index is already 0, its empty value)
             }
           });
+        },
+        [] {});
+  }
+
+  // The generic tile of a bag whose fold reads a row at column / 2 (a 4-bit table's nibble
+  // row, byte c / 2 of the row for column c) walks its lanes two per iteration (lane_pairs): the
+  // loop vectoriser then sees each byte index move by one per iteration, where lane by lane it
+  // moved by a half and every byte became a scalar load and an insert. 4-bit bags, 246k ids,
+  // 1 thread, Zen 4, lane by lane -> in pairs: [20000, 64] 5.4 -> 2.0 ms (the 8-bit bag's
+  // register blocks: 0.9), [2M, 64] 6.3 -> 3.4, [1M, 128] 10.9 -> 4.2; compile +5 ms (of ~80).
+  bool pair_lanes() const {
+    if (k_.kind != ir::KernelKind::Segment || k_.outer.empty()) return false;
+    const int lane = static_cast<int>(k_.outer.size()) - 1;
+    bool half = false;
+    std::set<const ir::Expr*> seen;
+    std::function<void(const ir::Expr*, bool)> visit = [&](const ir::Expr* e, bool in_index) {
+      if (!seen.insert(e).second) return;
+      if (in_index && e->kind == ir::ExprKind::IDiv && e->args[1]->kind == ir::ExprKind::Const &&
+          e->args[1]->value == 2 && ir::depends_on(e->args[0].get(), ir::Space::Outer, lane))
+        half = true;
+      for (size_t i = 0; i < e->args.size(); ++i)
+        visit(e->args[i].get(), in_index || (e->kind == ir::ExprKind::Load && i == 0));
+    };
+    for (const auto& A : k_.accs) visit(A.value.get(), false);
+    return half;
+  }
+  // f(j, column) for the lanes j in [0, blk.n) of a tile starting at column c0 + blk.base, two
+  // per iteration p (lanes 2p and 2p + 1), then the last one when blk.n is odd. The columns are
+  // written as 2 * x | bit with x = h + p (+ r) (c0 + base = 2h + r): the udiv by 2 of a
+  // nibble's byte index then folds to x, which moves by one per iteration whatever the parity.
+  void lane_pairs(const LaneBlock& blk, Value* c0, const std::function<void(Value*, Value*)>& f) {
+    Value* start = blk.base ? b_.CreateAdd(c0, blk.base, "", true, true) : c0;
+    Value* h = b_.CreateLShr(start, 1);
+    Value* r = b_.CreateAnd(start, 1);
+    Value* r1 = b_.CreateXor(r, 1);
+    auto col = [&](Value* x, Value* bit) {
+      return b_.CreateAdd(b_.CreateShl(x, 1, "", true, true), bit, "", true, true);  // (bit < 2: an or)
+    };
+    counted_loop(b_.CreateLShr(blk.n, 1), false, {}, [&](Value* p, const Carried&) {  // (none for 1 lane)
+      Value* x = b_.CreateAdd(h, p, "", true, true);
+      Value* j = b_.CreateShl(p, 1, "", true, true);
+      f(j, col(x, r));
+      f(b_.CreateAdd(j, b_.getInt64(1), "", true, true), col(b_.CreateAdd(x, r, "", true, true), r1));
+      return Carried{};
+    });
+    if_else(
+        b_.CreateICmpNE(b_.CreateAnd(blk.n, 1), b_.getInt64(0)),
+        [&] {
+          Value* j = b_.CreateSub(blk.n, b_.getInt64(1), "", true, true);
+          f(j, b_.CreateAdd(start, j, "", true, true));
         },
         [] {});
   }
@@ -1214,6 +1275,7 @@ class Lowerer {
   std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
   std::vector<std::vector<Value*>> regs_;    // ... and its register block states (tile_segment)
   int64_t reg_lanes_ = 0;                    // lanes of a register block, 0: none
+  bool pair_lanes_ = false;                  // the generic tile's walk takes lanes in pairs
   std::vector<Value*> outer_ext_;            // kf_main: the outer extents
 };
 

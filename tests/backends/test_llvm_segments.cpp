@@ -8,7 +8,8 @@
 // each configuration is a compile); empty bags (also the last), a one-id bag, repeated ids; Sum, Mean and
 // Max, per-sample weights, padding_idx; f32, f16, 8-bit and 4-bit tables; forced 4-lane tiles
 // (several tiles per bag, a 1-lane tail); bitwise equal results whatever the split of the
-// outer points over threads (chunks that cut bags in the middle of their columns); and register
+// outer points over threads (chunks that cut bags in the middle of their columns; for 4-bit
+// tables, lane pairs that start at odd columns); and register
 // blocks (D = 16, 64, 128) bitwise equal to the generic tile (D + 1).
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
@@ -101,7 +102,7 @@ TEST_F(LlvmSegments, BagsOfEveryFormatModeAndWidthTakeColumnTiles) {
   for (const std::string format : {"f32", "f16", "8-bit", "4-bit"})
     for (const Config& c : format == "f32" ? all : format == "f16" ? weighted : some)
       for (int64_t D : format == "f32"     ? std::vector<int64_t>{1, 7, 33, 64, 100}
-                       : format == "4-bit" ? std::vector<int64_t>{33, 64}  // an odd width: a half-used last byte
+                       : format == "4-bit" ? std::vector<int64_t>{1, 33, 64}  // odd widths: a half-used last byte
                                            : std::vector<int64_t>{7, 64})
         for (bool last_empty : {false, true}) {
           SCOPED_TRACE(format + " mode " + std::to_string(static_cast<int>(c.mode)) + (c.weighted ? " weighted" : "") +
@@ -127,27 +128,30 @@ TEST_F(LlvmSegments, BagsOfEveryFormatModeAndWidthTakeColumnTiles) {
 }
 
 // Tiles narrower than a bag's width (forced 4 lanes: D = 33 is 8 tiles and a 1-lane tail, each
-// walking the bag's ids again) give the same values.
+// walking the bag's ids again) give the same values. (Sum as well as Mean: a lane folded twice
+// doubles a Mean's sum and its count alike.)
 TEST_F(LlvmSegments, NarrowTilesWalkEachBagPerTile) {
   const std::vector<double> ids = bag_ids(), offsets = bag_offsets(false);
   Options o = options();  // (LlvmOnly restores the options)
   o.llvm_column_tile = 4;
   set_options(o);
-  for (const std::string format : {"f32", "4-bit"}) {
-    SCOPED_TRACE(format);
-    Tensor y = embedding_bag(table_of(format, 33), make_tensor(ids, {kIds}, DType::I64),
-                             make_tensor(offsets, {7}, DType::I64), BagMode::Mean, {}, static_cast<int64_t>(ids[6]));
-    for (int64_t tile : segment_tiles(y)) EXPECT_GT(tile, 0) << "tiled (at the forced width of 4)";
-    EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-6));
-  }
+  for (const std::string format : {"f32", "4-bit"})
+    for (BagMode mode : {BagMode::Mean, BagMode::Sum}) {
+      SCOPED_TRACE(format + " mode " + std::to_string(static_cast<int>(mode)));
+      Tensor y = embedding_bag(table_of(format, 33), make_tensor(ids, {kIds}, DType::I64),
+                               make_tensor(offsets, {7}, DType::I64), mode, {}, static_cast<int64_t>(ids[6]));
+      for (int64_t tile : segment_tiles(y)) EXPECT_GT(tile, 0) << "tiled (at the forced width of 4)";
+      EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-6));
+    }
 }
 
 // A bag's columns may be split over threads (the outer domain is flat: chunks of 1, 7 or 50
-// points cut bags anywhere): every split gives the bits of the whole launch.
+// points cut bags anywhere): every split gives the bits of the whole launch. (4-bit: tiles
+// that start at odd columns, whose lane pairs straddle two bytes, lower_kernel.cpp lane_pairs.)
 TEST_F(LlvmSegments, ThreadSplitsAreBitwiseEqual) {
   const std::vector<double> ids = bag_ids(), offsets = bag_offsets(false);
   const auto psw = random_values(kIds, 33, 0.5, 1.5);
-  for (const std::string format : {"f32", "8-bit"}) {
+  for (const std::string format : {"f32", "8-bit", "4-bit"}) {
     SCOPED_TRACE(format);
     Tensor table = table_of(format, 33);
     auto bag = [&] {
