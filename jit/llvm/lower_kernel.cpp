@@ -759,9 +759,8 @@ class Lowerer {
   // depend on the tile width, where its tile starts, or vector body vs remainder.
   void column_tile(ExprEmitter& ex, const std::vector<Value*>& first, Value* w) {
     std::vector<bool> done(k_.accs.size(), false);
-    // body(j) for the lanes j of `blk` with the lane's outer indices and finished accumulators
-    // bound in `ex`
-    // lane j of `blk` at column `col` (null: first.back() + its lane)
+    // body(j) for lane j of `blk` at column `col` (null: first.back() + its lane), with the
+    // lane's outer indices and finished accumulators bound in `ex`
     auto lane_body = [&](const LaneBlock& blk, Value* j, Value* col, const std::function<void(Value*)>& body) {
       ex.reset();
       Value* lane = blk.base ? b_.CreateAdd(blk.base, j, "", true, true) : j;
@@ -772,6 +771,7 @@ class Lowerer {
         ex.accs[a] = done[a] ? final_value(static_cast<int>(a), load_state(static_cast<int>(a), lane)) : nullptr;
       body(j);
     };
+    // body(j) for the lanes j of `blk` (in pairs when blk.pairs: lane_pairs)
     auto lanes_of = [&](const LaneBlock& blk, const std::function<void(Value*)>& body) {
       if (blk.pairs) {
         lane_pairs(blk, first.back(), [&](Value* j, Value* col) { lane_body(blk, j, col, body); });

@@ -205,7 +205,7 @@ bool Gen<Vmm>::seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev) {
         // (vpsrlw: the next byte's low nibble lands above it), interleaved with the bytes as
         // they are: byte i's low half is column i's nibble; & 15 per byte; the odd vector's
         // half stays in h. 2.5 128-bit operations per vector where the single-vector decode
-        // below takes three 512-bit ones (in-cache 4-bit bag: seg_pair_end_'s measurements).
+        // below takes three 512-bit ones (seg_block: the in-cache 4-bit bag 1.3x faster).
         const Xmm t(kAccTmp);
         vmovdqu8(x, row);
         vpsrlw(t, x, 4);
@@ -478,7 +478,7 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   for (size_t i = 0; i < sp.uniform.size(); ++i) ureg.push_back(next--);
   // AVX-512 nibble rows: a register per row leaf for the pairs' odd vectors (seg_leaf), pairs
   // over the unmasked vectors. In-cache 4-bit bag ([20000, 64], 246k ids, 1 thread, Zen 4):
-  // 1.35-1.42 ms decoding each vector on its own, ~1.1 ms in pairs.
+  // 1.35-1.42 ms decoding each vector on its own, 1.06-1.07 ms in pairs (docs/performance.md).
   seg_nib_reg_.clear();
   if constexpr (Z)
     for (const ir::Expr* e : seg_nibble_rows(fold)) seg_nib_reg_.push_back({e, next--});
