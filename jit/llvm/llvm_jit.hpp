@@ -129,6 +129,9 @@ bool prefers_no_gather(const ir::Kernel& k);
 // ---- column_tiles.cpp ----
 /// The tile width for `k` (0: not a column kernel with lane-contiguous accesses).
 int64_t plan_column_tile(const ir::Kernel& k);
+/// Whether `k` is a segment kernel whose fold reads a row at lane column / 2 (a 4-bit table):
+/// its generic tile then walks the lanes in pairs.
+bool plan_lane_pairs(const ir::Kernel& k);
 
 /// Generated entry points (in one object; each kernel lives in its own JITDylib, so the
 /// names are fixed):

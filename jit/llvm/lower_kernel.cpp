@@ -651,7 +651,7 @@ class Lowerer {
       return p;
     };
     reg_lanes_ = register_lanes();
-    pair_lanes_ = pair_lanes();
+    pair_lanes_ = plan_lane_pairs(k_);
     regs_.assign(k_.accs.size(), {});
     for (size_t a = 0; a < k_.accs.size(); ++a) {
       for (llvm::Type* t : state_types(static_cast<int>(a))) {
@@ -733,7 +733,7 @@ class Lowerer {
     Value* n;
     Value* base;
     const StateArrays* arrays;
-    bool pairs = false;  // two lanes per iteration (a bag's nibble rows: pair_lanes())
+    bool pairs = false;  // two lanes per iteration (a bag's nibble rows: plan_lane_pairs)
   };
 
   // The points [first, first + len) along the innermost outer dim (one segment of a chunk) as
@@ -1000,28 +1000,6 @@ class Lowerer {
         [] {});
   }
 
-  // The generic tile of a bag whose fold reads a row at column / 2 (a 4-bit table's nibble
-  // row, byte c / 2 of the row for column c) walks its lanes two per iteration (lane_pairs): the
-  // loop vectoriser then sees each byte index move by one per iteration, where lane by lane it
-  // moved by a half and every byte became a scalar load and an insert. 4-bit bags, 246k ids,
-  // 1 thread, Zen 4, lane by lane -> in pairs: [20000, 64] 5.4 -> 2.0 ms (the 8-bit bag's
-  // register blocks: 0.9), [2M, 64] 6.3 -> 3.4, [1M, 128] 10.9 -> 4.2; compile +5 ms (of ~80).
-  bool pair_lanes() const {
-    if (k_.kind != ir::KernelKind::Segment || k_.outer.empty()) return false;
-    const int lane = static_cast<int>(k_.outer.size()) - 1;
-    bool half = false;
-    std::set<const ir::Expr*> seen;
-    std::function<void(const ir::Expr*, bool)> visit = [&](const ir::Expr* e, bool in_index) {
-      if (!seen.insert(e).second) return;
-      if (in_index && e->kind == ir::ExprKind::IDiv && e->args[1]->kind == ir::ExprKind::Const &&
-          e->args[1]->value == 2 && ir::depends_on(e->args[0].get(), ir::Space::Outer, lane))
-        half = true;
-      for (size_t i = 0; i < e->args.size(); ++i)
-        visit(e->args[i].get(), in_index || (e->kind == ir::ExprKind::Load && i == 0));
-    };
-    for (const auto& A : k_.accs) visit(A.value.get(), false);
-    return half;
-  }
   // f(j, column) for the lanes j in [0, blk.n) of a tile starting at column c0 + blk.base, two
   // per iteration p (lanes 2p and 2p + 1), then the last one when blk.n is odd. The columns are
   // written as 2 * x | bit with x = h + p (+ r) (c0 + base = 2h + r): the udiv by 2 of a
@@ -1275,7 +1253,7 @@ class Lowerer {
   std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
   std::vector<std::vector<Value*>> regs_;    // ... and its register block states (tile_segment)
   int64_t reg_lanes_ = 0;                    // lanes of a register block, 0: none
-  bool pair_lanes_ = false;                  // the generic tile's walk takes lanes in pairs
+  bool pair_lanes_ = false;                  // the generic tile's walk takes lanes in pairs (plan_lane_pairs)
   std::vector<Value*> outer_ext_;            // kf_main: the outer extents
 };
 
