@@ -559,7 +559,8 @@ void Gen<Vmm>::seg_block(int nv, bool masked, const Dag& fold, const Dag& once,
   for (const auto& cold : seg_cold_) cold();  // (reached only by their branches)
   seg_cold_.clear();
   L(end);
-  seg_nib_reg_.clear();
+  seg_nib_reg_.clear();  // (the epilogue decodes any nibble row vector by vector)
+  seg_pair_end_ = 0;
   if (!gpr_inv_.empty()) {
     mov(r12, qword[rsp + seg_save_q_[0]]);
     mov(r13, qword[rsp + seg_save_q_[1]]);
