@@ -1,9 +1,11 @@
-// kfuse_gemm: f32 GEMM of the xbyak backend (a hand-built contraction kernel run through the
-// backend directly, until the planner emits contractions for matmul) against OpenBLAS
-// (cblas_sgemm) and oneDNN (dnnl_sgemm) where installed, with the FMA peak of this machine
-// measured in the same run (kfuse::probe, lib/prof/probes.cpp: the probe of kfuse::machine()).
+// kfuse_gemm: the GEMM of one backend (a hand-built contraction kernel run through the backend
+// directly, no planning or recording) against OpenBLAS (cblas_sgemm / cblas_dgemm) and oneDNN
+// (dnnl_sgemm; it has no f64 GEMM) where installed, with the FMA peak of this machine for the
+// dtype measured in the same run (kfuse::probe, lib/prof/probes.cpp: the probe of
+// kfuse::machine()). The xbyak backend runs f32; LLVM runs every dtype (f64 is the use: the
+// contraction of f64, i32 and i64 matmuls, and of f32 ones whose epilogue xbyak declines).
 //
-//   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024]
+//   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024] [--backend xbyak|llvm] [--dtype f32|f64]
 // Prints per shape and thread count: the median ms over the runs, GFLOP/s and % of the measured
 // peak for that count at the median, and the spread (fastest and slowest run, % of the median).
 // "^T": B stored N x K (x @ w.T, the layout of a linear layer's weight).
@@ -14,9 +16,11 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../jit/xbyak/xbyak_backend.hpp"
+#include "backend/backend.hpp"
 #include "ir/kernel.hpp"
 #include "kfuse/options.hpp"
 
@@ -26,6 +30,8 @@
 extern "C" {
 void cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc);
+void cblas_dgemm(int order, int ta, int tb, int M, int N, int K, double alpha, const double* A, int lda,
+                 const double* B, int ldb, double beta, double* C, int ldc);
 void openblas_set_num_threads(int);
 }
 #endif
@@ -41,23 +47,23 @@ using namespace kfuse::ir;
 using Clock = std::chrono::steady_clock;
 
 // ---- the contraction kernel: C[m, n] = sum_k A[m, k] * B[k, n], row-major (B^T: B[n, k]) ----
-Kernel gemm_kernel(int64_t M, int64_t N, int64_t K, bool tb) {
+Kernel gemm_kernel(int64_t M, int64_t N, int64_t K, bool tb, DType dt) {
   Kernel k;
   k.name = "k_gemm";
   k.kind = ir::KernelKind::Contraction;
-  k.buffers = {{"in0", DType::F32, false}, {"in1", DType::F32, false}, {"out0", DType::F32, true}};
+  k.buffers = {{"in0", dt, false}, {"in1", dt, false}, {"out0", dt, true}};
   k.params = {{"outer0", M}, {"outer1", N}};
   k.outer = {param(0), param(1)};
   k.reduce = {K};
   const ExprRef m = var(Space::Outer, 0), n = var(Space::Outer, 1), kk = var(Space::Reduce, 0);
-  ExprRef a = load(0, DType::F32, iadd(imul(m, iconst(K)), kk));
-  ExprRef b = load(1, DType::F32, tb ? iadd(imul(n, iconst(K)), kk) : iadd(imul(kk, param(1)), n));
-  k.accs.push_back({AccKind::Sum, DType::F32, op(Op::Mul, DType::F32, {a, b})});
+  ExprRef a = load(0, dt, iadd(imul(m, iconst(K)), kk));
+  ExprRef b = load(1, dt, tb ? iadd(imul(n, iconst(K)), kk) : iadd(imul(kk, param(1)), n));
+  k.accs.push_back({AccKind::Sum, dt, op(Op::Mul, dt, {a, b})});
   Phase red;
   red.over_reduce = true;
   red.accs = {0};
   Phase once;
-  once.stores.push_back({2, iadd(imul(m, param(1)), n), acc(0, DType::F32)});
+  once.stores.push_back({2, iadd(imul(m, param(1)), n), acc(0, dt)});
   k.phases = {red, once};
   return k;
 }
@@ -91,29 +97,14 @@ std::vector<int> parse_list(const char* s) {
   return v;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<int> threads = {1, 2};
-  double min_time = 0.3;
-  std::string filter;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) threads = parse_list(argv[++i]);
-    else if (a == "--min-time" && i + 1 < argc) min_time = std::atof(argv[++i]);
-    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
-  }
-  using detail::xb::Isa;
-  const bool z = detail::xb::cpu_supports(Isa::Avx512);
-  auto be = detail::xb::make_backend(z ? Isa::Avx512 : Isa::Avx2);
-  if (!be) {
-    std::printf("xbyak backend unavailable (no AVX2/FMA)\n");
-    return 0;
-  }
-  std::printf("FMA peak (%s, measured now):", kfuse::probe::fma_kind());
+template <class T>
+int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<int>& threads, double min_time,
+        const std::string& filter) {
+  std::printf("%s %s; FMA peak (%s, %s, measured now):", be->name().c_str(), dtype_name(dt), kfuse::probe::fma_kind(),
+              dtype_name(dt));
   std::vector<double> peak;
   for (int t : threads) {
-    peak.push_back(kfuse::probe::fma_peak_gflops(kfuse::DType::F32, t));
+    peak.push_back(kfuse::probe::fma_peak_gflops(dt, t));
     std::printf("  %d thread%s %.1f GFLOP/s", t, t > 1 ? "s" : "", peak.back());
   }
   std::printf("\n%-26s %3s %-9s %10s %9s %7s  %s\n", "shape [M,K]x[K,N]", "thr", "impl", "median ms", "GFLOP/s",
@@ -125,7 +116,8 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{64, 64, 64},       {256, 256, 256},   {512, 512, 512}, {1024, 1024, 1024},
                           {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}, {512, 1024, 4096, true}};
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
+  std::uniform_real_distribution<T> u(-1, 1);
+  constexpr bool f32 = std::is_same_v<T, float>;
   for (const Shape& s : shapes) {
     char name[64];
     if (s.tb)
@@ -135,10 +127,10 @@ int main(int argc, char** argv) {
       std::snprintf(name, sizeof name, "[%lld,%lld]x[%lld,%lld]", (long long)s.M, (long long)s.K, (long long)s.K,
                     (long long)s.N);
     if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
-    std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N), R(s.M * s.N);
+    std::vector<T> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N), R(s.M * s.N);
     for (auto& x : A) x = u(rng);
     for (auto& x : B) x = u(rng);
-    Kernel k = gemm_kernel(s.M, s.N, s.K, s.tb);
+    Kernel k = gemm_kernel(s.M, s.N, s.K, s.tb, dt);
     auto cr = be->compile(k);
     if (!cr.kernel) {
       std::printf("%s: declined: %s\n", name, cr.declined.c_str());
@@ -165,21 +157,63 @@ int main(int argc, char** argv) {
       openblas_set_num_threads(t);
       row("openblas", time_it(
                           [&] {
-                            cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
-                                        s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
+                            if constexpr (f32)
+                              cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
+                                          s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
+                            else
+                              cblas_dgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0, A.data(), s.K, B.data(),
+                                          s.tb ? s.K : s.N, 0.0, R.data(), s.N);
                           },
                           min_time));
 #endif
 #ifdef KFUSE_BENCH_HAVE_DNNL
-      omp_set_num_threads(t);
-      row("onednn", time_it(
-                        [&] {
-                          dnnl_sgemm('N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
-                                     s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
-                        },
-                        min_time));
+      if constexpr (f32) {
+        omp_set_num_threads(t);
+        row("onednn", time_it(
+                          [&] {
+                            dnnl_sgemm('N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
+                                       s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
+                          },
+                          min_time));
+      }
 #endif
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  double min_time = 0.3;
+  std::string filter, backend = "xbyak", dtype = "f32";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = parse_list(argv[++i]);
+    else if (a == "--min-time" && i + 1 < argc) min_time = std::atof(argv[++i]);
+    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (a == "--backend" && i + 1 < argc) backend = argv[++i];
+    else if (a == "--dtype" && i + 1 < argc) dtype = argv[++i];
+  }
+  if (dtype != "f32" && dtype != "f64") {
+    std::printf("--dtype f32 or f64\n");
+    return 2;
+  }
+  std::shared_ptr<detail::Backend> be;
+  if (backend == "xbyak") {
+    using detail::xb::Isa;
+    be = detail::xb::make_backend(detail::xb::cpu_supports(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2);
+  } else if (backend == "llvm") {
+    be = detail::find_backend("llvm", options());
+  } else {
+    std::printf("--backend xbyak or llvm\n");
+    return 2;
+  }
+  if (!be) {
+    std::printf("backend %s unavailable (not built in, or xbyak without AVX2/FMA)\n", backend.c_str());
+    return 0;
+  }
+  if (dtype == "f64") return run<double>(be, DType::F64, threads, min_time, filter);
+  return run<float>(be, DType::F32, threads, min_time, filter);
 }

@@ -152,4 +152,22 @@ bool plan_lane_pairs(const ir::Kernel& k) {
   return half;
 }
 
+// Row blocks (Lowerer::row_block in lower_kernel.cpp): a tiled contraction computes a block of
+// rows x lanes of C with its sums in vector registers across K, so each B vector it loads
+// serves every row of the block and each A element every lane; the generic tile reads a row of
+// B per output row and carries its sums through stack slots. They take: one compile-time reduce
+// dim (K), phase 0 the only phase over it (accumulators, no stores), every accumulator a
+// non-Bool Sum (the register block keeps one value per lane and row), and a row dim (outer rank
+// >= 2) to block. The row's and lane's loads were checked by plan_column_tile.
+bool plan_row_blocks(const ir::Kernel& k) {
+  if (k.kind != ir::KernelKind::Contraction || k.outer.size() < 2 || k.reduce.size() != 1 || k.dynamic_reduce() ||
+      k.phases.empty() || !k.phases[0].over_reduce || !k.phases[0].stores.empty() || k.phases[0].accs.empty())
+    return false;
+  for (size_t p = 1; p < k.phases.size(); ++p)
+    if (k.phases[p].over_reduce) return false;
+  for (const auto& A : k.accs)
+    if (A.kind != ir::AccKind::Sum || A.dtype == DType::Bool) return false;
+  return plan_column_tile(k) > 0;
+}
+
 }  // namespace kfuse::detail::llvmjit

@@ -68,6 +68,18 @@ class LlvmKernel final : public CompiledKernel {
     }
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / plan_.work_per_point);
     MainFn f = main_;
+    if (plan_.row_block > 0 && total > grain) {
+      // Chunks of whole blocks of rows, two per thread: a chunk that starts inside a row runs
+      // it as column tiles, and a short chunk reads all of B for a few rows (results do not
+      // depend on the split; the speed does).
+      const int64_t cols = std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params));
+      const int64_t rows = total / cols, mr = plan_.row_block;
+      const int64_t per = std::max<int64_t>(1, (rows + 2 * num_threads() - 1) / (2 * num_threads()));
+      const int64_t step = (per + mr - 1) / mr * mr;
+      parallel_for((rows + step - 1) / step, 1,
+                   [&](int64_t b, int64_t e) { f(bufs, params, b * step * cols, std::min(e * step, rows) * cols); });
+      return;
+    }
     parallel_for(total, grain, [&](int64_t b, int64_t e) { f(bufs, params, b, e); });
   }
 

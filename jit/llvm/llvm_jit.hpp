@@ -31,7 +31,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 8;
+inline constexpr int kLlvmCodegenVersion = 9;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -75,6 +75,9 @@ struct LaunchPlan {
   /// > 0: a pointwise kernel reading an input transposed, walked in tiles of kTransposeRows rows
   /// x this many columns of its two innermost outer dims (transpose_tiles.cpp); 0: row by row.
   int64_t transpose_tile = 0;
+  /// > 0: a tiled contraction whose whole rows run as register blocks of this many rows
+  /// (plan_row_blocks); its launches are split into chunks of whole blocks of rows.
+  int64_t row_block = 0;
 };
 /// A tiled column kernel launched with fewer columns than this (innermost outer extent) runs
 /// point by point: a 1-lane tile carries each accumulator through memory between reduce points
@@ -132,6 +135,8 @@ int64_t plan_column_tile(const ir::Kernel& k);
 /// Whether `k` is a segment kernel whose fold reads a row at lane column / 2 (a 4-bit table):
 /// its generic tile then walks the lanes in pairs.
 bool plan_lane_pairs(const ir::Kernel& k);
+/// Whether `k` is a tiled contraction whose whole rows run as register blocks of rows x lanes.
+bool plan_row_blocks(const ir::Kernel& k);
 
 /// Generated entry points (in one object; each kernel lives in its own JITDylib, so the
 /// names are fixed):

@@ -53,6 +53,8 @@ constexpr int64_t kSplitBlock = 16384;  // reduce points per block of a split gl
 // max axis 0 3.7 -> 2.7 ms; [5e5, 3] sum 1.1 -> 0.47 ms (the state's store-to-load chain through
 // memory is what bounds narrow tiles); compile time +10%.
 constexpr int64_t kTileRowUnroll = 4;
+// Rows of a contraction's register block (Lowerer::row_block).
+constexpr int64_t kRowBlockRows = 6;
 
 bool is_arg(ir::AccKind k) { return k == ir::AccKind::ArgMax || k == ir::AccKind::ArgMin; }
 
@@ -457,6 +459,17 @@ class Lowerer {
     return {{b_.CreateSelect(take, x, best), b_.CreateSelect(take, flat, st.v[1])}};
   }
 
+  // A contraction's float sum of products folds each product with one rounding (llvm.fma, one
+  // instruction where the target has FMA), as the xbyak GEMM and BLAS do: the column tiles'
+  // plain (reassoc-free) fadd of an fmul was two instructions and two roundings per term. The
+  // point path (reassoc) keeps fadd/fmul: its vectorised reduction forms FMAs where it may.
+  bool fused_product(const ir::Accumulator& A) const {
+    const ir::Expr* v = A.value.get();
+    return k_.kind == ir::KernelKind::Contraction && math_.tier != MathLib::Tier::SSE2 && A.kind == ir::AccKind::Sum &&
+           (A.dtype == DType::F32 || A.dtype == DType::F64) && v->kind == ir::ExprKind::Op && v->op == Op::Mul &&
+           v->dtype == A.dtype && v->args[0]->dtype == A.dtype && v->args[1]->dtype == A.dtype;
+  }
+
   Value* final_value(int a, const AccState& st) { return is_arg(k_.accs[a].kind) ? st.v[1] : st.v[0]; }
 
   // One reduce point of a phase: fold the phase's accumulators and run its stores.
@@ -468,6 +481,13 @@ class Lowerer {
     size_t pos = 0;
     for (int a : ph.accs) {
       const ir::Accumulator& A = k_.accs[a];
+      if (!reassoc && fused_product(A)) {
+        Value* p = ex.emit(A.value->args[0]);
+        Value* q = ex.emit(A.value->args[1]);
+        next.push_back(b_.CreateIntrinsic(llvm::Intrinsic::fma, {acc_type(a)}, {p, q, cur[pos]}));
+        pos += 1;
+        continue;
+      }
       Value* x = ex.emit(A.value);
       if (is_arg(A.kind)) {
         Value* flat = b_.getInt64(0);
@@ -652,12 +672,17 @@ class Lowerer {
     };
     reg_lanes_ = register_lanes();
     pair_lanes_ = plan_lane_pairs(k_);
+    plan_row_block();
     regs_.assign(k_.accs.size(), {});
+    rows_.assign(k_.accs.size(), {});
     for (size_t a = 0; a < k_.accs.size(); ++a) {
       for (llvm::Type* t : state_types(static_cast<int>(a))) {
         slots_[a].push_back(array(t, plan_.column_tile));
         if (reg_lanes_ > 0) regs_[a].push_back(array(t, reg_lanes_));
       }
+      if (row_rows_ > 0)  // the sum, then its cascade levels
+        for (int l = 0; l <= (is_float(k_.accs[a].dtype) ? tile_levels() : 0); ++l)
+          rows_[a].push_back(array(acc_type(static_cast<int>(a)), row_rows_ * row_lanes_));
       if (k_.accs[a].kind == ir::AccKind::Sum && is_float(k_.accs[a].dtype))
         for (int l = 0; l < tile_levels(); ++l)
           levels_[a].push_back(array(acc_type(static_cast<int>(a)), plan_.column_tile));
@@ -667,10 +692,13 @@ class Lowerer {
   // Cascaded sums in column tiles (see cascade): a lane's partial closes every kTileLeaf of its
   // points (4 visits) into level 1 of its column, level l every kTileLeaf * kCascadeFan^(l-1)
   // into level l + 1 (arrays like the state's), so |err| stays within the bound of cascade.
-  static constexpr int64_t kTileLeaf = 16;
+  // A contraction's leaf is longer: its row blocks (row_block) close their register sums into
+  // the level arrays in memory, a load, add and store per sum, once per leaf.
+  static constexpr int64_t kTileLeaf = 16, kContractionLeaf = 64;
+  int64_t tile_leaf() const { return k_.kind == ir::KernelKind::Contraction ? kContractionLeaf : kTileLeaf; }
   int tile_levels() const {
     int l = 0;
-    for (int64_t s = kTileLeaf; s < k_.reduce_numel(); s *= kCascadeFan) ++l;
+    for (int64_t s = tile_leaf(); s < k_.reduce_numel(); s *= kCascadeFan) ++l;
     return l;
   }
   std::vector<int> tile_cascade_accs(const ir::Phase& ph) const {
@@ -684,7 +712,7 @@ class Lowerer {
   // The points up to flat reduce position `after` were folded, the last `count` of them by the
   // visit just made: close every level whose block ended within them.
   void tile_close(const std::vector<int>& cs, Value* w, Value* after, int64_t count, int l = 1) {
-    int64_t S = kTileLeaf;
+    int64_t S = tile_leaf();
     for (int i = 1; i < l; ++i) S *= kCascadeFan;
     Value* crossed = b_.CreateICmpULT(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(count));
     if_else(
@@ -1028,6 +1056,217 @@ class Lowerer {
         [] {});
   }
 
+  // ---- row blocks of a contraction (plan_row_blocks, column_tiles.cpp) ----
+  // Register tile: kRowBlockRows (6) rows x kRowBlockVectors vectors of lanes on AVX-512 (24 of the
+  // 32 registers hold sums; B's vectors for one k take 4 more, A's elements are broadcast from
+  // memory), 6 x 2 on AVX2 (12 of 16). Rows per pass over B's columns (row_panel_): as many as
+  // keep that panel of A (rows x K) within kRowPanelBytes, in L2 while each block of lanes of B
+  // is read once per block of rows.
+  static constexpr int64_t kRowPanelBytes = 256 << 10;
+  void plan_row_block() {
+    row_rows_ = row_lanes_ = row_panel_ = 0;
+    if (plan_.row_block == 0 || math_.tier == MathLib::Tier::SSE2) return;
+    int64_t bytes = 1;
+    for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
+    const int64_t vectors = math_.tier == MathLib::Tier::AVX512 ? 4 : 2;
+    const int64_t lanes = vectors * math_.vector_bits() / 8 / bytes;
+    if (lanes > plan_.column_tile) return;  // (a forced narrow tile, Options::llvm_column_tile)
+    row_rows_ = plan_.row_block;
+    row_lanes_ = lanes;
+    const int64_t K = k_.reduce_numel();
+    row_panel_ =
+        std::clamp<int64_t>(kRowPanelBytes / std::max<int64_t>(1, K * bytes) / row_rows_ * row_rows_, row_rows_, 512);
+  }
+
+  // g = start; while (g < limit) g = body(g);
+  void while_loop(Value* start, Value* limit, const std::function<Value*(Value*)>& body) {
+    llvm::Function* f = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* hdr = llvm::BasicBlock::Create(c_, "while", f);
+    auto* after = llvm::BasicBlock::Create(c_, "while_after", f);
+    b_.CreateCondBr(b_.CreateICmpSLT(start, limit), hdr, after);
+    b_.SetInsertPoint(hdr);
+    llvm::PHINode* g = b_.CreatePHI(b_.getInt64Ty(), 2, "g");
+    g->addIncoming(start, pre);
+    Value* next = body(g);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    b_.CreateCondBr(b_.CreateICmpSLT(next, limit), hdr, after);
+    g->addIncoming(next, latch);
+    b_.SetInsertPoint(after);
+  }
+
+  // The points [begin, end) of a row-blocked contraction as pieces: a partial row (where the
+  // chunk starts or ends inside one) is a piece of one row and part of its columns; whole rows
+  // go in panels of at most row_panel_ rows of one batch. Every piece is a row_panel, so the
+  // column tile is emitted once (each copy is tens of ms of O3 and codegen). Every point's value
+  // is the column tile's bits (row_block), so where a chunk starts never changes a result.
+  void row_range(ExprEmitter& ex, Value* begin, Value* end, const std::vector<Value*>& ext) {
+    const size_t nd = ext.size();
+    Value* C = smax(ext.back(), b_.getInt64(1));
+    while_loop(begin, end, [&](Value* pos) {
+      Value* q = b_.CreateUDiv(pos, C);
+      Value* c = b_.CreateURem(pos, C);
+      Value* left = b_.CreateSub(end, pos);
+      std::vector<Value*> idx = unravel(q, ext, nd - 1);
+      Value* partial = b_.CreateOr(b_.CreateICmpNE(c, b_.getInt64(0)), b_.CreateICmpSLT(left, C));
+      Value* whole = smin(b_.getInt64(row_panel_),
+                          smin(b_.CreateUDiv(left, C), b_.CreateSub(ext[nd - 2], idx[nd - 2], "", true, true)));
+      Value* rows = b_.CreateSelect(partial, b_.getInt64(1), whole);
+      Value* c1 = b_.CreateSelect(partial, smin(C, b_.CreateAdd(c, left)), C);
+      row_panel(ex, idx, rows, c, c1);
+      return b_.CreateAdd(pos, b_.CreateMul(rows, b_.CreateSub(c1, c)), "", true, true);
+    });
+  }
+
+  // Rows idx[nd - 2] + [0, rows) (idx: leading outer indices; one batch) x columns [c0, c1):
+  // for each block of row_lanes_ columns, the blocks of row_rows_ rows (row_block); then, as
+  // column tiles in one loop, the rows left over in each block of columns and the columns past
+  // the last whole block in every row.
+  void row_panel(ExprEmitter& ex, const std::vector<Value*>& idx, Value* rows, Value* c0, Value* c1) {
+    const int64_t MR = row_rows_, R = row_lanes_;
+    auto at = [&](Value* r, Value* col) {
+      std::vector<Value*> p = idx;
+      p.back() = b_.CreateAdd(idx.back(), r, "", true, true);
+      p.push_back(col);
+      return p;
+    };
+    Value* W = b_.CreateSub(c1, c0);
+    Value* nfull = b_.CreateUDiv(W, b_.getInt64(R));
+    Value* groups = b_.CreateUDiv(rows, b_.getInt64(MR));
+    Value* grouped = b_.CreateMul(groups, b_.getInt64(MR));
+    counted_loop(nfull, false, {}, [&](Value* t, const Carried&) {
+      Value* n0 = b_.CreateAdd(c0, b_.CreateMul(t, b_.getInt64(R), "", true, true), "", true, true);
+      counted_loop(groups, false, {}, [&](Value* gi, const Carried&) {
+        row_block(ex, at(b_.CreateMul(gi, b_.getInt64(MR), "", true, true), n0));
+        return Carried{};
+      });
+      return Carried{};
+    });
+    // items [0, left * nfull): row grouped + i / nfull, block i % nfull; then one per row, the
+    // columns [ct, c1) when there are any
+    Value* ct = b_.CreateAdd(c0, b_.CreateMul(nfull, b_.getInt64(R), "", true, true), "", true, true);
+    Value* cw = b_.CreateSub(c1, ct);
+    Value* left = b_.CreateMul(b_.CreateSub(rows, grouped), nfull);
+    Value* items = b_.CreateAdd(left, b_.CreateSelect(b_.CreateICmpSGT(cw, b_.getInt64(0)), rows, b_.getInt64(0)));
+    counted_loop(items, false, {}, [&](Value* i, const Carried&) {
+      Value* in_blocks = b_.CreateICmpULT(i, left);
+      Value* nb = smax(nfull, b_.getInt64(1));  // (no blocks: no items of the first kind)
+      Value* r = b_.CreateSelect(in_blocks, b_.CreateAdd(grouped, b_.CreateUDiv(i, nb)), b_.CreateSub(i, left));
+      Value* col = b_.CreateSelect(in_blocks, b_.CreateAdd(c0, b_.CreateMul(b_.CreateURem(i, nb), b_.getInt64(R))), ct);
+      column_tile(ex, at(r, col), b_.CreateSelect(in_blocks, b_.getInt64(R), cw));
+      return Carried{};
+    });
+  }
+
+  // All phases of rows first[nd - 2] + [0, row_rows_) x columns first[nd - 1] + [0, row_lanes_).
+  // The sums live in rows_ arrays indexed only by constant-trip lane loops and constants (the
+  // rows are unrolled), which the vectoriser, the unroller and SROA turn into vector registers
+  // carried across K, as tile_segment's register blocks. Each (row, lane) folds its products in
+  // k order and closes its cascade levels after the same points as column_tile does (every
+  // tile_leaf() points, level l every tile_leaf() * kCascadeFan^(l-1)), so its bits are the
+  // column tile's.
+  void row_block(ExprEmitter& ex, const std::vector<Value*>& first) {
+    const ir::Phase& ph = k_.phases[0];
+    const size_t nd = first.size();
+    const int64_t MR = row_rows_, R = row_lanes_, K = k_.reduce_numel();
+    const std::vector<int> cs = tile_cascade_accs(ph);
+    const int levels = cs.empty() ? 0 : tile_levels();
+    auto cell = [&](int a, int l, int64_t i, Value* j) {  // l = 0: the sum, l >= 1: its level l
+      return b_.CreateInBoundsGEP(acc_type(a), rows_[a][l], b_.CreateAdd(b_.getInt64(i * R), j, "", true, true));
+    };
+    auto lanes = [&](const std::function<void(Value*)>& body) {
+      counted_loop(
+          b_.getInt64(R), true, {},
+          [&](Value* j, const Carried&) {
+            body(j);
+            return Carried{};
+          },
+          register_lane_loop());
+    };
+    auto bind = [&](int64_t i, Value* j) {  // ex at row i, lane j
+      ex.reset();
+      std::vector<Value*> p = first;
+      p[nd - 2] = b_.CreateAdd(first[nd - 2], b_.getInt64(i), "", true, true);
+      p[nd - 1] = b_.CreateAdd(first[nd - 1], j, "", true, true);
+      ex.outer = p;
+    };
+    auto cascaded = [&](int a) { return std::find(cs.begin(), cs.end(), a) != cs.end(); };
+    lanes([&](Value* j) {
+      for (int64_t i = 0; i < MR; ++i)
+        for (int a : ph.accs)
+          for (int l = 0; l <= (cascaded(a) ? levels : 0); ++l) b_.CreateStore(identity(a), cell(a, l, i, j));
+    });
+    auto points = [&](Value* k0, int64_t n) {  // reduce points [k0, k0 + n), n >= 1
+      counted_loop(b_.getInt64(n), true, {}, [&](Value* kk, const Carried&) {
+        Value* k = b_.CreateAdd(k0, kk, "", true, true);
+        lanes([&](Value* j) {
+          for (int64_t i = 0; i < MR; ++i) {
+            bind(i, j);
+            Carried cur;
+            for (int a : ph.accs) cur.push_back(b_.CreateLoad(acc_type(a), cell(a, 0, i, j)));
+            Carried next = reduce_point(ph, ex, {k}, cur, /*reassoc=*/false);
+            for (size_t q = 0; q < ph.accs.size(); ++q) b_.CreateStore(next[q], cell(ph.accs[q], 0, i, j));
+          }
+        });
+        return Carried{};
+      });
+    };
+    // level l takes level l - 1 (the sum for l = 1), which restarts from the identity
+    auto close = [&](int l) {
+      lanes([&](Value* j) {
+        for (int64_t i = 0; i < MR; ++i)
+          for (int a : cs) {
+            Value* up = b_.CreateLoad(acc_type(a), cell(a, l, i, j));
+            Value* lower = b_.CreateLoad(acc_type(a), cell(a, l - 1, i, j));
+            b_.CreateStore(fold(a, up, lower, false), cell(a, l, i, j));
+            b_.CreateStore(identity(a), cell(a, l - 1, i, j));
+          }
+      });
+    };
+    const int64_t L = levels > 0 ? tile_leaf() : K;
+    counted_loop(b_.getInt64(K / L), true, {}, [&](Value* leaf, const Carried&) {
+      points(b_.CreateMul(leaf, b_.getInt64(L), "", true, true), L);
+      if (levels == 0) return Carried{};
+      close(1);
+      Value* after = b_.CreateMul(b_.CreateAdd(leaf, b_.getInt64(1)), b_.getInt64(L), "", true, true);
+      int64_t S = L;
+      std::function<void(int)> up = [&](int l) {  // levels l.. when their block ended at `after`
+        if (l > levels) return;
+        S *= kCascadeFan;
+        if_else(
+            b_.CreateICmpEQ(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(0)),
+            [&] {
+              close(l);
+              up(l + 1);
+            },
+            [] {});
+      };
+      up(2);
+      return Carried{};
+    });
+    if (K % L) points(b_.getInt64(K - K % L), K % L);
+    // each sum takes its levels, lowest first; then the later phases, phase by phase
+    lanes([&](Value* j) {
+      for (int64_t i = 0; i < MR; ++i)
+        for (int a : cs) {
+          Value* v = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
+          for (int l = 1; l <= levels; ++l) v = fold(a, v, b_.CreateLoad(acc_type(a), cell(a, l, i, j)), false);
+          b_.CreateStore(v, cell(a, 0, i, j));
+        }
+    });
+    for (size_t p = 1; p < k_.phases.size(); ++p)
+      lanes([&](Value* j) {
+        for (int64_t i = 0; i < MR; ++i) {
+          bind(i, j);
+          ex.reduce.clear();
+          for (int a : ph.accs) ex.accs[a] = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
+          run_stores(k_.phases[p], ex);
+        }
+      });
+    ex.reset();
+    ex.reduce.clear();
+  }
+
   // Lanes of a register block (tile_segment) for this kernel's accumulator states: as many as
   // fill kRegVectors vector registers, at most kRegBytes (8 AVX2 registers, 4 AVX-512 ones; 8
   // SSE2 registers are 128 bytes: 32 f32 lanes), 0 when the kernel takes none (not a segment
@@ -1138,6 +1377,10 @@ class Lowerer {
         // boundary only shortens a tile), so every column's result is chunk-independent.
         alloc_tile_slots();
         auto tiles = [&] {
+          if (row_rows_ > 0) {
+            row_range(ex, a[0], a[1], ext);
+            return;
+          }
           flat_segments(a[0], a[1], ext, false, {}, [&](const std::vector<Value*>& first, Value* len, const Carried&) {
             column_segment(ex, first, len);
             return Carried{};
@@ -1254,6 +1497,9 @@ class Lowerer {
   std::vector<std::vector<Value*>> regs_;    // ... and its register block states (tile_segment)
   int64_t reg_lanes_ = 0;                    // lanes of a register block, 0: none
   bool pair_lanes_ = false;                  // the generic tile's walk takes lanes in pairs (plan_lane_pairs)
+  std::vector<std::vector<Value*>> rows_;    // row blocks: per accumulator, its sum and levels [rows x lanes]
+  int64_t row_rows_ = 0, row_lanes_ = 0;     // ... their shape, 0: none (plan_row_block)
+  int64_t row_panel_ = 0;                    // ... rows of C per pass over B's columns (row_range)
   std::vector<Value*> outer_ext_;            // kf_main: the outer extents
 };
 
@@ -1267,6 +1513,7 @@ LaunchPlan plan_launch(const ir::Kernel& k) {
   p.work_per_point = std::max<int64_t>(1, rn * std::max(over, 1));
   p.column_tile = plan_column_tile(k);
   p.transpose_tile = plan_transpose_tile(k);
+  p.row_block = plan_row_blocks(k) ? kRowBlockRows : 0;
   bool ok = k.outer.empty() && rn > kSplitBlock && !k.phases.empty() && k.phases[0].over_reduce &&
             k.phases[0].stores.empty() && over == 1 && !k.phases[0].accs.empty();
   if (ok)

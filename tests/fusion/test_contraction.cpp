@@ -201,6 +201,55 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
   for (const auto& v : outs) EXPECT_EQ(std::memcmp(v.data(), outs[0].data(), v.size() * sizeof(float)), 0);
 }
 
+// Whole rows of a tiled contraction run as register blocks of 6 rows x 2-4 vectors of columns
+// (Lowerer::row_block); partial rows, leftover rows and columns past the last whole block run as
+// column tiles. Every element must have the column tile's bits whatever path computed it: a
+// forced 4-lane tile (no row blocks: a block is wider) and launch chunks of 7 and 50 points
+// (chunks that start inside rows) give the same bits as the default. K = 600 takes two cascade
+// levels (64- and 512-point blocks), K = 130 one and a tail; 13 and 25 rows leave rows over, 2
+// batches of 13 rows put a block's rows in one batch only; N = 70 and 129 leave columns over.
+TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
+  if (!detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
+  Options saved = options(), o = saved;
+  o.backends = {"llvm"};
+  o.cache_mode = "off";
+  struct Case {
+    DType dt;
+    Shape a, b;
+  };
+  const std::vector<Case> cases = {{DType::F32, {25, 600}, {600, 129}},
+                                   {DType::F64, {2, 13, 130}, {130, 70}},
+                                   {DType::F64, {19, 8}, {8, 33}},
+                                   {DType::I32, {13, 70}, {70, 131}},
+                                   {DType::I64, {2, 7, 65}, {2, 65, 40}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + shape_str(c.a) + " @ " + shape_str(c.b));
+    Tensor a, b;
+    if (is_float(c.dt)) a = rnd(c.a, 201, c.dt), b = rnd(c.b, 202, c.dt);
+    else {
+      a = make_tensor(random_ints(static_cast<size_t>(count_of(c.a)), 201, -40, 40), c.a, c.dt);
+      b = make_tensor(random_ints(static_cast<size_t>(count_of(c.b)), 202, -40, 40), c.b, c.dt);
+    }
+    Tensor bias = rnd({c.b.back()}, 203, c.dt);
+    std::vector<std::vector<double>> outs;  // (every value of these dtypes is exact in f64)
+    for (auto [tile, chunk] : {std::pair<int64_t, int64_t>{0, 0}, {4, 0}, {0, 7}, {0, 50}}) {
+      o.llvm_column_tile = tile;
+      o.llvm_launch_chunk = chunk;
+      set_options(o);
+      reset_counters();
+      Tensor y = relu(matmul(a, b) + bias);
+      if (tile == 0 && chunk == 0) {
+        EXPECT_TRUE(matmul_close(y, relu(matmul(abs(a), abs(b)) + abs(bias)), c.a.back()));
+      }
+      EXPECT_EQ(counters().fallbacks, 0u);
+      outs.push_back(values(y));
+    }
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_EQ(std::memcmp(outs[i].data(), outs[0].data(), outs[0].size() * sizeof(double)), 0) << "variant " << i;
+  }
+  set_options(saved);
+}
+
 // ---- the IR form (the contract with GEMM backends) ----
 
 bool mentions(const ir::ExprRef& e, ir::Space s, int dim) {
