@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <vector>
 
 #include "backend/thread_pool.hpp"
 #include "backend/factories.hpp"
@@ -34,6 +36,12 @@ class LlvmKernel final : public CompiledKernel {
         chunk_(chunk),
         code_(std::move(code)) {
     main_ = reinterpret_cast<MainFn>(code_->symbol(kMainName));
+    if (plan_.row_block > 0) {
+      row_main_ = reinterpret_cast<RowMainFn>(code_->symbol(kMainName));
+      const void* bytes = code_->symbol(kScratchName);
+      if (!bytes) throw BackendError("llvm: row-blocked kernel object lacks kf_scratch");
+      scratch_bytes_ = *static_cast<const int64_t*>(bytes);
+    }
     if (plan_.split) {
       part_ = reinterpret_cast<PartFn>(code_->symbol(kPartName));
       fin_ = reinterpret_cast<FinFn>(code_->symbol(kFinName));
@@ -62,18 +70,27 @@ class LlvmKernel final : public CompiledKernel {
       fin_(bufs, params, p, plan_.nblocks);
       return;
     }
+    // kf_main over [b, e); a row-blocked one with this thread's scratch
+    auto f = [&](void* const* bufs_, const int64_t* params_, int64_t b, int64_t e) {
+      if (plan_.row_block == 0) return main_(bufs_, params_, b, e);
+      thread_local std::vector<std::max_align_t> scratch;
+      const size_t n =
+          (static_cast<size_t>(scratch_bytes_) + 2 * sizeof(std::max_align_t) + 64) / sizeof(std::max_align_t);
+      if (scratch.size() < n) scratch.resize(n);
+      auto p = (reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64;
+      row_main_(bufs_, params_, b, e, reinterpret_cast<void*>(p));
+    };
     if (chunk > 0) {
-      for (int64_t b = 0; b < total; b += chunk) main_(bufs, params, b, std::min(b + chunk, total));
+      for (int64_t b = 0; b < total; b += chunk) f(bufs, params, b, std::min(b + chunk, total));
       return;
     }
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / plan_.work_per_point);
-    MainFn f = main_;
-    if (plan_.row_block > 0 && total > grain) {
+    const int64_t cols = std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params));
+    const int64_t rows = total / cols, mr = plan_.row_block;
+    if (mr > 0 && total > grain && rows >= 2 * mr * num_threads()) {
       // Chunks of whole blocks of rows, two per thread: a chunk that starts inside a row runs
       // it as column tiles, and a short chunk reads all of B for a few rows (results do not
-      // depend on the split; the speed does).
-      const int64_t cols = std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params));
-      const int64_t rows = total / cols, mr = plan_.row_block;
+      // depend on the split; the speed does). Fewer rows (a GEMV) split the points as usual.
       const int64_t per = std::max<int64_t>(1, (rows + 2 * num_threads() - 1) / (2 * num_threads()));
       const int64_t step = (per + mr - 1) / mr * mr;
       parallel_for((rows + step - 1) / step, 1,
@@ -90,12 +107,15 @@ class LlvmKernel final : public CompiledKernel {
   int64_t chunk_;  ///< Options::llvm_launch_chunk (0: the pool's split)
   std::shared_ptr<LoadedCode> code_;
   MainFn main_ = nullptr;
+  RowMainFn row_main_ = nullptr;  ///< kf_main of a row-blocked kernel (main_ is then unused)
+  int64_t scratch_bytes_ = 0;     ///< its kf_scratch
   PartFn part_ = nullptr;
   FinFn fin_ = nullptr;
 };
 
 std::vector<std::string> entry_points(const LaunchPlan& plan) {
   if (plan.split) return {kMainName, kPartName, kFinName};
+  if (plan.row_block > 0) return {kMainName, kScratchName};
   return {kMainName};
 }
 

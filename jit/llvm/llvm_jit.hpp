@@ -141,17 +141,23 @@ bool plan_row_blocks(const ir::Kernel& k);
 /// Generated entry points (in one object; each kernel lives in its own JITDylib, so the
 /// names are fixed):
 ///   kf_main(void** bufs, const int64_t* params, int64_t begin, int64_t end)
-///       runs outer points [begin, end) of the flattened outer domain;
+///       runs outer points [begin, end) of the flattened outer domain (row-blocked contractions:
+///       a fifth argument, the scratch; RowMainFn);
 ///   kf_part(void** bufs, const int64_t* params, int64_t b0, int64_t b1, void* partials)
 ///       (split plans) folds blocks [b0, b1) into partials[block * nacc + i];
 ///   kf_fin(void** bufs, const int64_t* params, const void* partials, int64_t nblocks)
 ///       (split plans) combines the partials in block order and runs the later phases.
 using MainFn = void (*)(void* const*, const int64_t*, int64_t, int64_t);
+/// kf_main of a row-blocked contraction (LaunchPlan::row_block): one more argument, a scratch
+/// of kf_scratch bytes (an i64 constant in the object; 0: none needed), 64-byte aligned, private
+/// to the calling thread for the call (the sums of a packed panel, Lowerer::row_panel).
+using RowMainFn = void (*)(void* const*, const int64_t*, int64_t, int64_t, void*);
 using PartFn = void (*)(void* const*, const int64_t*, int64_t, int64_t, void*);
 using FinFn = void (*)(void* const*, const int64_t*, const void*, int64_t);
 inline constexpr const char* kMainName = "kf_main";
 inline constexpr const char* kPartName = "kf_part";
 inline constexpr const char* kFinName = "kf_fin";
+inline constexpr const char* kScratchName = "kf_scratch";
 
 /// Lowers `k` into a new module of `ctx`. Throws BackendError for constructs it cannot lower.
 std::unique_ptr<llvm::Module> lower_kernel(const ir::Kernel& k, const LaunchPlan& plan, llvm::LLVMContext& ctx,

@@ -70,6 +70,9 @@ class Lowerer {
 
   void lower() {
     emit_main();
+    if (plan_.row_block > 0)  // the scratch its kf_main wants (RowMainFn)
+      new llvm::GlobalVariable(m_, b_.getInt64Ty(), true, llvm::GlobalValue::ExternalLinkage,
+                               b_.getInt64(row_scratch_bytes_), kScratchName);
     if (plan_.split) {
       emit_part();
       emit_fin();
@@ -675,14 +678,19 @@ class Lowerer {
     plan_row_block();
     regs_.assign(k_.accs.size(), {});
     rows_.assign(k_.accs.size(), {});
+    row_state_.assign(k_.accs.size(), {});
+    if (row_pack_) row_packed_ = b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_, b_.getInt64(row_packed_off_));
     for (size_t a = 0; a < k_.accs.size(); ++a) {
       for (llvm::Type* t : state_types(static_cast<int>(a))) {
         slots_[a].push_back(array(t, plan_.column_tile));
         if (reg_lanes_ > 0) regs_[a].push_back(array(t, reg_lanes_));
       }
       if (row_rows_ > 0)  // the sum, then its cascade levels
-        for (int l = 0; l <= (is_float(k_.accs[a].dtype) ? tile_levels() : 0); ++l)
+        for (int l = 0; l <= row_levels(static_cast<int>(a)); ++l) {
           rows_[a].push_back(array(acc_type(static_cast<int>(a)), row_rows_ * row_lanes_));
+          if (row_pack_)
+            row_state_[a].push_back(b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_, b_.getInt64(row_state_off_[a][l])));
+        }
       if (k_.accs[a].kind == ir::AccKind::Sum && is_float(k_.accs[a].dtype))
         for (int l = 0; l < tile_levels(); ++l)
           levels_[a].push_back(array(acc_type(static_cast<int>(a)), plan_.column_tile));
@@ -1057,14 +1065,28 @@ class Lowerer {
   }
 
   // ---- row blocks of a contraction (plan_row_blocks, column_tiles.cpp) ----
-  // Register tile: kRowBlockRows (6) rows x kRowBlockVectors vectors of lanes on AVX-512 (24 of the
-  // 32 registers hold sums; B's vectors for one k take 4 more, A's elements are broadcast from
+  // Register tile: kRowBlockRows (6) rows x 4 vectors of lanes on AVX-512 (24 of the 32
+  // registers hold sums; B's vectors for one k take 4 more, A's elements are broadcast from
   // memory), 6 x 2 on AVX2 (12 of 16). Rows per pass over B's columns (row_panel_): as many as
-  // keep that panel of A (rows x K) within kRowPanelBytes, in L2 while each block of lanes of B
-  // is read once per block of rows.
+  // keep that panel of A (rows x K, or rows x kRowKc when packed) within kRowPanelBytes, in L2
+  // while each block of lanes of B is read once per block of rows.
+  //
+  // Packed B (K > kRowKc and one plain f32/f64/i32/i64 load moves with the lane: B's): a panel's
+  // columns go in blocks of row_nc_ lanes; in each, K goes in steps of kRowKc (the panel's rows
+  // x kRowKc of A stay in L2 across the block), and each step copies kRowKc x lanes of B per
+  // block of lanes into a contiguous stack array that every block of rows of the panel then
+  // reads. The sums (and cascade levels) of the panel's rows x row_nc_ lanes are carried from
+  // step to step in the scratch kf_main gets (row_state_). Read in place, a block's B rows lie
+  // a row length apart: at 2048 f64 columns (16 KiB) each is on its own page and in one of 8
+  // sets of L2, and a 2048^3 f64 GEMM ran at 35% of the FMA peak (1024^3: 85%).
   static constexpr int64_t kRowPanelBytes = 256 << 10;
+  static constexpr int64_t kRowKc = 1024;             // a multiple of kContractionLeaf
+  static constexpr int64_t kRowStateBytes = 4 << 20;  // row_state_ (the scratch) at most
+  static constexpr int64_t kRowMaxNc = 2048;          // lanes of a pass's column block at most
+  static constexpr int64_t kRowPassRows = 504;        // rows of a pass (packed B)
   void plan_row_block() {
     row_rows_ = row_lanes_ = row_panel_ = 0;
+    row_pack_ = nullptr;
     if (plan_.row_block == 0 || math_.tier == MathLib::Tier::SSE2) return;
     int64_t bytes = 1;
     for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
@@ -1074,9 +1096,43 @@ class Lowerer {
     row_rows_ = plan_.row_block;
     row_lanes_ = lanes;
     const int64_t K = k_.reduce_numel();
-    row_panel_ =
-        std::clamp<int64_t>(kRowPanelBytes / std::max<int64_t>(1, K * bytes) / row_rows_ * row_rows_, row_rows_, 512);
+    const int lane = static_cast<int>(k_.outer.size()) - 1;
+    std::vector<const ir::Expr*> moving;
+    std::set<const ir::Expr*> seen;
+    std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+      if (!seen.insert(e).second) return;
+      if (e->kind == ir::ExprKind::Load && ir::affine_step(e->args[0].get(), ir::Space::Outer, lane) != 0)
+        moving.push_back(e);
+      for (const auto& x : e->args) visit(x.get());
+    };
+    for (int x : k_.phases[0].accs) visit(k_.accs[x].value.get());
+    const ir::Expr* B = moving.size() == 1 ? moving[0] : nullptr;
+    if (K > kRowKc && B && B->args.size() == 1 &&
+        (B->dtype == DType::F32 || B->dtype == DType::F64 || B->dtype == DType::I32 || B->dtype == DType::I64) &&
+        !ir::depends_on(B->args[0].get(), ir::Space::Outer, lane - 1))
+      row_pack_ = B;
+    const int64_t depth = std::min(K, kRowKc);
+    row_panel_ = std::clamp<int64_t>(kRowPanelBytes / std::max<int64_t>(1, depth * bytes), row_rows_, 512);
+    row_panel_ = std::max(row_rows_, row_panel_ / row_rows_ * row_rows_);
+    row_scratch_bytes_ = 0;
+    row_pass_ = row_panel_;
+    if (!row_pack_) return;
+    row_pass_ = kRowPassRows;
+    int64_t state = 0;  // bytes per (row, lane): each accumulator's sum and levels
+    for (int x : k_.phases[0].accs) state += dtype_size(k_.accs[x].dtype) * (1 + row_levels(x));
+    row_nc_ =
+        std::clamp<int64_t>(kRowStateBytes / (state * row_pass_), row_lanes_, kRowMaxNc) / row_lanes_ * row_lanes_;
+    row_state_off_.assign(k_.accs.size(), {});
+    for (int x : k_.phases[0].accs)
+      for (int l = 0; l <= row_levels(x); ++l) {
+        row_state_off_[x].push_back(row_scratch_bytes_);
+        row_scratch_bytes_ += (row_pass_ * row_nc_ * dtype_size(k_.accs[x].dtype) + 63) / 64 * 64;
+      }
+    row_packed_off_ = row_scratch_bytes_;
+    row_scratch_bytes_ += kRowKc * row_nc_ * dtype_size(row_pack_->dtype);
   }
+  // Cascade levels of accumulator a in a row block (those of the column tile: tile_levels()).
+  int row_levels(int a) const { return is_float(k_.accs[a].dtype) ? tile_levels() : 0; }
 
   // g = start; while (g < limit) g = body(g);
   void while_loop(Value* start, Value* limit, const std::function<Value*(Value*)>& body) {
@@ -1109,8 +1165,15 @@ class Lowerer {
       Value* left = b_.CreateSub(end, pos);
       std::vector<Value*> idx = unravel(q, ext, nd - 1);
       Value* partial = b_.CreateOr(b_.CreateICmpNE(c, b_.getInt64(0)), b_.CreateICmpSLT(left, C));
-      Value* whole = smin(b_.getInt64(row_panel_),
-                          smin(b_.CreateUDiv(left, C), b_.CreateSub(ext[nd - 2], idx[nd - 2], "", true, true)));
+      // the rows left in this batch and chunk, in as few pieces of at most row_pass_ rows as
+      // the plain split (a last piece of a few rows packed B again for them), row_rows_ apart
+      Value* avail = smin(b_.CreateUDiv(left, C), b_.CreateSub(ext[nd - 2], idx[nd - 2], "", true, true));
+      Value* pieces = b_.CreateUDiv(b_.CreateAdd(avail, b_.getInt64(row_pass_ - 1)), b_.getInt64(row_pass_));
+      Value* even =
+          b_.CreateUDiv(b_.CreateAdd(avail, b_.CreateSub(pieces, b_.getInt64(1))), smax(pieces, b_.getInt64(1)));
+      even = b_.CreateMul(b_.CreateUDiv(b_.CreateAdd(even, b_.getInt64(row_rows_ - 1)), b_.getInt64(row_rows_)),
+                          b_.getInt64(row_rows_));
+      Value* whole = smin(avail, even);
       Value* rows = b_.CreateSelect(partial, b_.getInt64(1), whole);
       Value* c1 = b_.CreateSelect(partial, smin(C, b_.CreateAdd(c, left)), C);
       row_panel(ex, idx, rows, c, c1);
@@ -1119,11 +1182,11 @@ class Lowerer {
   }
 
   // Rows idx[nd - 2] + [0, rows) (idx: leading outer indices; one batch) x columns [c0, c1):
-  // for each block of row_lanes_ columns, the blocks of row_rows_ rows (row_block); then, as
-  // column tiles in one loop, the rows left over in each block of columns and the columns past
-  // the last whole block in every row.
+  // for each block of row_lanes_ columns, the blocks of row_rows_ rows (row_block; with packed B
+  // kRowKc of K at a time); then, as column tiles in one loop, the rows left over in each block
+  // of columns and the columns past the last whole block in every row.
   void row_panel(ExprEmitter& ex, const std::vector<Value*>& idx, Value* rows, Value* c0, Value* c1) {
-    const int64_t MR = row_rows_, R = row_lanes_;
+    const int64_t MR = row_rows_, R = row_lanes_, K = k_.reduce_numel();
     auto at = [&](Value* r, Value* col) {
       std::vector<Value*> p = idx;
       p.back() = b_.CreateAdd(idx.back(), r, "", true, true);
@@ -1134,14 +1197,82 @@ class Lowerer {
     Value* nfull = b_.CreateUDiv(W, b_.getInt64(R));
     Value* groups = b_.CreateUDiv(rows, b_.getInt64(MR));
     Value* grouped = b_.CreateMul(groups, b_.getInt64(MR));
-    counted_loop(nfull, false, {}, [&](Value* t, const Carried&) {
-      Value* n0 = b_.CreateAdd(c0, b_.CreateMul(t, b_.getInt64(R), "", true, true), "", true, true);
+    auto blocks = [&](Value* n0, const RowPart& part) {  // every block of rows at columns n0
       counted_loop(groups, false, {}, [&](Value* gi, const Carried&) {
-        row_block(ex, at(b_.CreateMul(gi, b_.getInt64(MR), "", true, true), n0));
+        Value* r0 = b_.CreateMul(gi, b_.getInt64(MR), "", true, true);
+        RowPart p = part;
+        p.state_row = part.state_row ? r0 : nullptr;
+        row_block(ex, at(r0, n0), p);
         return Carried{};
       });
-      return Carried{};
-    });
+    };
+    if (!row_pack_) {
+      counted_loop(nfull, false, {}, [&](Value* t, const Carried&) {
+        blocks(b_.CreateAdd(c0, b_.CreateMul(t, b_.getInt64(R), "", true, true), "", true, true),
+               {b_.getInt64(0), K, nullptr, nullptr, nullptr, true});
+        return Carried{};
+      });
+    } else {
+      // Blocks of row_nc_ columns; in each, the sums of the pass's rows start from the identity
+      // and K goes in steps of kRowKc (the last one finishes): each step packs its kRowKc x
+      // columns of B once (pack_rows, one sliver per block of lanes), then runs the rows in
+      // panels of row_panel_, each panel along the slivers (its rows x kRowKc of A in L2).
+      const int64_t NB = row_nc_ / R, steps = (K - 1) / kRowKc;
+      Value* any = b_.CreateAnd(b_.CreateICmpSGT(groups, b_.getInt64(0)), b_.CreateICmpSGT(nfull, b_.getInt64(0)));
+      if_else(
+          any,
+          [&] {
+            Value* ncb = b_.CreateUDiv(b_.CreateAdd(nfull, b_.getInt64(NB - 1)), b_.getInt64(NB));
+            counted_loop(ncb, true, {}, [&](Value* cb, const Carried&) {
+              Value* tb0 = b_.CreateMul(cb, b_.getInt64(NB), "", true, true);
+              Value* nb = smin(b_.getInt64(NB), b_.CreateSub(nfull, tb0));
+              auto col = [&](Value* t) {  // first column of sliver t of this block
+                return b_.CreateAdd(c0,
+                                    b_.CreateMul(b_.CreateAdd(tb0, t, "", true, true), b_.getInt64(R), "", true, true),
+                                    "", true, true);
+              };
+              counted_loop(grouped, true, {}, [&](Value* r, const Carried&) {
+                counted_loop(b_.CreateMul(nb, b_.getInt64(R)), true, {}, [&](Value* j, const Carried&) {
+                  Value* at = b_.CreateAdd(b_.CreateMul(r, b_.getInt64(row_nc_), "", true, true), j, "", true, true);
+                  for (int a : k_.phases[0].accs)
+                    for (int l = 0; l <= row_levels(a); ++l)
+                      b_.CreateStore(identity(a), b_.CreateInBoundsGEP(acc_type(a), row_state_[a][l], at));
+                  return Carried{};
+                });
+                return Carried{};
+              });
+              const int64_t PG = row_panel_ / MR;  // blocks of rows per panel
+              auto step = [&](Value* k0, int64_t n, bool last) {
+                counted_loop(nb, true, {}, [&](Value* t, const Carried&) {
+                  pack_rows(ex, at(b_.getInt64(0), col(t)), k0, n, sliver(t));
+                  return Carried{};
+                });
+                Value* npanels = b_.CreateUDiv(b_.CreateAdd(groups, b_.getInt64(PG - 1)), b_.getInt64(PG));
+                counted_loop(npanels, true, {}, [&](Value* pi, const Carried&) {
+                  Value* g0 = b_.CreateMul(pi, b_.getInt64(PG), "", true, true);
+                  Value* ng = smin(b_.getInt64(PG), b_.CreateSub(groups, g0));
+                  counted_loop(nb, true, {}, [&](Value* t, const Carried&) {
+                    counted_loop(ng, true, {}, [&](Value* gi, const Carried&) {
+                      Value* r0 = b_.CreateMul(b_.CreateAdd(g0, gi, "", true, true), b_.getInt64(MR), "", true, true);
+                      row_block(ex, at(r0, col(t)),
+                                {k0, n, r0, b_.CreateMul(t, b_.getInt64(R), "", true, true), sliver(t), last});
+                      return Carried{};
+                    });
+                    return Carried{};
+                  });
+                  return Carried{};
+                });
+              };
+              counted_loop(b_.getInt64(steps), false, {}, [&](Value* st, const Carried&) {
+                step(b_.CreateMul(st, b_.getInt64(kRowKc), "", true, true), kRowKc, false);
+                return Carried{};
+              });
+              step(b_.getInt64(steps * kRowKc), K - steps * kRowKc, true);
+              return Carried{};
+            });
+          },
+          [] {});
+    }
     // items [0, left * nfull): row grouped + i / nfull, block i % nfull; then one per row, the
     // columns [ct, c1) when there are any
     Value* ct = b_.CreateAdd(c0, b_.CreateMul(nfull, b_.getInt64(R), "", true, true), "", true, true);
@@ -1158,30 +1289,77 @@ class Lowerer {
     });
   }
 
-  // All phases of rows first[nd - 2] + [0, row_rows_) x columns first[nd - 1] + [0, row_lanes_).
-  // The sums live in rows_ arrays indexed only by constant-trip lane loops and constants (the
-  // rows are unrolled), which the vectoriser, the unroller and SROA turn into vector registers
-  // carried across K, as tile_segment's register blocks. Each (row, lane) folds its products in
-  // k order and closes its cascade levels after the same points as column_tile does (every
-  // tile_leaf() points, level l every tile_leaf() * kCascadeFan^(l-1)), so its bits are the
-  // column tile's.
-  void row_block(ExprEmitter& ex, const std::vector<Value*>& first) {
+  // Constant-trip loop over the lanes of a row block, widened to full vectors (SROA then keeps
+  // the arrays it indexes by constants in registers).
+  void row_lanes(const std::function<void(Value*)>& body) {
+    counted_loop(
+        b_.getInt64(row_lanes_), true, {},
+        [&](Value* j, const Carried&) {
+          body(j);
+          return Carried{};
+        },
+        register_lane_loop());
+  }
+
+  // B's values (row_pack_) at reduce points [k0, k0 + n) for the lanes from `first` into
+  // dst[k - k0][lane] (a sliver of the scratch: sliver()).
+  Value* sliver(Value* t) {
+    return b_.CreateInBoundsGEP(reg_type(c_, row_pack_->dtype), row_packed_,
+                                b_.CreateMul(t, b_.getInt64(kRowKc * row_lanes_), "", true, true));
+  }
+  void pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, int64_t n, Value* dst) {
+    llvm::Type* t = reg_type(c_, row_pack_->dtype);
+    counted_loop(b_.getInt64(n), true, {}, [&](Value* kk, const Carried&) {
+      row_lanes([&](Value* j) {
+        ex.reset();
+        ex.outer = first;
+        ex.outer.back() = b_.CreateAdd(first.back(), j, "", true, true);
+        ex.reduce = {b_.CreateAdd(k0, kk, "", true, true)};
+        Value* at = b_.CreateAdd(b_.CreateMul(kk, b_.getInt64(row_lanes_), "", true, true), j, "", true, true);
+        b_.CreateStore(ex.emit(ir::ExprRef(row_pack_, [](const ir::Expr*) {})), b_.CreateInBoundsGEP(t, dst, at));
+      });
+      return Carried{};
+    });
+    ex.reset();
+    ex.reduce.clear();
+  }
+
+  // What one row_block call computes: reduce points [k0, k0 + n) (k0 a multiple of tile_leaf()
+  // unless n is all of K). state_row: null, or the block's first row in row_state_ (rows of
+  // row_nc_ lanes; state_col its first lane there) (its sums are
+  // read from there before and written back after, unless `last`); B's values from row_packed_
+  // then. `last`: the sums are complete; finish them and run the later phases.
+  struct RowPart {
+    Value* k0;
+    int64_t n;
+    Value* state_row;  // (and state_col: the block's first lane there)
+    Value* state_col;
+    Value* packed;  // with state_row: B's sliver for these lanes (pack_rows)
+    bool last;
+  };
+
+  // All phases of rows first[nd - 2] + [0, row_rows_) x columns first[nd - 1] + [0, row_lanes_)
+  // over the points of `part`. The sums live in rows_ arrays indexed only by constant-trip lane
+  // loops and constants (the rows are unrolled), which the vectoriser, the unroller and SROA
+  // turn into vector registers carried across K, as tile_segment's register blocks. Each (row,
+  // lane) folds its products in k order and closes its cascade levels after the same points as
+  // column_tile does (every tile_leaf() points, level l every tile_leaf() * kCascadeFan^(l-1)),
+  // so its bits are the column tile's.
+  void row_block(ExprEmitter& ex, const std::vector<Value*>& first, const RowPart& part) {
     const ir::Phase& ph = k_.phases[0];
     const size_t nd = first.size();
-    const int64_t MR = row_rows_, R = row_lanes_, K = k_.reduce_numel();
+    const int64_t MR = row_rows_, R = row_lanes_;
     const std::vector<int> cs = tile_cascade_accs(ph);
     const int levels = cs.empty() ? 0 : tile_levels();
     auto cell = [&](int a, int l, int64_t i, Value* j) {  // l = 0: the sum, l >= 1: its level l
       return b_.CreateInBoundsGEP(acc_type(a), rows_[a][l], b_.CreateAdd(b_.getInt64(i * R), j, "", true, true));
     };
-    auto lanes = [&](const std::function<void(Value*)>& body) {
-      counted_loop(
-          b_.getInt64(R), true, {},
-          [&](Value* j, const Carried&) {
-            body(j);
-            return Carried{};
-          },
-          register_lane_loop());
+    auto saved = [&](int a, int l, int64_t i, Value* j) {  // the cell's place in row_state_
+      Value* r = b_.CreateAdd(part.state_row, b_.getInt64(i), "", true, true);
+      Value* col = b_.CreateAdd(part.state_col, j, "", true, true);
+      return b_.CreateInBoundsGEP(
+          acc_type(a), row_state_[a][l],
+          b_.CreateAdd(b_.CreateMul(r, b_.getInt64(row_nc_), "", true, true), col, "", true, true));
     };
     auto bind = [&](int64_t i, Value* j) {  // ex at row i, lane j
       ex.reset();
@@ -1190,16 +1368,26 @@ class Lowerer {
       p[nd - 1] = b_.CreateAdd(first[nd - 1], j, "", true, true);
       ex.outer = p;
     };
-    auto cascaded = [&](int a) { return std::find(cs.begin(), cs.end(), a) != cs.end(); };
-    lanes([&](Value* j) {
-      for (int64_t i = 0; i < MR; ++i)
-        for (int a : ph.accs)
-          for (int l = 0; l <= (cascaded(a) ? levels : 0); ++l) b_.CreateStore(identity(a), cell(a, l, i, j));
+    auto each_cell = [&](const std::function<void(int, int, int64_t, Value*)>& f) {
+      row_lanes([&](Value* j) {
+        for (int64_t i = 0; i < MR; ++i)
+          for (int a : ph.accs)
+            for (int l = 0; l <= row_levels(a); ++l) f(a, l, i, j);
+      });
+    };
+    each_cell([&](int a, int l, int64_t i, Value* j) {
+      b_.CreateStore(part.state_row ? b_.CreateLoad(acc_type(a), saved(a, l, i, j)) : identity(a), cell(a, l, i, j));
     });
+    llvm::Type* bt = row_pack_ ? reg_type(c_, row_pack_->dtype) : nullptr;
     auto points = [&](Value* k0, int64_t n) {  // reduce points [k0, k0 + n), n >= 1
       counted_loop(b_.getInt64(n), true, {}, [&](Value* kk, const Carried&) {
         Value* k = b_.CreateAdd(k0, kk, "", true, true);
-        lanes([&](Value* j) {
+        Value* kp = b_.CreateSub(k, part.k0);  // the point's row of row_packed_
+        row_lanes([&](Value* j) {
+          if (part.state_row) {
+            Value* at = b_.CreateAdd(b_.CreateMul(kp, b_.getInt64(R), "", true, true), j, "", true, true);
+            ex.fixed[row_pack_] = b_.CreateLoad(bt, b_.CreateInBoundsGEP(bt, part.packed, at));
+          }
           for (int64_t i = 0; i < MR; ++i) {
             bind(i, j);
             Carried cur;
@@ -1207,13 +1395,14 @@ class Lowerer {
             Carried next = reduce_point(ph, ex, {k}, cur, /*reassoc=*/false);
             for (size_t q = 0; q < ph.accs.size(); ++q) b_.CreateStore(next[q], cell(ph.accs[q], 0, i, j));
           }
+          ex.fixed.erase(row_pack_);
         });
         return Carried{};
       });
     };
     // level l takes level l - 1 (the sum for l = 1), which restarts from the identity
     auto close = [&](int l) {
-      lanes([&](Value* j) {
+      row_lanes([&](Value* j) {
         for (int64_t i = 0; i < MR; ++i)
           for (int a : cs) {
             Value* up = b_.CreateLoad(acc_type(a), cell(a, l, i, j));
@@ -1223,30 +1412,40 @@ class Lowerer {
           }
       });
     };
-    const int64_t L = levels > 0 ? tile_leaf() : K;
-    counted_loop(b_.getInt64(K / L), true, {}, [&](Value* leaf, const Carried&) {
-      points(b_.CreateMul(leaf, b_.getInt64(L), "", true, true), L);
-      if (levels == 0) return Carried{};
-      close(1);
-      Value* after = b_.CreateMul(b_.CreateAdd(leaf, b_.getInt64(1)), b_.getInt64(L), "", true, true);
-      int64_t S = L;
-      std::function<void(int)> up = [&](int l) {  // levels l.. when their block ended at `after`
-        if (l > levels) return;
-        S *= kCascadeFan;
-        if_else(
-            b_.CreateICmpEQ(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(0)),
-            [&] {
-              close(l);
-              up(l + 1);
-            },
-            [] {});
-      };
-      up(2);
-      return Carried{};
-    });
-    if (K % L) points(b_.getInt64(K - K % L), K % L);
+    const int64_t L = levels > 0 ? tile_leaf() : part.n;
+    if (part.n / L > 0)  // (a last step of K can be shorter than a leaf)
+      counted_loop(b_.getInt64(part.n / L), true, {}, [&](Value* leaf, const Carried&) {
+        Value* k0 = b_.CreateAdd(part.k0, b_.CreateMul(leaf, b_.getInt64(L), "", true, true), "", true, true);
+        points(k0, L);
+        if (levels == 0) return Carried{};
+        close(1);
+        Value* after = b_.CreateAdd(k0, b_.getInt64(L), "", true, true);
+        int64_t S = L;
+        std::function<void(int)> up = [&](int l) {  // levels l.. when their block ended at `after`
+          if (l > levels) return;
+          S *= kCascadeFan;
+          if_else(
+              b_.CreateICmpEQ(b_.CreateURem(after, b_.getInt64(S)), b_.getInt64(0)),
+              [&] {
+                close(l);
+                up(l + 1);
+              },
+              [] {});
+        };
+        up(2);
+        return Carried{};
+      });
+    if (part.n % L) points(b_.CreateAdd(part.k0, b_.getInt64(part.n - part.n % L), "", true, true), part.n % L);
+    if (!part.last) {
+      each_cell([&](int a, int l, int64_t i, Value* j) {
+        b_.CreateStore(b_.CreateLoad(acc_type(a), cell(a, l, i, j)), saved(a, l, i, j));
+      });
+      ex.reset();
+      ex.reduce.clear();
+      return;
+    }
     // each sum takes its levels, lowest first; then the later phases, phase by phase
-    lanes([&](Value* j) {
+    row_lanes([&](Value* j) {
       for (int64_t i = 0; i < MR; ++i)
         for (int a : cs) {
           Value* v = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
@@ -1255,7 +1454,7 @@ class Lowerer {
         }
     });
     for (size_t p = 1; p < k_.phases.size(); ++p)
-      lanes([&](Value* j) {
+      row_lanes([&](Value* j) {
         for (int64_t i = 0; i < MR; ++i) {
           bind(i, j);
           ex.reduce.clear();
@@ -1341,7 +1540,10 @@ class Lowerer {
   void emit_main() {
     ExprEmitter ex(b_, k_, math_);
     std::vector<Value*> a;
-    begin_function(kMainName, {b_.getInt64Ty(), b_.getInt64Ty()}, ex, a);
+    std::vector<llvm::Type*> extra = {b_.getInt64Ty(), b_.getInt64Ty()};
+    if (plan_.row_block > 0) extra.push_back(b_.getPtrTy());
+    begin_function(kMainName, extra, ex, a);
+    if (plan_.row_block > 0) scratch_ = a[2];
     std::vector<Value*> ext = outer_extents(ex);
     outer_ext_ = ext;
     ex.reset();
@@ -1492,15 +1694,22 @@ class Lowerer {
   llvm::LLVMContext& c_;
   Builder b_;
   const MathLib& math_;
-  std::vector<std::vector<Value*>> slots_;   // column tiles: per accumulator, its state arrays
-  std::vector<std::vector<Value*>> levels_;  // ... and its cascade levels (float sums)
-  std::vector<std::vector<Value*>> regs_;    // ... and its register block states (tile_segment)
-  int64_t reg_lanes_ = 0;                    // lanes of a register block, 0: none
-  bool pair_lanes_ = false;                  // the generic tile's walk takes lanes in pairs (plan_lane_pairs)
-  std::vector<std::vector<Value*>> rows_;    // row blocks: per accumulator, its sum and levels [rows x lanes]
-  int64_t row_rows_ = 0, row_lanes_ = 0;     // ... their shape, 0: none (plan_row_block)
-  int64_t row_panel_ = 0;                    // ... rows of C per pass over B's columns (row_range)
-  std::vector<Value*> outer_ext_;            // kf_main: the outer extents
+  std::vector<std::vector<Value*>> slots_;           // column tiles: per accumulator, its state arrays
+  std::vector<std::vector<Value*>> levels_;          // ... and its cascade levels (float sums)
+  std::vector<std::vector<Value*>> regs_;            // ... and its register block states (tile_segment)
+  int64_t reg_lanes_ = 0;                            // lanes of a register block, 0: none
+  bool pair_lanes_ = false;                          // the generic tile's walk takes lanes in pairs (plan_lane_pairs)
+  std::vector<std::vector<Value*>> rows_;            // row blocks: per accumulator, its sum and levels [rows x lanes]
+  int64_t row_rows_ = 0, row_lanes_ = 0;             // ... their shape, 0: none (plan_row_block)
+  int64_t row_panel_ = 0;                            // ... rows of C per pass over B's columns (row_range)
+  const ir::Expr* row_pack_ = nullptr;               // ... B's load when packed (plan_row_block), else null
+  Value* row_packed_ = nullptr;                      // ... its kRowKc x lanes values (pack_rows)
+  std::vector<std::vector<Value*>> row_state_;       // ... per accumulator, a panel's sums and levels [rows x row_nc_]
+  std::vector<std::vector<int64_t>> row_state_off_;  // ... their offsets in the scratch
+  int64_t row_nc_ = 0, row_scratch_bytes_ = 0;       // ... lanes of a column block; the scratch kf_main wants
+  int64_t row_pass_ = 0, row_packed_off_ = 0;        // ... rows of a piece of whole rows; B's slivers in the scratch
+  Value* scratch_ = nullptr;                         // kf_main's scratch argument (row-blocked contractions)
+  std::vector<Value*> outer_ext_;                    // kf_main: the outer extents
 };
 
 }  // namespace

@@ -208,6 +208,9 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
 // (chunks that start inside rows) give the same bits as the default. K = 600 takes two cascade
 // levels (64- and 512-point blocks), K = 130 one and a tail; 13 and 25 rows leave rows over, 2
 // batches of 13 rows put a block's rows in one batch only; N = 70 and 129 leave columns over.
+// K > 1024 packs B and carries the sums across steps of K in the scratch: 1100 and 1030 take
+// two steps, 770 f32 columns two blocks of columns, 509 rows per batch two pieces of rows (a
+// float sum restarts from zero at every step, its levels carry it; an integer one carries it).
 TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
   if (!detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
   Options saved = options(), o = saved;
@@ -217,11 +220,11 @@ TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
     DType dt;
     Shape a, b;
   };
-  const std::vector<Case> cases = {{DType::F32, {25, 600}, {600, 129}},
-                                   {DType::F64, {2, 13, 130}, {130, 70}},
-                                   {DType::F64, {19, 8}, {8, 33}},
-                                   {DType::I32, {13, 70}, {70, 131}},
-                                   {DType::I64, {2, 7, 65}, {2, 65, 40}}};
+  const std::vector<Case> cases = {{DType::F32, {25, 600}, {600, 129}},     {DType::F64, {2, 13, 130}, {130, 70}},
+                                   {DType::F64, {19, 8}, {8, 33}},          {DType::I32, {13, 70}, {70, 131}},
+                                   {DType::I64, {2, 7, 65}, {2, 65, 40}},   {DType::F32, {13, 1100}, {1100, 770}},
+                                   {DType::F64, {2, 509, 1030}, {1030, 40}},
+                                   {DType::I32, {7, 1100}, {1100, 70}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + shape_str(c.a) + " @ " + shape_str(c.b));
     Tensor a, b;
