@@ -102,10 +102,13 @@ int64_t plan_column_tile(const ir::Kernel& k) {
     return 0;
   }
   bool ok = true;
+  // A contraction's B read along K (x @ w.T) moves by K per lane: its row blocks pack it
+  // (contraction_b), and the column tiles left at the edges read it lane by lane.
+  const ir::Expr* packed_b = k.kind == ir::KernelKind::Contraction ? contraction_b(k) : nullptr;
   std::set<const ir::Expr*> seen;
   std::function<void(const ir::ExprRef&)> visit = [&](const ir::ExprRef& e) {
     if (!ok || !seen.insert(e.get()).second) return;
-    if (e->kind == ir::ExprKind::Load) {
+    if (e->kind == ir::ExprKind::Load && e.get() != packed_b) {
       auto s = lane_step(e->args[0], lane);
       if (!s || (*s != 0 && *s != 1)) ok = false;
     }
@@ -150,6 +153,29 @@ bool plan_lane_pairs(const ir::Kernel& k) {
   };
   for (const auto& A : k.accs) visit(A.value.get(), false);
   return half;
+}
+
+const ir::Expr* contraction_b(const ir::Kernel& k) {
+  if (k.outer.size() < 2 || k.phases.empty() || !k.phases[0].over_reduce) return nullptr;
+  const int lane = static_cast<int>(k.outer.size()) - 1;
+  std::vector<const ir::Expr*> moving;
+  std::set<const ir::Expr*> seen;
+  std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
+    if (!seen.insert(e).second) return;
+    if (e->kind == ir::ExprKind::Load && ir::affine_step(e->args[0].get(), ir::Space::Outer, lane) != 0)
+      moving.push_back(e);
+    for (const auto& x : e->args) visit(x.get());
+  };
+  for (int a : k.phases[0].accs) visit(k.accs[a].value.get());
+  if (moving.size() != 1) return nullptr;
+  const ir::Expr* B = moving[0];
+  const auto step = ir::affine_step(B->args[0].get(), ir::Space::Outer, lane);
+  const bool stored =
+      B->dtype == DType::F32 || B->dtype == DType::F64 || B->dtype == DType::I32 || B->dtype == DType::I64;
+  if (!step || *step < 1 || B->args.size() != 1 || !stored ||
+      ir::depends_on(B->args[0].get(), ir::Space::Outer, lane - 1))
+    return nullptr;
+  return B;
 }
 
 // Row blocks (Lowerer::row_block in lower_kernel.cpp): a tiled contraction computes a block of

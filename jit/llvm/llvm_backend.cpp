@@ -85,12 +85,14 @@ class LlvmKernel final : public CompiledKernel {
       return;
     }
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / plan_.work_per_point);
-    const int64_t cols = std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params));
-    const int64_t rows = total / cols, mr = plan_.row_block;
-    if (mr > 0 && total > grain && rows >= 2 * mr * num_threads()) {
+    const int64_t mr = plan_.row_block;  // (row-blocked kernels have rows and columns)
+    const int64_t cols = mr > 0 ? std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params)) : 1;
+    const int64_t rows = total / cols;
+    if (mr > 0 && total > grain && rows >= 2 * mr) {
       // Chunks of whole blocks of rows, two per thread: a chunk that starts inside a row runs
       // it as column tiles, and a short chunk reads all of B for a few rows (results do not
-      // depend on the split; the speed does). Fewer rows (a GEMV) split the points as usual.
+      // depend on the split; the speed does). Under two blocks of rows (a GEMV) the points are
+      // split as usual.
       const int64_t per = std::max<int64_t>(1, (rows + 2 * num_threads() - 1) / (2 * num_threads()));
       const int64_t step = (per + mr - 1) / mr * mr;
       parallel_for((rows + step - 1) / step, 1,

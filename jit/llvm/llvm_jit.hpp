@@ -31,7 +31,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 9;
+inline constexpr int kLlvmCodegenVersion = 10;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -137,6 +137,10 @@ int64_t plan_column_tile(const ir::Kernel& k);
 bool plan_lane_pairs(const ir::Kernel& k);
 /// Whether `k` is a tiled contraction whose whole rows run as register blocks of rows x lanes.
 bool plan_row_blocks(const ir::Kernel& k);
+/// The load of a contraction's phase-0 values that moves with the lane (B), when it is the only
+/// one, unmasked, of a stored f32/f64/i32/i64 buffer, moves by a constant >= 1 per lane and not
+/// with the row: what row blocks can pack. Null otherwise.
+const ir::Expr* contraction_b(const ir::Kernel& k);
 
 /// Generated entry points (in one object; each kernel lives in its own JITDylib, so the
 /// names are fixed):

@@ -1096,21 +1096,11 @@ class Lowerer {
     row_rows_ = plan_.row_block;
     row_lanes_ = lanes;
     const int64_t K = k_.reduce_numel();
+    // B is packed when K is long (its rows a row length apart: see above) or when it is read
+    // along K (x @ w.T: a lane's elements K apart), whatever K.
+    const ir::Expr* B = contraction_b(k_);
     const int lane = static_cast<int>(k_.outer.size()) - 1;
-    std::vector<const ir::Expr*> moving;
-    std::set<const ir::Expr*> seen;
-    std::function<void(const ir::Expr*)> visit = [&](const ir::Expr* e) {
-      if (!seen.insert(e).second) return;
-      if (e->kind == ir::ExprKind::Load && ir::affine_step(e->args[0].get(), ir::Space::Outer, lane) != 0)
-        moving.push_back(e);
-      for (const auto& x : e->args) visit(x.get());
-    };
-    for (int x : k_.phases[0].accs) visit(k_.accs[x].value.get());
-    const ir::Expr* B = moving.size() == 1 ? moving[0] : nullptr;
-    if (K > kRowKc && B && B->args.size() == 1 &&
-        (B->dtype == DType::F32 || B->dtype == DType::F64 || B->dtype == DType::I32 || B->dtype == DType::I64) &&
-        !ir::depends_on(B->args[0].get(), ir::Space::Outer, lane - 1))
-      row_pack_ = B;
+    if (B && (K > kRowKc || ir::affine_step(B->args[0].get(), ir::Space::Outer, lane) != 1)) row_pack_ = B;
     const int64_t depth = std::min(K, kRowKc);
     row_panel_ = std::clamp<int64_t>(kRowPanelBytes / std::max<int64_t>(1, depth * bytes), row_rows_, 512);
     row_panel_ = std::max(row_rows_, row_panel_ / row_rows_ * row_rows_);
@@ -1592,10 +1582,25 @@ class Lowerer {
         // as its tile path (both in one kernel doubled its compile time), and it would win only
         // on tables of one column.
         if (k_.kind == ir::KernelKind::Segment) tiles();
-        else if_else(b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen)), tiles, point_by_point);
+        else if_else(tiles_wanted(ext), tiles, point_by_point);
       }
     }
     b_.CreateRetVoid();
+  }
+
+  // Whether a launch of a tiled kernel runs as tiles: at least kColumnTileMinLen columns and,
+  // for a contraction reading B along K (x @ w.T), enough rows for its row blocks: with fewer,
+  // each output is the point path's dot product of two contiguous runs, where a column tile
+  // would read B lane by lane, K elements apart. (Decided by the launch's shape, never its
+  // chunk: a column's bits do not change within a launch.)
+  static constexpr int64_t kStridedBMinRows = 12;
+  Value* tiles_wanted(const std::vector<Value*>& ext) {
+    Value* wide = b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen));
+    const ir::Expr* B = k_.kind == ir::KernelKind::Contraction ? contraction_b(k_) : nullptr;
+    const int lane = static_cast<int>(ext.size()) - 1;
+    if (!B || ir::affine_step(B->args[0].get(), ir::Space::Outer, lane) == 1) return wide;
+    if (row_rows_ == 0) return b_.getFalse();
+    return b_.CreateAnd(wide, b_.CreateICmpSGE(ext[ext.size() - 2], b_.getInt64(kStridedBMinRows)));
   }
 
   // Index-set splitting of a pointwise kernel's rows (plan_row_pieces, row_pieces.cpp): each row
