@@ -206,7 +206,8 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
 // column tiles. Every element must have the column tile's bits whatever path computed it: a
 // forced 4-lane tile (no row blocks: a block is wider) and launch chunks of 7 and 50 points
 // (chunks that start inside rows) give the same bits as the default. K = 600 takes two cascade
-// levels (64- and 512-point blocks), K = 130 one and a tail; 13 and 25 rows leave rows over, 2
+// levels (64- and 512-point blocks), K = 130 one and a tail; 13 and 25 rows leave one row over
+// (a column tile), 10, 28 and 509 (pieces of 255 and 254) several (a block repeating its last), 2
 // batches of 13 rows put a block's rows in one batch only; N = 70 and 129 leave columns over.
 // K > 1024 packs B and carries the sums across steps of K in the scratch: 1100 and 1030 take
 // two steps, 770 f32 columns two blocks of columns, 509 rows per batch two pieces of rows (a
@@ -226,9 +227,9 @@ TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
   const std::vector<Case> cases = {
       {DType::F32, {25, 600}, {600, 129}},      {DType::F64, {2, 13, 130}, {130, 70}},
       {DType::F64, {19, 8}, {8, 33}},           {DType::I32, {13, 70}, {70, 131}},
-      {DType::I64, {2, 7, 65}, {2, 65, 40}},    {DType::F32, {13, 1100}, {1100, 770}},
+      {DType::I64, {2, 10, 65}, {2, 65, 40}},   {DType::F32, {13, 1100}, {1100, 770}},
       {DType::F64, {2, 509, 1030}, {1030, 40}}, {DType::I32, {7, 1100}, {1100, 70}},
-      {DType::F64, {25, 300}, {70, 300}, true}, {DType::F32, {13, 1100}, {130, 1100}, true}};
+      {DType::F64, {28, 300}, {70, 300}, true}, {DType::F32, {13, 1100}, {130, 1100}, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + shape_str(c.a) + " @ " + shape_str(c.b));
     Tensor a, b;
