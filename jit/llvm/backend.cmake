@@ -8,6 +8,8 @@ kfuse_stage(jit/llvm
   ${CMAKE_CURRENT_LIST_DIR}/llvm_backend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/jit_session.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower_kernel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lower_tiles.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lower_rows.cpp
   ${CMAKE_CURRENT_LIST_DIR}/column_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transpose_tiles.cpp
   ${CMAKE_CURRENT_LIST_DIR}/row_pieces.cpp

@@ -1,6 +1,6 @@
 // Column tiles: which column kernels the LLVM backend lowers with loop interchange, how wide a
 // tile is, and which bags walk a tile's lanes in pairs (the lowering itself is
-// Lowerer::column_segment in lower_kernel.cpp).
+// Lowerer::column_segment in lower_tiles.cpp).
 //
 // A column kernel (outer = the kept axes with the innermost one kept, reduce = the reduced axes)
 // lowered point by point walks each column down with the row stride: one element per cache line
@@ -53,7 +53,7 @@ namespace {
 // Tile width. Wide tiles win because each reduce point then reads a long contiguous run (pages
 // stay hot in the TLB and the hardware prefetchers, which stop at 4 KiB page boundaries, keep
 // streaming). Measured on [4096, 4096] f32, 1 thread, before the 4-row unroll of
-// lower_kernel.cpp (ms, sum axis 0 / x - mean(x, 0, keepdim)): tile 64: 3.7 / 22.0, 256:
+// lower_tiles.cpp (ms, sum axis 0 / x - mean(x, 0, keepdim)): tile 64: 3.7 / 22.0, 256:
 // 3.5 / 14.9, 1024: 2.8 / 11.2, 2048: 2.6 / 10.1, 4096 and 8192 the same as 2048. Narrow tiles that would keep a
 // multi-phase kernel's block of rows in L2 between its phases lose for the same reason (every row visit lands on
 // another page), so there is no such rule. The slots of all accumulators of a tile stay within kStateBytes (stack,
@@ -133,7 +133,7 @@ int64_t plan_column_tile(const ir::Kernel& k) {
 
 // The generic tile of a bag whose fold reads a row at column / 2 (a 4-bit table's nibble row,
 // byte c / 2 of the row for column c) walks its lanes two per iteration (Lowerer::lane_pairs in
-// lower_kernel.cpp): the loop vectoriser then sees each byte index move by one per iteration,
+// lower_tiles.cpp): the loop vectoriser then sees each byte index move by one per iteration,
 // where lane by lane it moved by a half and every byte became a scalar load and an insert.
 // 4-bit bags, 246k ids, 1 thread, Zen 4, lane by lane -> in pairs: [20000, 64] 5.4 -> 2.0 ms
 // (the 8-bit bag's register blocks: 0.9), [2M, 64] 6.3 -> 3.4, [1M, 128] 10.9 -> 4.2; compile
@@ -178,7 +178,7 @@ const ir::Expr* contraction_b(const ir::Kernel& k) {
   return B;
 }
 
-// Row blocks (Lowerer::row_block in lower_kernel.cpp): a tiled contraction computes a block of
+// Row blocks (Lowerer::row_block in lower_rows.cpp): a tiled contraction computes a block of
 // rows x lanes of C with its sums in vector registers across K, so each B vector it loads
 // serves every row of the block and each A element every lane; the generic tile reads a row of
 // B per output row and carries its sums through stack slots. They take: one compile-time reduce

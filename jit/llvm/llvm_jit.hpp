@@ -3,7 +3,9 @@
 //
 //   llvm_backend.cpp  Backend + CompiledKernel: host side of a launch (outer extents, threads)
 //   jit_session.cpp   the ORC LLJIT session: target, object codegen, one JITDylib per kernel
-//   lower_kernel.cpp  kernel IR -> LLVM IR: functions, loop nests, phases, accumulators
+//   lower_kernel.cpp  kernel IR -> LLVM IR: functions, loop nests, phases, accumulators (the
+//                     Lowerer, lowerer.hpp; its column tiles lower_tiles.cpp, a contraction's
+//                     row blocks lower_rows.cpp)
 //   column_tiles.cpp  which column kernels run as interchanged tiles of columns, tile width
 //   prefetch_rows.cpp software prefetch of the rows a segment kernel (embedding bag) gathers
 //   lower_expr.cpp    kernel IR expressions and element-wise ops -> LLVM instructions
