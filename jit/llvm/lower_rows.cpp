@@ -40,8 +40,7 @@ void Lowerer::plan_row_block() {
   row_pass_ = kRowPassRows;
   int64_t state = 0;  // bytes per (row, lane): each accumulator's sum and levels
   for (int x : k_.phases[0].accs) state += dtype_size(k_.accs[x].dtype) * (1 + row_levels(x));
-  row_nc_ =
-      std::clamp<int64_t>(kRowStateBytes / (state * row_pass_), row_lanes_, kRowMaxNc) / row_lanes_ * row_lanes_;
+  row_nc_ = std::clamp<int64_t>(kRowStateBytes / (state * row_pass_), row_lanes_, kRowMaxNc) / row_lanes_ * row_lanes_;
   row_state_off_.assign(k_.accs.size(), {});
   for (int x : k_.phases[0].accs)
     for (int l = 0; l <= row_levels(x); ++l) {
@@ -135,7 +134,7 @@ void Lowerer::row_panel(ExprEmitter& ex, const std::vector<Value*>& idx, Value* 
   if (!row_pack_) {
     counted_loop(nfull, false, {}, [&](Value* t, const Carried&) {
       blocks(b_.CreateAdd(c0, b_.CreateMul(t, b_.getInt64(R), "", true, true), "", true, true),
-             {b_.getInt64(0), K, nullptr, nullptr, nullptr, nullptr, true});
+             {b_.getInt64(0), b_.getInt64(K), nullptr, nullptr, nullptr, nullptr, nullptr});
       return Carried{};
     });
   } else {
@@ -168,7 +167,12 @@ void Lowerer::row_panel(ExprEmitter& ex, const std::vector<Value*>& idx, Value* 
               return Carried{};
             });
             const int64_t PG = row_panel_ / MR;  // blocks of rows per panel
-            auto step = [&](Value* k0, int64_t n, bool last) {
+            // step st: points [st * kRowKc, + n) of K (the last one finishes); one copy of
+            // row_block for every step (each copy is tens of ms of O3 and codegen)
+            counted_loop(b_.getInt64(steps + 1), true, {}, [&](Value* st, const Carried&) {
+              Value* k0 = b_.CreateMul(st, b_.getInt64(kRowKc), "", true, true);
+              Value* n = smin(b_.getInt64(kRowKc), b_.CreateSub(b_.getInt64(K), k0));
+              Value* last = b_.CreateICmpEQ(st, b_.getInt64(steps));
               counted_loop(nb, true, {}, [&](Value* t, const Carried&) {
                 pack_rows(ex, at(b_.getInt64(0), col(t)), k0, n, sliver(t));
                 return Carried{};
@@ -180,21 +184,16 @@ void Lowerer::row_panel(ExprEmitter& ex, const std::vector<Value*>& idx, Value* 
                 counted_loop(nb, true, {}, [&](Value* t, const Carried&) {
                   counted_loop(ng, true, {}, [&](Value* gi, const Carried&) {
                     Value* r0 = b_.CreateMul(b_.CreateAdd(g0, gi, "", true, true), b_.getInt64(MR), "", true, true);
-                    row_block(
-                        ex, at(r0, col(t)),
-                        {k0, n, r0, b_.CreateMul(t, b_.getInt64(R), "", true, true), sliver(t), valid(r0), last});
+                    row_block(ex, at(r0, col(t)),
+                              {k0, n, r0, b_.CreateMul(t, b_.getInt64(R), "", true, true), sliver(t), valid(r0), last});
                     return Carried{};
                   });
                   return Carried{};
                 });
                 return Carried{};
               });
-            };
-            counted_loop(b_.getInt64(steps), false, {}, [&](Value* st, const Carried&) {
-              step(b_.CreateMul(st, b_.getInt64(kRowKc), "", true, true), kRowKc, false);
               return Carried{};
             });
-            step(b_.getInt64(steps * kRowKc), K - steps * kRowKc, true);
             return Carried{};
           });
         },
@@ -235,9 +234,9 @@ Value* Lowerer::sliver(Value* t) {
                               b_.CreateMul(t, b_.getInt64(kRowKc * row_lanes_), "", true, true));
 }
 
-void Lowerer::pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, int64_t n, Value* dst) {
+void Lowerer::pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, Value* n, Value* dst) {
   llvm::Type* t = reg_type(c_, row_pack_->dtype);
-  counted_loop(b_.getInt64(n), true, {}, [&](Value* kk, const Carried&) {
+  counted_loop(n, true, {}, [&](Value* kk, const Carried&) {
     row_lanes([&](Value* j) {
       ex.reset();
       ex.outer = first;
@@ -294,8 +293,8 @@ void Lowerer::row_block(ExprEmitter& ex, const std::vector<Value*>& first, const
     b_.CreateStore(part.state_row ? b_.CreateLoad(acc_type(a), saved(a, l, i, j)) : identity(a), cell(a, l, i, j));
   });
   llvm::Type* bt = row_pack_ ? reg_type(c_, row_pack_->dtype) : nullptr;
-  auto points = [&](Value* k0, int64_t n) {  // reduce points [k0, k0 + n), n >= 1
-    counted_loop(b_.getInt64(n), true, {}, [&](Value* kk, const Carried&) {
+  auto points = [&](Value* k0, Value* n, bool n_positive) {  // reduce points [k0, k0 + n)
+    counted_loop(n, n_positive, {}, [&](Value* kk, const Carried&) {
       Value* k = b_.CreateAdd(k0, kk, "", true, true);
       Value* kp = b_.CreateSub(k, part.k0);  // the point's row of row_packed_
       row_lanes([&](Value* j) {
@@ -327,12 +326,12 @@ void Lowerer::row_block(ExprEmitter& ex, const std::vector<Value*>& first, const
         }
     });
   };
-  const int64_t L = levels > 0 ? tile_leaf() : part.n;
-  if (part.n / L > 0)  // (a last step of K can be shorter than a leaf)
-    counted_loop(b_.getInt64(part.n / L), true, {}, [&](Value* leaf, const Carried&) {
+  if (levels == 0) points(part.k0, part.n, false);
+  const int64_t L = tile_leaf();
+  if (levels > 0)  // (a last step of K can be shorter than a leaf: the leaf loop may not run)
+    counted_loop(b_.CreateUDiv(part.n, b_.getInt64(L)), false, {}, [&](Value* leaf, const Carried&) {
       Value* k0 = b_.CreateAdd(part.k0, b_.CreateMul(leaf, b_.getInt64(L), "", true, true), "", true, true);
-      points(k0, L);
-      if (levels == 0) return Carried{};
+      points(k0, b_.getInt64(L), true);
       close(1);
       Value* after = b_.CreateAdd(k0, b_.getInt64(L), "", true, true);
       int64_t S = L;
@@ -350,33 +349,37 @@ void Lowerer::row_block(ExprEmitter& ex, const std::vector<Value*>& first, const
       up(2);
       return Carried{};
     });
-  if (part.n % L) points(b_.CreateAdd(part.k0, b_.getInt64(part.n - part.n % L), "", true, true), part.n % L);
-  if (!part.last) {
+  if (levels > 0) {
+    Value* tail = b_.CreateURem(part.n, b_.getInt64(L));
+    points(b_.CreateAdd(part.k0, b_.CreateSub(part.n, tail), "", true, true), tail, false);
+  }
+  auto save = [&] {
     each_cell([&](int a, int l, int64_t i, Value* j) {
       b_.CreateStore(b_.CreateLoad(acc_type(a), cell(a, l, i, j)), saved(a, l, i, j));
     });
-    ex.reset();
-    ex.reduce.clear();
-    return;
-  }
+  };
   // each sum takes its levels, lowest first; then the later phases, phase by phase
-  row_lanes([&](Value* j) {
-    for (int64_t i = 0; i < MR; ++i)
-      for (int a : cs) {
-        Value* v = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
-        for (int l = 1; l <= levels; ++l) v = fold(a, v, b_.CreateLoad(acc_type(a), cell(a, l, i, j)), false);
-        b_.CreateStore(v, cell(a, 0, i, j));
-      }
-  });
-  for (size_t p = 1; p < k_.phases.size(); ++p)
+  auto finish = [&] {
     row_lanes([&](Value* j) {
-      for (int64_t i = 0; i < MR; ++i) {
-        bind(i, j);
-        ex.reduce.clear();
-        for (int a : ph.accs) ex.accs[a] = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
-        run_stores(k_.phases[p], ex);
-      }
+      for (int64_t i = 0; i < MR; ++i)
+        for (int a : cs) {
+          Value* v = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
+          for (int l = 1; l <= levels; ++l) v = fold(a, v, b_.CreateLoad(acc_type(a), cell(a, l, i, j)), false);
+          b_.CreateStore(v, cell(a, 0, i, j));
+        }
     });
+    for (size_t p = 1; p < k_.phases.size(); ++p)
+      row_lanes([&](Value* j) {
+        for (int64_t i = 0; i < MR; ++i) {
+          bind(i, j);
+          ex.reduce.clear();
+          for (int a : ph.accs) ex.accs[a] = b_.CreateLoad(acc_type(a), cell(a, 0, i, j));
+          run_stores(k_.phases[p], ex);
+        }
+      });
+  };
+  if (part.state_row) if_else(part.last, finish, save);
+  else finish();
   ex.reset();
   ex.reduce.clear();
 }

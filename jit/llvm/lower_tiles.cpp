@@ -268,9 +268,9 @@ void Lowerer::column_tile(ExprEmitter& ex, const std::vector<Value*>& first, Val
 // load and a store of every lane's state. The block copies its states into slots_ at the end,
 // and everything after (empty bags, later phases) is the tile's usual code. Each lane still
 // folds its column's ids in order with plain operations: the bits are the generic path's.
-void Lowerer::tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& first, Value* w, Value*& pos,
-                  const std::function<void(int64_t, const LaneBlock&)>& fold_points,
-                  const std::function<void(const LaneBlock&, const std::function<void(Value*)>&)>& lanes_of) {
+void Lowerer::tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vector<Value*>& first, Value* w,
+                           Value*& pos, const std::function<void(int64_t, const LaneBlock&)>& fold_points,
+                           const std::function<void(const LaneBlock&, const std::function<void(Value*)>&)>& lanes_of) {
   auto range = [&](const std::vector<Value*>& at) {
     ex.reset();
     ex.reduce.clear();
@@ -350,8 +350,7 @@ void Lowerer::tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vect
             });
             walk(blk, kRegRowUnroll);
             lanes_of(blk, [&](Value* j) {
-              for (int a : ph.accs)
-                store_state(a, b_.CreateAdd(blk.base, j, "", true, true), load_state(a, j, &regs_));
+              for (int a : ph.accs) store_state(a, b_.CreateAdd(blk.base, j, "", true, true), load_state(a, j, &regs_));
             });
             return Carried{};
           });

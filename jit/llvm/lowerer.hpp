@@ -205,21 +205,21 @@ class Lowerer {
   void row_lanes(const std::function<void(Value*)>& body);
 
   Value* sliver(Value* t);
-  void pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, int64_t n, Value* dst);
+  void pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, Value* n, Value* dst);
 
   // What one row_block call computes: reduce points [k0, k0 + n) (k0 a multiple of tile_leaf()
   // unless n is all of K). state_row: null, or the block's first row in row_state_ (rows of
   // row_nc_ lanes; state_col its first lane there): its sums are read from there before and
-  // written back after, unless `last`, and B's values come from `packed`. `last`: the sums are
-  // complete; finish them and run the later phases.
+  // written back after unless `last` holds, and B's values come from `packed`. `last`: the
+  // sums are complete; finish them and run the later phases.
   struct RowPart {
     Value* k0;
-    int64_t n;
+    Value* n;
     Value* state_row;  // (and state_col: the block's first lane there)
     Value* state_col;
     Value* packed;  // with state_row: B's sliver for these lanes (pack_rows)
     Value* rows;    // the block's rows that exist, 2..row_rows_ (the others repeat the last)
-    bool last;
+    Value* last;    // (i1; only with state_row: without, the block always finishes)
   };
 
   void row_block(ExprEmitter& ex, const std::vector<Value*>& first, const RowPart& part);
