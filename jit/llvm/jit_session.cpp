@@ -74,11 +74,21 @@ class Loaded final : public LoadedCode {
 
 class Session final : public JitSession, public std::enable_shared_from_this<Session> {
  public:
-  void init() {
+  void init(bool avx2_only) {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::InitializeNativeTargetAsmParser();
     auto jtmb = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
+    // KFUSE_ISA=avx2 (Options::isa): code for the AVX2 tier on an AVX-512 host, as the xbyak
+    // backend does, so one machine runs both tiers' code (its tests, its speed). The disabled
+    // features are appended after the host's, and the later one wins.
+    auto feats = llvm::sys::getHostCPUFeatures();
+    if (avx2_only)
+      for (auto& f : feats)
+        if (f.getKey().starts_with("avx512") || f.getKey() == "evex512" || f.getKey().starts_with("avx10")) {
+          f.setValue(false);
+          jtmb.getFeatures().AddFeature(f.getKey(), false);
+        }
     jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     jtmb.setRelocationModel(llvm::Reloc::PIC_);
     jtmb.setCodeModel(llvm::CodeModel::Small);
@@ -91,7 +101,6 @@ class Session final : public JitSession, public std::enable_shared_from_this<Ses
     main.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::Load("libsleef.so.3", prefix),
                              "loading libsleef.so.3 (install libsleef3)"));
 
-    auto feats = llvm::sys::getHostCPUFeatures();
     auto has = [&](const char* f) {
       auto it = feats.find(f);
       return it != feats.end() && it->second;
@@ -174,9 +183,9 @@ Loaded::~Loaded() { s_->remove(jd_); }
 
 }  // namespace
 
-std::shared_ptr<JitSession> JitSession::create() {
+std::shared_ptr<JitSession> JitSession::create(bool avx2_only) {
   auto s = std::make_shared<Session>();
-  s->init();
+  s->init(avx2_only);
   return s;
 }
 

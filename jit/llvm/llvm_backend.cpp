@@ -182,8 +182,8 @@ class LlvmBackend final : public Backend {
 
 }  // namespace
 
-std::shared_ptr<Backend> make_llvm_backend(const Options&) {
-  return std::make_shared<LlvmBackend>(JitSession::create());
+std::shared_ptr<Backend> make_llvm_backend(const Options& opts) {
+  return std::make_shared<LlvmBackend>(JitSession::create(opts.isa == "avx2"));
 }
 
 }  // namespace kfuse::detail

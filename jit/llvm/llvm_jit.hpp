@@ -272,8 +272,9 @@ class LoadedCode {
 class JitSession {
  public:
   virtual ~JitSession() = default;
-  /// Creates the process-wide session (targets, host detection, LLJIT). Throws BackendError.
-  static std::shared_ptr<JitSession> create();
+  /// Creates the process-wide session (targets, host detection, LLJIT); `avx2_only`: code for
+  /// the AVX2 tier even on an AVX-512 host (KFUSE_ISA=avx2). Throws BackendError.
+  static std::shared_ptr<JitSession> create(bool avx2_only = false);
   virtual const std::string& target() const = 0;
   virtual const MathLib& math() const = 0;
   /// Lowers, optimises and compiles `k` into an ELF relocatable object; returns the object bytes

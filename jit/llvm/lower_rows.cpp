@@ -20,10 +20,15 @@ void Lowerer::plan_row_block() {
   if (plan_.row_block == 0 || math_.tier == MathLib::Tier::SSE2) return;
   int64_t bytes = 1;
   for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
-  const int64_t vectors = math_.tier == MathLib::Tier::AVX512 ? 4 : 2;
+  // AVX2: 3 rows x 4 vectors (12 sums, 3 broadcasts and a B vector: the 16 registers). VEX has
+  // no broadcast operand, so 6 x 2 held 6 broadcasts in registers and spilled 3 sums (their
+  // store-to-load chain in the hot loop): 512^3 on Zen 4 with KFUSE_ISA=avx2, f64 23 -> 25
+  // GFLOP/s, f32 41 -> 75. (3 rows divide LaunchPlan::row_block's 6.)
+  const bool z = math_.tier == MathLib::Tier::AVX512;
+  const int64_t vectors = 4;
   const int64_t lanes = vectors * math_.vector_bits() / 8 / bytes;
   if (lanes > plan_.column_tile) return;  // (a forced narrow tile, Options::llvm_column_tile)
-  row_rows_ = plan_.row_block;
+  row_rows_ = z ? plan_.row_block : plan_.row_block / 2;
   row_lanes_ = lanes;
   const int64_t K = k_.reduce_numel();
   // B is packed when K is long (its rows a row length apart: see above) or when it is read
@@ -224,7 +229,7 @@ void Lowerer::row_lanes(const std::function<void(Value*)>& body) {
         body(j);
         return Carried{};
       },
-      register_lane_loop());
+      register_lane_loop(/*unroll_after=*/true));
 }
 
 // B's values (row_pack_) at reduce points [k0, k0 + n) for the lanes from `first` into

@@ -175,7 +175,7 @@ class Lowerer {
   // ---- row blocks of a contraction (plan_row_blocks, column_tiles.cpp; lower_rows.cpp) ----
   // Register tile: kRowBlockRows (6) rows x 4 vectors of lanes on AVX-512 (24 of the 32
   // registers hold sums; B's vectors for one k take 4 more, A's elements are broadcast from
-  // memory), 6 x 2 on AVX2 (12 of 16). Rows per pass over B's columns (row_panel_): as many as
+  // memory), 3 x 4 on AVX2 (12 of 16; plan_row_block). Rows per pass over B's columns (row_panel_): as many as
   // keep that panel of A (rows x min(K, kRowKc)) within kRowPanelBytes, in L2
   // while each block of lanes of B is read once per block of rows.
   //
@@ -245,7 +245,9 @@ class Lowerer {
   // unroll that amortises it in the generic tile only lengthens the code. D = 64 f32 in cache,
   // ns per id (min of 3): 1: 4.0, 2: 4.5, 4: 4.6, 8: 4.8; out of cache 1 and 4 tie (27).
   static constexpr int64_t kRegRowUnroll = 1;
-  llvm::MDNode* register_lane_loop();
+  // The lane loop of a register block: widened at the full vector width of the accumulator type;
+  // `unroll_after`: kept whole until the vectoriser has run, then fully unrolled (row blocks).
+  llvm::MDNode* register_lane_loop(bool unroll_after = false);
   int64_t register_lanes() const;
 
   std::vector<Value*> outer_extents(ExprEmitter& ex);
