@@ -75,7 +75,8 @@ void Lowerer::while_loop(Value* start, Value* limit, const std::function<Value*(
 
 // The points [begin, end) of a row-blocked contraction as pieces: a partial row (where the
 // chunk starts or ends inside one) is a piece of one row and part of its columns; whole rows
-// go in panels of at most row_panel_ rows of one batch. Every piece is a row_panel, so the
+// go in pieces of at most row_pass_ rows of one batch (row_panel_ with B read in place,
+// kRowPassRows with B packed), as even as the count allows. Every piece is a row_panel, so the
 // column tile is emitted once (each copy is tens of ms of O3 and codegen). Every point's value
 // is the column tile's bits (row_block), so where a chunk starts never changes a result.
 void Lowerer::row_range(ExprEmitter& ex, Value* begin, Value* end, const std::vector<Value*>& ext) {
