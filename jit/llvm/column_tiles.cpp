@@ -184,8 +184,9 @@ const ir::Expr* contraction_b(const ir::Kernel& k) {
 // B per output row and carries its sums through stack slots. They take: one compile-time reduce
 // dim (K), phase 0 the only phase over it (accumulators, no stores), every accumulator a
 // non-Bool Sum (the register block keeps one value per lane and row), and a row dim (outer rank
-// >= 2) to block. The row's and lane's loads were checked by plan_column_tile.
-bool plan_row_blocks(const ir::Kernel& k) {
+// >= 2) to block; and column tiles (`column_tile`, plan_column_tile's width: it checked the
+// row's and lane's loads).
+bool plan_row_blocks(const ir::Kernel& k, int64_t column_tile) {
   if (k.kind != ir::KernelKind::Contraction || k.outer.size() < 2 || k.reduce.size() != 1 || k.dynamic_reduce() ||
       k.phases.empty() || !k.phases[0].over_reduce || !k.phases[0].stores.empty() || k.phases[0].accs.empty())
     return false;
@@ -193,7 +194,7 @@ bool plan_row_blocks(const ir::Kernel& k) {
     if (k.phases[p].over_reduce) return false;
   for (const auto& A : k.accs)
     if (A.kind != ir::AccKind::Sum || A.dtype == DType::Bool) return false;
-  return plan_column_tile(k) > 0;
+  return column_tile > 0;
 }
 
 }  // namespace kfuse::detail::llvmjit

@@ -137,8 +137,9 @@ int64_t plan_column_tile(const ir::Kernel& k);
 /// Whether `k` is a segment kernel whose fold reads a row at lane column / 2 (a 4-bit table):
 /// its generic tile then walks the lanes in pairs.
 bool plan_lane_pairs(const ir::Kernel& k);
-/// Whether `k` is a tiled contraction whose whole rows run as register blocks of rows x lanes.
-bool plan_row_blocks(const ir::Kernel& k);
+/// Whether `k`, tiled `column_tile` lanes wide (plan_column_tile), is a contraction whose whole
+/// rows run as register blocks of rows x lanes.
+bool plan_row_blocks(const ir::Kernel& k, int64_t column_tile);
 /// The load of a contraction's phase-0 values that moves with the lane (B), when it is the only
 /// one, unmasked, of a stored f32/f64/i32/i64 buffer, moves by a constant >= 1 per lane and not
 /// with the row: what row blocks can pack. Null otherwise.

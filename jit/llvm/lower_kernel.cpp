@@ -763,7 +763,7 @@ LaunchPlan plan_launch(const ir::Kernel& k) {
   p.work_per_point = std::max<int64_t>(1, rn * std::max(over, 1));
   p.column_tile = plan_column_tile(k);
   p.transpose_tile = plan_transpose_tile(k);
-  p.row_block = plan_row_blocks(k) ? kRowBlockRows : 0;
+  p.row_block = plan_row_blocks(k, p.column_tile) ? kRowBlockRows : 0;
   bool ok = k.outer.empty() && rn > kSplitBlock && !k.phases.empty() && k.phases[0].over_reduce &&
             k.phases[0].stores.empty() && over == 1 && !k.phases[0].accs.empty();
   if (ok)

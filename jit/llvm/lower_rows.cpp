@@ -17,6 +17,9 @@ namespace kfuse::detail::llvmjit {
 void Lowerer::plan_row_block() {
   row_rows_ = row_lanes_ = row_panel_ = 0;
   row_pack_ = nullptr;
+  const ir::Expr* B = k_.kind == ir::KernelKind::Contraction ? contraction_b(k_) : nullptr;
+  const int lane = static_cast<int>(k_.outer.size()) - 1;
+  b_along_k_ = B && ir::affine_step(B->args[0].get(), ir::Space::Outer, lane) != 1;
   if (plan_.row_block == 0 || math_.tier == MathLib::Tier::SSE2) return;
   int64_t bytes = 1;
   for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
@@ -33,9 +36,7 @@ void Lowerer::plan_row_block() {
   const int64_t K = k_.reduce_numel();
   // B is packed when K is long (its rows a row length apart: see above) or when it is read
   // along K (x @ w.T: a lane's elements K apart), whatever K.
-  const ir::Expr* B = contraction_b(k_);
-  const int lane = static_cast<int>(k_.outer.size()) - 1;
-  if (B && (K > kRowKc || ir::affine_step(B->args[0].get(), ir::Space::Outer, lane) != 1)) row_pack_ = B;
+  if (B && (K > kRowKc || b_along_k_)) row_pack_ = B;
   const int64_t depth = std::min(K, kRowKc);
   row_panel_ = std::clamp<int64_t>(kRowPanelBytes / std::max<int64_t>(1, depth * bytes), row_rows_, 512);
   row_panel_ = std::max(row_rows_, row_panel_ / row_rows_ * row_rows_);
@@ -392,9 +393,7 @@ void Lowerer::row_block(ExprEmitter& ex, const std::vector<Value*>& first, const
 
 Value* Lowerer::tiles_wanted(const std::vector<Value*>& ext) {
   Value* wide = b_.CreateICmpSGE(ext.back(), b_.getInt64(kColumnTileMinLen));
-  const ir::Expr* B = k_.kind == ir::KernelKind::Contraction ? contraction_b(k_) : nullptr;
-  const int lane = static_cast<int>(ext.size()) - 1;
-  if (!B || ir::affine_step(B->args[0].get(), ir::Space::Outer, lane) == 1) return wide;
+  if (!b_along_k_) return wide;
   if (row_rows_ == 0) return b_.getFalse();
   return b_.CreateAnd(wide, b_.CreateICmpSGE(ext[ext.size() - 2], b_.getInt64(kStridedBMinRows)));
 }

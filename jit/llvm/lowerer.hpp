@@ -289,6 +289,7 @@ class Lowerer {
   int64_t row_nc_ = 0, row_scratch_bytes_ = 0;       // ... lanes of a column block; the scratch kf_main wants
   int64_t row_pass_ = 0, row_packed_off_ = 0;        // ... rows of a piece of whole rows; B's slivers in the scratch
   Value* scratch_ = nullptr;                         // kf_main's scratch argument (row-blocked contractions)
+  bool b_along_k_ = false;                           // a contraction whose B is read along K (plan_row_block)
   std::vector<Value*> outer_ext_;                    // kf_main: the outer extents
 };
 
