@@ -209,9 +209,9 @@ class Lowerer {
 
   // What one row_block call computes: reduce points [k0, k0 + n) (k0 a multiple of tile_leaf()
   // unless n is all of K). state_row: null, or the block's first row in row_state_ (rows of
-  // row_nc_ lanes; state_col its first lane there): its sums are read from there before and
-  // written back after unless `last` holds, and B's values come from `packed`. `last`: the
-  // sums are complete; finish them and run the later phases.
+  // row_nc_ lanes; state_col its first lane there): its sums are read from there before
+  // unless `first` holds and written back after unless `last` holds, and B's values come from
+  // `packed`. `last`: the sums are complete; finish them and run the later phases.
   struct RowPart {
     Value* k0;
     Value* n;
@@ -219,6 +219,7 @@ class Lowerer {
     Value* state_col;
     Value* packed;  // with state_row: B's sliver for these lanes (pack_rows)
     Value* rows;    // the block's rows that exist, 2..row_rows_ (the others repeat the last)
+    Value* first;   // (i1; only with state_row: the sums start from the identity, not the state)
     Value* last;    // (i1; only with state_row: without, the block always finishes)
   };
 
