@@ -6,6 +6,10 @@
 // contraction of f64, i32 and i64 matmuls, and of f32 ones whose epilogue xbyak declines).
 //
 //   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024] [--backend xbyak|llvm] [--dtype f32|f64]
+//              [--alternate]
+// --alternate (with OpenBLAS): kfuse and OpenBLAS are also timed call for call in turn, and the
+// median of the per-pair speed ratios is printed ("kfuse/openblas"): on a shared host whose
+// speed moves 10-20% between minutes, the ratio of two separate medians moves with it.
 // Prints per shape and thread count: the median ms over the runs, GFLOP/s and % of the measured
 // peak for that count at the median, and the spread (fastest and slowest run, % of the median).
 // "^T": B stored N x K (x @ w.T, the layout of a linear layer's weight).
@@ -99,7 +103,7 @@ std::vector<int> parse_list(const char* s) {
 
 template <class T>
 int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<int>& threads, double min_time,
-        const std::string& filter) {
+        const std::string& filter, bool alternate) {
   std::printf("%s %s; FMA peak (%s, %s, measured now):", be->name().c_str(), dtype_name(dt), kfuse::probe::fma_kind(),
               dtype_name(dt));
   std::vector<double> peak;
@@ -155,16 +159,33 @@ int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<
       row("kfuse", time_it([&] { cr.kernel->run(args); }, min_time));
 #ifdef KFUSE_BENCH_HAVE_OPENBLAS
       openblas_set_num_threads(t);
-      row("openblas", time_it(
-                          [&] {
-                            if constexpr (f32)
-                              cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(),
-                                          s.tb ? s.K : s.N, 0.0f, R.data(), s.N);
-                            else
-                              cblas_dgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0, A.data(), s.K, B.data(),
-                                          s.tb ? s.K : s.N, 0.0, R.data(), s.N);
-                          },
-                          min_time));
+      auto blas = [&] {
+        if constexpr (f32)
+          cblas_sgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0f, A.data(), s.K, B.data(), s.tb ? s.K : s.N, 0.0f,
+                      R.data(), s.N);
+        else
+          cblas_dgemm(101, 111, s.tb ? 112 : 111, s.M, s.N, s.K, 1.0, A.data(), s.K, B.data(), s.tb ? s.K : s.N, 0.0,
+                      R.data(), s.N);
+      };
+      row("openblas", time_it(blas, min_time));
+      if (alternate) {
+        std::vector<double> ratio;  // OpenBLAS time / kfuse time of each pair: kfuse's relative speed
+        for (double total = 0; total < 2 * min_time || ratio.size() < 11;) {
+          auto t0 = Clock::now();
+          cr.kernel->run(args);
+          auto t1 = Clock::now();
+          blas();
+          auto t2 = Clock::now();
+          const double a = std::chrono::duration<double>(t1 - t0).count(),
+                       b = std::chrono::duration<double>(t2 - t1).count();
+          ratio.push_back(b / a);
+          total += a + b;
+        }
+        std::sort(ratio.begin(), ratio.end());
+        const size_t n = ratio.size();
+        std::printf("%-26s %3d kfuse/openblas speed, %zu pairs in turn: median %.3f (quartiles %.3f..%.3f)\n", name, t,
+                    n, ratio[n / 2], ratio[n / 4], ratio[n * 3 / 4]);
+      }
 #endif
 #ifdef KFUSE_BENCH_HAVE_DNNL
       if constexpr (f32) {
@@ -188,6 +209,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   double min_time = 0.3;
   std::string filter, backend = "xbyak", dtype = "f32";
+  bool alternate = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = parse_list(argv[++i]);
@@ -195,6 +217,7 @@ int main(int argc, char** argv) {
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--backend" && i + 1 < argc) backend = argv[++i];
     else if (a == "--dtype" && i + 1 < argc) dtype = argv[++i];
+    else if (a == "--alternate") alternate = true;
   }
   if (dtype != "f32" && dtype != "f64") {
     std::printf("--dtype f32 or f64\n");
@@ -214,6 +237,6 @@ int main(int argc, char** argv) {
     std::printf("backend %s unavailable (not built in, or xbyak without AVX2/FMA)\n", backend.c_str());
     return 0;
   }
-  if (dtype == "f64") return run<double>(be, DType::F64, threads, min_time, filter);
-  return run<float>(be, DType::F32, threads, min_time, filter);
+  if (dtype == "f64") return run<double>(be, DType::F64, threads, min_time, filter, alternate);
+  return run<float>(be, DType::F32, threads, min_time, filter, alternate);
 }
