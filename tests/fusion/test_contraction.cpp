@@ -213,8 +213,8 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
 // two steps, 770 f32 columns two blocks of columns, 509 rows per batch two pieces of rows (a
 // float sum restarts from zero at every step, its levels carry it; an integer one carries it).
 // A B read along K (b.transpose(): x @ w.T) is packed whatever K; its partial rows and the
-// columns over run as column tiles that read it lane by lane. Every case has at least 12 rows:
-// a launch of fewer splits its points, not its rows, and takes no row block.
+// columns over run as column tiles that read it lane by lane. The row over runs its whole width
+// as column tiles of up to 2048 lanes: N = 2100 gives it two, with 13 rows and alone (a GEMV).
 TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
   if (!detail::find_backend("llvm")) GTEST_SKIP() << "LLVM backend not built in";
   Options saved = options(), o = saved;
@@ -230,7 +230,8 @@ TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
       {DType::F64, {19, 8}, {8, 33}},           {DType::I32, {13, 70}, {70, 131}},
       {DType::I64, {2, 10, 65}, {2, 65, 40}},   {DType::F32, {13, 1100}, {1100, 770}},
       {DType::F64, {2, 509, 1030}, {1030, 40}}, {DType::I32, {14, 1100}, {1100, 70}},
-      {DType::F64, {28, 300}, {70, 300}, true}, {DType::F32, {13, 1100}, {130, 1100}, true}};
+      {DType::F64, {28, 300}, {70, 300}, true}, {DType::F32, {13, 1100}, {130, 1100}, true},
+      {DType::F64, {13, 40}, {40, 2100}},       {DType::F64, {1, 130}, {130, 2100}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + shape_str(c.a) + " @ " + shape_str(c.b));
     Tensor a, b;
