@@ -51,11 +51,17 @@ void Lowerer::plan_row_block() {
   int64_t state = 0;  // bytes per (row, lane): each accumulator's sum and levels
   for (int x : k_.phases[0].accs) state += dtype_size(k_.accs[x].dtype) * (1 + row_levels(x));
   row_nc_ = std::clamp<int64_t>(kRowStateBytes / (state * row_pass_), row_lanes_, kRowMaxNc) / row_lanes_ * row_lanes_;
+  // One step of K (K <= kRowKc): the only step is the first and the last, so the sums never
+  // leave the registers and the state is never read or written (its cells get no bytes). A
+  // piece then takes every row of its chunk: each piece packs B again, and at 1024^3 pieces of
+  // 504 rows packed all of B three times on one thread.
+  const bool one_step = K <= kRowKc;
+  if (one_step) row_pass_ = kRowPassAll;
   row_state_off_.assign(k_.accs.size(), {});
   for (int x : k_.phases[0].accs)
     for (int l = 0; l <= row_levels(x); ++l) {
       row_state_off_[x].push_back(row_scratch_bytes_);
-      row_scratch_bytes_ += (row_pass_ * row_nc_ * dtype_size(k_.accs[x].dtype) + 63) / 64 * 64;
+      if (!one_step) row_scratch_bytes_ += (row_pass_ * row_nc_ * dtype_size(k_.accs[x].dtype) + 63) / 64 * 64;
     }
   row_packed_off_ = row_scratch_bytes_;
   row_scratch_bytes_ += kRowKc * row_nc_ * dtype_size(row_pack_->dtype);

@@ -212,6 +212,8 @@ TEST(ContractionLlvm, ColumnTilesOfAnyWidthAgreeBitwise) {
 // K > 1024 packs B and carries the sums across steps of K in the scratch: 1100 and 1030 take
 // two steps, 770 f32 columns two blocks of columns, 509 rows per batch two pieces of rows (a
 // float sum restarts from zero at every step, its levels carry it; an integer one carries it).
+// With K in one step a piece takes all the rows: 520 rows with B packed (K past the AVX2 leaf,
+// or B read along K) are one piece.
 // A B read along K (b.transpose(): x @ w.T) is packed whatever K; its partial rows and the
 // columns over run as column tiles that read it lane by lane. The row over runs its whole width
 // as column tiles of up to 2048 lanes: N = 2100 gives it two, with 13 rows and alone (a GEMV).
@@ -231,7 +233,8 @@ TEST(ContractionLlvm, RowBlocksAgreeBitwiseWithColumnTiles) {
       {DType::I64, {2, 10, 65}, {2, 65, 40}},   {DType::F32, {13, 1100}, {1100, 770}},
       {DType::F64, {2, 509, 1030}, {1030, 40}}, {DType::I32, {14, 1100}, {1100, 70}},
       {DType::F64, {28, 300}, {70, 300}, true}, {DType::F32, {13, 1100}, {130, 1100}, true},
-      {DType::F64, {13, 40}, {40, 2100}},       {DType::F64, {1, 130}, {130, 2100}}};
+      {DType::F64, {13, 40}, {40, 2100}},       {DType::F64, {1, 130}, {130, 2100}},
+      {DType::F32, {520, 200}, {200, 40}},      {DType::F64, {520, 150}, {33, 150}, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + shape_str(c.a) + " @ " + shape_str(c.b));
     Tensor a, b;
