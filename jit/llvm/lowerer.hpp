@@ -186,12 +186,14 @@ class Lowerer {
   // while each block of lanes of B is read once per block of rows.
   //
   // Packed B (contraction_b: K > kRowKc, or B read along K): whole rows go in pieces of up to
-  // kRowPassRows rows (K in one step: all of a chunk's rows), a piece's columns in blocks of row_nc_ lanes; in each
-  // block K goes in steps of kRowKc, each step copying its kRowKc x lanes of B once per block of lanes into the scratch
-  // (pack_rows), then running the piece's rows in panels of row_panel_ (their rows x kRowKc of A stay in L2) along
-  // those slivers. The sums (and cascade levels) of the piece's rows x row_nc_ lanes carry from step to step in the
-  // scratch kf_main gets (row_state_). Read in place, a block's B rows lie a row length apart: at 2048 f64 columns (16
-  // KiB) each is on its own page and in one of 8 sets of L2, and a 2048^3 f64 GEMM ran at 35% of the FMA peak.
+  // kRowPassRows rows (K in one step: all of a chunk's rows), a piece's columns in blocks of
+  // row_nc_ lanes; in each block K goes in steps of kRowKc, each step copying its kRowKc x
+  // lanes of B once per block of lanes into the scratch (pack_rows), then running the piece's
+  // rows in panels of row_panel_ (their rows x kRowKc of A stay in L2) along those slivers. The
+  // sums (and cascade levels) of the piece's rows x row_nc_ lanes carry from step to step in
+  // the scratch kf_main gets (row_state_). Read in place, a block's B rows lie a row length
+  // apart: at 2048 f64 columns (16 KiB) each is on its own page and in one of 8 sets of L2, and
+  // a 2048^3 f64 GEMM ran at 35% of the FMA peak.
   static constexpr int64_t kRowPanelBytes = 256 << 10;
   static constexpr int64_t kRowKc = 1024;                   // a multiple of every contraction leaf
   static constexpr int64_t kRowStateBytes = 4 << 20;        // row_state_ (the scratch) at most
