@@ -213,7 +213,7 @@ class Lowerer {
   void row_lanes(const std::function<void(Value*)>& body);
 
   Value* sliver(Value* t);
-  void pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, Value* n, Value* dst);
+  void pack_rows(ExprEmitter& ex, const std::vector<Value*>& first, Value* k0, Value* n, Value* nb);
 
   // What one row_block call computes: reduce points [k0, k0 + n) (k0 a multiple of tile_leaf()
   // unless n is all of K). state_row: null, or the block's first row in row_state_ (rows of
