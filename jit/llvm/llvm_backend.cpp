@@ -89,11 +89,13 @@ class LlvmKernel final : public CompiledKernel {
     const int64_t cols = mr > 0 ? std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params)) : 1;
     const int64_t rows = total / cols;
     if (mr > 0 && total > grain && rows >= 2 * mr) {
-      // Chunks of whole blocks of rows, two per thread: a chunk that starts inside a row runs
-      // it as column tiles, and a short chunk reads all of B for a few rows (results do not
-      // depend on the split; the speed does). Under two blocks of rows (a GEMV) the points are
-      // split as usual.
-      const int64_t per = std::max<int64_t>(1, (rows + 2 * num_threads() - 1) / (2 * num_threads()));
+      // Chunks of whole blocks of rows, two per thread (one on one thread: each chunk packs
+      // all of B for its rows, and a [64,1024]x[1024,1024]^T f64 GEMM packed it twice): a
+      // chunk that starts inside a row runs it as column tiles, and a short chunk reads all of
+      // B for a few rows (results do not depend on the split; the speed does). Under two
+      // blocks of rows (a GEMV) the points are split as usual.
+      const int64_t nchunks = num_threads() > 1 ? 2 * num_threads() : 1;
+      const int64_t per = std::max<int64_t>(1, (rows + nchunks - 1) / nchunks);
       const int64_t step = (per + mr - 1) / mr * mr;
       parallel_for((rows + step - 1) / step, 1,
                    [&](int64_t b, int64_t e) { f(bufs, params, b * step * cols, std::min(e * step, rows) * cols); });
