@@ -372,8 +372,13 @@ class GemmKernel final : public CompiledKernel {
     if (!plain_ || L.path == 1) return Path::Packed;
     if (L.b.col == 1) {
       const int64_t bytes = (m * p_.K + p_.K * n + m * n) * 4;
-      // Three or four rows in L2 run faster through the direct kernel's register tile.
-      if (m <= 2 || (m <= kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
+      // Three or four rows in L2 run faster through the direct kernel's register tile. Past L2,
+      // up to 2 * kGemvRows rows go in two passes over B (groups of up to kGemvRows rows): about
+      // the traffic of packing B once, where packing for 5 to 8 rows cost more than their
+      // arithmetic. Zen 3, 1 thread, [M,1024]x[1024,1024] (B in L3), packed -> two passes:
+      // M = 5 0.42 -> 0.24 ms, 8 0.51 -> 0.35 ms (oneDNN 0.26, 0.55); [8,4096]x[4096,4096] (B in
+      // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
+      if (m <= 2 || (m <= 2 * kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
       // AVX-512 with K in one KC block: in place up to 3 L2s (each C tile is written once, and
       // no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us, 384^3 0.98 vs
@@ -634,7 +639,9 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        gemv(m, af + m0 * sa.row + pc * sa.col, sa.row, sa.col, bf + pc * sb.row + n0, sb.row, sums, n, kc);
+        for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
+          gemv(static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)), af + (m0 + r0) * sa.row + pc * sa.col, sa.row,
+               sa.col, bf + pc * sb.row + n0, sb.row, sums + r0 * n, n, kc);
         for (int64_t r = 0; r < m; ++r) {
           float* c = t.c + (m0 + r) * t.c_rs + n0;
           const float* s = sums + r * n;

@@ -267,11 +267,10 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
 }
 
 // GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
-// (gemv_rows) when B is contiguous along N; 8 rows of B transposed in registers (gemv_t_rows)
-// when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the microkernels' FMA
-// chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a
-// vector, K tails past 4 or 8 rows and past KC, one to four rows, two threads over the columns,
-// a transposed (strided) A.
+// (gemv_rows) when B is contiguous along N (5 to 8 rows past L2 in two passes of up to 4); 8 rows of B transposed in
+// registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the microkernels'
+// FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a vector, K tails past 4
+// or 8 rows and past KC, one to eight rows, two threads over the columns, a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
@@ -281,6 +280,9 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
                                    {1, 40, 2 * kc + 3, false, false},
                                    {3, 1001, kc + 6, false, false},
                                    {4, 1001, 2 * kc + 3, true, false},
+                                   {5, 4099, kc + 6, false, false},
+                                   {7, 2001, 2 * kc + 3, true, false},
+                                   {8, 1001, 2 * kc + 3, false, false},
                                    {1, 203, 7, false, true},
                                    {2, 37, kc + 6, true, true},
                                    {3, 1027, 2 * kc + 3, false, true},
