@@ -89,12 +89,17 @@ class LlvmKernel final : public CompiledKernel {
     const int64_t cols = mr > 0 ? std::max<int64_t>(1, ir::eval_index(outer_.back(), a.params)) : 1;
     const int64_t rows = total / cols;
     if (mr > 0 && total > grain && rows >= 2 * mr) {
-      // Chunks of whole blocks of rows, two per thread (one on one thread: each chunk packs
-      // all of B for its rows, and a [64,1024]x[1024,1024]^T f64 GEMM packed it twice): a
-      // chunk that starts inside a row runs it as column tiles, and a short chunk reads all of
-      // B for a few rows (results do not depend on the split; the speed does). Under two
-      // blocks of rows (a GEMV) the points are split as usual.
-      const int64_t nchunks = num_threads() > 1 ? 2 * num_threads() : 1;
+      // Chunks of whole blocks of rows: a chunk that starts inside a row runs it as column
+      // tiles, and every chunk reads (or packs) all of B for its rows, so a short chunk pays
+      // that for a few rows (results do not depend on the split; the speed does). Two per
+      // thread, for balance, only when each has kTwoChunkRows rows or more (B's copy is then a
+      // few % of a chunk's arithmetic); otherwise one per thread. Zen 3, f64, 2 threads, in
+      // turn: [64,1024]x[1024,1024] 29-36 -> 44-50 GFLOP/s (minima), [256,2048]x[2048,2048]
+      // 47-64 -> 63-71; one thread made two chunks and packed B twice. Under two blocks of rows
+      // (a GEMV) the points are split as usual.
+      constexpr int64_t kTwoChunkRows = 256;
+      const int64_t per_thread = rows >= 2 * kTwoChunkRows * num_threads() && num_threads() > 1 ? 2 : 1;
+      const int64_t nchunks = per_thread * num_threads();
       const int64_t per = std::max<int64_t>(1, (rows + nchunks - 1) / nchunks);
       const int64_t step = (per + mr - 1) / mr * mr;
       parallel_for((rows + step - 1) / step, 1,
