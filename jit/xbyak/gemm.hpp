@@ -60,8 +60,8 @@ struct UkrArgs {
 using UkrFn = void (*)(const UkrArgs*);
 
 /// The microkernels of one ISA: `packed` reads packed panels (A: MR floats per k, B: NR floats
-/// per k); `direct` reads A and B through their strides (B contiguous along N). (One or two rows
-/// of A take gemv_rows in gemm_run.cpp, which streams B along its rows.)
+/// per k); `direct` reads A and B through their strides (B contiguous along N). (A few rows of A
+/// take the GEMV path instead, gemv below, which streams B along its rows.)
 struct Ukrs {
   static constexpr int kMaxMr = 14, kMaxNv = 2;
   int mr = 0, nr = 0;

@@ -364,8 +364,8 @@ class GemmKernel final : public CompiledKernel {
     int64_t brow;  // first outer row of this batch (batch index * M)
   };
 
-  // The path of an m x n block: GEMV (a few rows: B streamed once, along N or, for B
-  // contiguous along K, transposed in registers), direct (small problems in L2, or forced:
+  // The path of an m x n block: GEMV (a few rows: B streamed once per group of up to kGemvRows
+  // rows, along N or, for B contiguous along K, transposed in registers), direct (small problems in L2, or forced:
   // f32 operands in place, B contiguous along N) or packed (everything else).
   enum class Path { Gemv, GemvT, Direct, Packed };
   Path path_for(const Launch& L, int64_t m, int64_t n) const {
@@ -625,7 +625,7 @@ class GemmKernel final : public CompiledKernel {
     const GemmBlocking& blk = L.blk;
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
-    // GEMV (a few rows): B streamed once for all of them, no packing.
+    // GEMV (a few rows): B streamed once per group of up to kGemvRows of them, no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
     const float* bf = static_cast<const float*>(t.b);
     const Path path = path_for(L, m, n);

@@ -267,10 +267,11 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
 }
 
 // GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
-// (gemv_rows) when B is contiguous along N (5 to 8 rows past L2 in two passes of up to 4); 8 rows of B transposed in
-// registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the microkernels'
-// FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a vector, K tails past 4
-// or 8 rows and past KC, one to eight rows, two threads over the columns, a transposed (strided) A.
+// (gemv_rows) when B is contiguous along N (5 to 8 rows past L2: two passes of up to 4); 8 rows
+// of B transposed in registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]).
+// Every element is still the microkernels' FMA chain, k ascending per KC block, so both equal
+// the packed path bit for bit: N tails past a vector, K tails past 4 or 8 rows and past KC, one
+// to eight rows, two threads over the columns, a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
