@@ -63,6 +63,8 @@ bool supported_value_op(Op op) {
 // 16-row group run phase by phase together).
 void lane_plan(const ir::Kernel& k, Plan& plan) {
   if (plan.mode != Mode::Row || plan.row_dims != 1 || plan.reduce_n > kLaneMaxReduce) return;
+  for (const auto& a : plan.addrs)  // (gathers and scatters of f32 lanes)
+    if (a.dtype != DType::F32) return;
   std::vector<int64_t> stride;
   for (const auto& b : plan.bases) {
     try {
@@ -207,9 +209,10 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     if (k.has_gather()) decline("gather (a load index that reads memory): runs on LLVM");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
+    // Narrow storage (narrow.cpp): values held in f32 lanes, converted at loads and stores.
     for (const auto& b : k.buffers)
-      if (b.dtype != DType::F32)
-        decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name + "' (only f32 buffers are supported)");
+      if (b.dtype != DType::F32 && !is_narrow(b.dtype))
+        decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name + "' (f32, u8, i8, f16 and bf16 buffers only)");
     if (k.reduce.size() > 1) decline("more than one reduce dimension");
     for (const auto& o : k.outer) check_index(o);
     bool has_reduce = !k.reduce.empty();
@@ -252,7 +255,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       auto [bit, bnew] = base_ids.emplace(base, static_cast<int>(plan.bases.size()));
       if (bnew) plan.bases.push_back(base);
       auto [ait, anew] = addr_ids.emplace(std::make_pair(buffer, bit->second), static_cast<int>(plan.addrs.size()));
-      if (anew) plan.addrs.push_back({buffer, bit->second});
+      if (anew) plan.addrs.push_back({buffer, bit->second, k.buffers[static_cast<size_t>(buffer)].dtype});
       return {ait->second, static_cast<int>(a.coeff)};
     };
 
@@ -277,17 +280,23 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         case ExprKind::Rand: decline("random numbers not supported (64-bit multiply)");
         case ExprKind::Op: break;
       }
-      if (e->dtype != DType::F32 && e->dtype != DType::Bool)
+      // Narrow values (f32 lanes holding values of the narrow type): only cast.f16/bf16 of an
+      // f32 or narrow value (its rounding: the source is exact in f32) and cast.f32 of a narrow
+      // value (exact) compute with them.
+      const bool rounds = e->op == Op::Cast && (e->dtype == DType::F16 || e->dtype == DType::BF16) &&
+                          (e->args[0]->dtype == DType::F32 || is_narrow(e->args[0]->dtype));
+      const bool widens = e->op == Op::Cast && e->dtype == DType::F32 && is_narrow(e->args[0]->dtype);
+      if (e->dtype != DType::F32 && e->dtype != DType::Bool && !rounds)
         decline(std::string(dtype_name(e->dtype)) + " arithmetic not supported (" + op_name(e->op) + ")");
       if (!supported_value_op(e->op)) decline(std::string("op ") + op_name(e->op) + " not supported");
       if (e->op == Op::Fma && e->dtype != DType::F32) decline("fma of bools");
       for (const auto& a : e->args) {
-        if (a->dtype != DType::F32 && a->dtype != DType::Bool)
+        if (a->dtype != DType::F32 && a->dtype != DType::Bool && !widens && !rounds)
           decline(std::string(dtype_name(a->dtype)) + " operand of " + op_name(e->op) + " not supported");
         value(a, in_loop);
       }
       if (e->op == Op::Cast && e->dtype == DType::F32 && e->args[0]->dtype != DType::F32 &&
-          e->args[0]->dtype != DType::Bool)
+          e->args[0]->dtype != DType::Bool && !widens)
         decline("cast not supported");
     };
 
@@ -301,7 +310,9 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         value(k.accs[a].value, in_loop);
       }
       for (const auto& s : ph.stores) {
-        if (s.value->dtype != DType::F32) decline("non-f32 store");
+        const DType to = k.buffers[static_cast<size_t>(s.buffer)].dtype;
+        if (s.value->dtype != to || (to != DType::F32 && to != DType::F16 && to != DType::BF16))
+          decline(std::string(dtype_name(s.value->dtype)) + " store into a " + dtype_name(to) + " buffer");
         value(s.value, in_loop);
         Access acc = access(s.buffer, s.index, in_loop);
         if (in_loop && acc.coeff == 0 && !plan.scalar)

@@ -11,6 +11,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/index_eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/narrow.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment.cpp

@@ -207,7 +207,8 @@ void Gen<Vmm>::row_loop(const std::function<void()>& body) {
           const int b = p_.addrs[a].base;
           // (scratch rows and streams that do not move with the row, e.g. a bias, stay)
           if (b < 0 || !steps[static_cast<size_t>(b)] || ir::is_const(steps[static_cast<size_t>(b)], 0)) continue;
-          mov(rax, qword[rsp + step_slot(static_cast<size_t>(b))]);
+          mov(rax, qword[rsp + step_slot(static_cast<size_t>(b))]);  // (bytes of f32 elements)
+          if (const int s = esz(static_cast<int>(a)); s < 4) sar(rax, s == 2 ? 1 : 2);
           add(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
         }
         prefetch_slots();
@@ -279,7 +280,7 @@ void Gen<Vmm>::compute_addrs() {
       if (p_.addrs[a].base != static_cast<int>(b)) continue;
       mov(rax, qword[rdi + frame_off::bufs]);
       mov(rax, qword[rax + 8 * p_.addrs[a].buffer]);
-      lea(rax, ptr[rax + r8 * 4]);
+      lea(rax, ptr[rax + r8 * esz(static_cast<int>(a))]);
       mov(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
     }
   }
@@ -289,7 +290,7 @@ void Gen<Vmm>::compute_addrs() {
 template <class Vmm>
 void Gen<Vmm>::prefetch_slots() {
   for (size_t i = 0; i < row_pf_.size(); ++i) {  // where the row loop's prefetch reaches
-    imul(rax, qword[rdi + frame_off::pf_rows], static_cast<int>(row_pf_[i].second * 4));
+    imul(rax, qword[rdi + frame_off::pf_rows], static_cast<int>(row_pf_[i].second * esz(row_pf_[i].first)));
     add(rax, qword[rsp + ptr_slot(row_pf_[i].first)]);
     mov(qword[rsp + pf_slot(i)], rax);
   }
@@ -716,7 +717,7 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
   if (p_.mode == Mode::Row && !along_row) {  // Frame::pf_rows rows ahead (compute_addrs)
     for (size_t i = 0; i < row_pf_.size(); ++i) {
       mov(rax, qword[rsp + pf_slot(i)]);
-      prefetcht0(ptr[rax + r14 * 4 + disp_]);
+      prefetcht0(elem(rax, row_pf_[i].first));
     }
     return;
   }
@@ -725,7 +726,7 @@ void Gen<Vmm>::prefetch_streams(bool along_row) {
   const int64_t pointwise_dist = nstreams ? std::clamp(8192 / nstreams, 2048, 4096) : 0;
   for (int addr : seen) {
     Reg64 b = stream(addr);
-    prefetcht0(ptr[b + r14 * 4 + disp_ + static_cast<int>(pointwise_dist)]);
+    prefetcht0(elem(b, addr, static_cast<int>(pointwise_dist)));
   }
 }
 
@@ -770,8 +771,8 @@ void Gen<Vmm>::static_loop(const Body& body, int U, const Group& group) {
 template <class Vmm>
 bool Gen<Vmm>::streaming_ok(const std::vector<PhaseItem>& items, const std::vector<int>& accs) const {
   if (p_.mode == Mode::Global || p_.scalar || !accs.empty() || items.empty()) return false;
-  for (const auto& it : items)
-    if (it.acc.coeff != 1) return false;
+  for (const auto& it : items)  // (narrow stores: vmovdqu of a converted vector, narrow.cpp)
+    if (it.acc.coeff != 1 || p_.addrs[static_cast<size_t>(it.acc.addr)].dtype != DType::F32) return false;
   return true;
 }
 

@@ -346,6 +346,10 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
         lane_load(d, a);
         return;
       }
+      if (p_.addrs[static_cast<size_t>(a.addr)].dtype != DType::F32) {
+        narrow_load(d, a, a.coeff == 0, ev.masked);
+        return;
+      }
       Reg64 b = stream(a.addr);
       if (a.coeff == 0) {
         vbroadcastss(d, dword[b]);
@@ -540,8 +544,10 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
     }
     case Op::Cast: {
       DType from = e->args[0]->dtype, to = e->dtype;
-      if (from == to) {
+      if (from == to || (to == DType::F32 && is_narrow(from))) {  // (narrow values: f32 lanes)
         if (d.getIdx() != a.getIdx()) vmovups(d, a);
+      } else if (to == DType::F16 || to == DType::BF16) {
+        narrow_round(to, d, a, t);
       } else if (to == DType::Bool) {
         cmp_to_mask(d, a, cst(0.0f), kNeqUQ);
       } else {
@@ -560,6 +566,10 @@ void Gen<Vmm>::root_actions(const Dag& g, const typename Dag::Node& n, const Vmm
     const PhaseItem* s = g.stores[k];
     if (ev.lanes) {
       lane_store(s->acc, v);
+      continue;
+    }
+    if (p_.addrs[static_cast<size_t>(s->acc.addr)].dtype != DType::F32) {
+      narrow_store(s->acc, v, !ev.in_loop || s->acc.coeff == 0, ev.masked);
       continue;
     }
     Reg64 b = stream(s->acc.addr);

@@ -198,6 +198,18 @@ class Gen : public Xbyak::CodeGenerator {
   void ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f);  // index_eval.cpp
   void phase(size_t ph, bool static_range);
   void emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev);
+  // ---- narrow.cpp: u8/i8/f16/bf16 streams (Addr::dtype), their values in f32 lanes ----
+  int esz(int addr) const { return static_cast<int>(dtype_size(p_.addrs[static_cast<size_t>(addr)].dtype)); }
+  /// The vector of stream `addr` at column r14 (+ disp_ + `extra`, bytes of f32 lanes, scaled to
+  /// the stream's element size), through its base register b.
+  Address elem(const Reg64& b, int addr, int extra = 0) const {
+    const int s = esz(addr);
+    return ptr[b + r14 * s + (disp_ + extra) / 4 * s];
+  }
+  void narrow_load(const Vmm& d, const Access& a, bool broadcast, bool masked);
+  void narrow_store(const Access& a, const Vmm& v, bool scalar, bool masked);
+  void narrow_round(DType to, const Vmm& d, const Vmm& a, const Vmm* t);
+  void narrow_tail_copy(const Address& at, int slot, int esize, bool to_stack);
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);

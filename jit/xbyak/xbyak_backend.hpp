@@ -33,6 +33,9 @@ struct SegmentPlan;
 struct Addr {
   int buffer = 0;  ///< kScratchBuffer: the per-call scratch row on the stack (Plan::reuse)
   int base = 0;    ///< index into Plan::bases (-1 for the scratch row)
+  /// The element type in memory: f32, or a narrow storage type (u8/i8 read, f16/bf16 read and
+  /// written; narrow.cpp), whose values the kernel holds in f32 lanes.
+  DType dtype = DType::F32;
 };
 inline constexpr int kScratchBuffer = -1;
 /// Stream pointers kept in registers (Gen::ptr_pool): pipelined rows must fit theirs in them.
@@ -110,6 +113,7 @@ inline int scratch_count(const ir::Expr* e) {
     case Op::Where:
     case Op::Rsqrt:
     case Op::Recip: return 1;
+    case Op::Cast: return e->dtype == DType::BF16 ? 2 : 1;  // (bf16 rounding: narrow.cpp)
     default: return 1;
   }
 }

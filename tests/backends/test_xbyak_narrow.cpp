@@ -1,0 +1,148 @@
+// Narrow storage streams on the xbyak backend (jit/xbyak/narrow.cpp): pointwise, row and global
+// kernels reading u8/i8/f16/bf16 buffers and writing f16/bf16 ones compile on xbyak (no fallback)
+// and give the LLVM backend's bits (both compute in f32 and round where the IR says), on odd
+// sizes (masked tails), size 1, empty, broadcasts, and rows long enough for the online softmax.
+// AVX-512 machines decline these kernels (LLVM takes them): the tests then check only values.
+#include <kfuse/options.hpp>
+#include <kfuse/stats.hpp>
+
+#include <bit>
+#include <cmath>
+
+#include "backend/backend.hpp"
+#include "test_util.hpp"
+
+using namespace kfuse;
+using namespace kfuse::test;
+
+namespace {
+
+// True when the xbyak backend here is the AVX2 one (the one that takes narrow streams).
+bool xbyak_avx2() {
+  auto be = detail::find_backend("xbyak");
+  return be && be->target().find("avx2") != std::string::npos;
+}
+
+// Evaluates make() with only `backend`, returns its outputs' values and the fallbacks it took.
+std::pair<std::vector<std::vector<double>>, uint64_t> run_on(const std::string& backend,
+                                                             const std::function<std::vector<Tensor>()>& make) {
+  Options saved = options(), o = saved;
+  o.backends = {backend};
+  set_options(o);
+  reset_counters();
+  std::vector<Tensor> outs = make();
+  eval(outs);
+  std::vector<std::vector<double>> v;
+  for (const auto& t : outs) v.push_back(values(t));
+  const uint64_t fallbacks = counters().fallbacks;
+  set_options(saved);
+  return {v, fallbacks};
+}
+
+::testing::AssertionResult same_bits(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+// Values with the specials every conversion must carry: NaN, infinities, f16 overflow and
+// subnormals, f16/bf16 ties.
+std::vector<double> special_values(size_t n, uint64_t seed) {
+  std::vector<double> v = random_values(n, seed, -3, 3);
+  const double specials[] = {kNaN,  kInf,          -kInf,       65520,           1e5,           3e-5, -6e-8,
+                             -0.0,  1 + 0x1p-11,  1 + 3 * 0x1p-11, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-126};
+  for (size_t i = 0; i < n && i < std::size(specials); ++i) v[i * 7 % n] = specials[i];
+  return v;
+}
+
+class XbyakNarrow : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::find_backend("xbyak")) GTEST_SKIP() << "no xbyak backend";
+  }
+  // Every output of make() on xbyak: no fallback (AVX2), the LLVM backend's bits where it is
+  // built in and `bitwise`, else within `tol` of the fp64 reference.
+  void check(const std::function<std::vector<Tensor>()>& make, bool bitwise, double tol) {
+    auto [got, fallbacks] = run_on("xbyak", make);
+    if (xbyak_avx2()) {
+      EXPECT_EQ(fallbacks, 0u) << "xbyak declined a narrow kernel (KFUSE_LOG=backend)";
+    }
+    if (bitwise && detail::find_backend("llvm")) {
+      auto [want, llvm_fallbacks] = run_on("llvm", make);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(same_bits(got[i], want[i])) << "output " << i;
+      }
+    }
+    std::vector<Tensor> outs = make();
+    auto ref = reference_values(outs);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(all_close(got[i], ref[i], tol, tol)) << "output " << i;
+    }
+  }
+};
+
+TEST_F(XbyakNarrow, PointwiseLoadsAndStoresOfEveryNarrowType) {
+  for (const Shape& s : std::vector<Shape>{{1}, {7}, {8}, {9}, {0, 5}, {5, 19}, {3, 100}, {2, 1031}}) {
+    SCOPED_TRACE(shape_str(s));
+    const auto n = static_cast<size_t>(count_of(s));
+    const std::vector<double> xv = special_values(std::max<size_t>(n, 1), 1), yv = random_values(n, 2, 0.5, 2);
+    check(
+        [&] {
+          Tensor h = make_tensor({xv.begin(), xv.begin() + static_cast<std::ptrdiff_t>(n)}, s, DType::F16);
+          Tensor b = make_tensor({xv.begin(), xv.begin() + static_cast<std::ptrdiff_t>(n)}, s, DType::BF16);
+          Tensor y = make_tensor(yv, s, DType::F32);
+          Tensor u = make_tensor(random_ints(n, 3, 0, 255), s, DType::U8);
+          Tensor i = make_tensor(random_ints(n, 4, -128, 127), s, DType::I8);
+          return std::vector<Tensor>{h + h * 0.5,                          // f16 -> f16, two roundings
+                                     relu(b) * 3.0,                        // bf16 -> bf16
+                                     h.cast(DType::F32) * y,               // f16 -> f32
+                                     b.cast(DType::F32) + y,               // bf16 -> f32
+                                     u.cast(DType::F32) * 0.5 + y,         // u8 -> f32
+                                     i.cast(DType::F32) - y,               // i8 -> f32
+                                     (y * 3.0).cast(DType::F16),           // f32 -> f16
+                                     (y - 1.0).cast(DType::BF16),          // f32 -> bf16
+                                     h.cast(DType::BF16),                  // f16 -> bf16
+                                     b.cast(DType::F16),                   // bf16 -> f16
+                                     u.cast(DType::F16) + h,               // u8 -> f16
+                                     maximum(h, b.cast(DType::F16))};
+        },
+        true, 1e-2);
+  }
+}
+
+TEST_F(XbyakNarrow, BroadcastsAndSingleElements) {
+  for (int64_t c : {1, 7, 64, 77}) {
+    SCOPED_TRACE(c);
+    check(
+        [&] {
+          Tensor x = make_tensor(random_values(static_cast<size_t>(5 * c), 5), {5, c}, DType::F32);
+          Tensor row = make_tensor(special_values(static_cast<size_t>(c), 6), {1, c}, DType::F16);
+          Tensor col = make_tensor(random_values(5, 7), {5, 1}, DType::BF16);  // one element per row
+          Tensor one = make_tensor({2.5}, {}, DType::F16);
+          return std::vector<Tensor>{x * row + col, (x * col).cast(DType::F16), row * one, one + one};
+        },
+        true, 1e-2);
+  }
+}
+
+TEST_F(XbyakNarrow, RowAndGlobalReductions) {
+  for (const Shape& s : std::vector<Shape>{{1, 1}, {3, 7}, {4, 100}, {2, 1000}, {3, 4099}}) {
+    SCOPED_TRACE(shape_str(s));
+    const auto n = static_cast<size_t>(count_of(s));
+    check(
+        [&] {
+          Tensor h = make_tensor(random_values(n, 8, -4, 4), s, DType::F16);
+          Tensor b = make_tensor(random_values(n, 9, -4, 4), s, DType::BF16);
+          Tensor u = make_tensor(random_ints(n, 10, 0, 255), s, DType::U8);
+          return std::vector<Tensor>{softmax(h, -1),         log_softmax(b, -1), sum(h, 1),
+                                     max(b, 1),              mean(u.cast(DType::F32), 1),
+                                     sum(h.cast(DType::F32)), layer_norm(h, {s[1]}),
+                                     softmax(h.cast(DType::F32), -1).cast(DType::BF16)};
+        },
+        false, 2e-2);
+  }
+}
+
+}  // namespace
