@@ -362,7 +362,10 @@ class KernelWriter {
     if (is_cuda())
       return "const " + vec_type(bdt(b), w) + " " + v + " = ((const " + vec_type(bdt(b), w) + "*)" + bs + ")[kf_u];";
     const std::string fn = bdt(b) == DType::F16 ? "vload_half" : "vload";
-    return std::string("const ") + cl_elem(bdt(b)) + W + " " + v + " = " + fn + W + "((size_t)kf_u, " + bs + ");";
+    // i8 buffers are `signed char`, a type distinct from OpenCL's `char`: vloadN has overloads for
+    // char and uchar, so the call would be ambiguous without the cast.
+    const std::string src = bdt(b) == DType::I8 ? "(const __global char*)" + bs : bs;
+    return std::string("const ") + cl_elem(bdt(b)) + W + " " + v + " = " + fn + W + "((size_t)kf_u, " + src + ");";
   }
   // Element j of buffer b's vector load in the compute type (as the scalar Load would give it).
   std::string vec_elem_value(int b, int j) const {
@@ -399,7 +402,8 @@ class KernelWriter {
     std::string parts;
     for (int j = 0; j < w; ++j) parts += (j ? ", " : "") + o + "[" + std::to_string(j) + "]";
     const std::string fn = bdt(b) == DType::F16 ? "vstore_half" + W + "_rte" : "vstore" + W;
-    return fn + "((" + cl_elem(bdt(b)) + W + ")(" + parts + "), (size_t)kf_u, " + bs + ");";
+    const std::string dst = bdt(b) == DType::I8 ? "(__global char*)" + bs : bs;  // (as in vec_load)
+    return fn + "((" + cl_elem(bdt(b)) + W + ")(" + parts + "), (size_t)kf_u, " + dst + ");";
   }
 
   const ir::Kernel& k() const { return c_.k; }

@@ -144,10 +144,10 @@ void Gen<Vmm>::narrow_round(DType to, const Vmm& d, const Vmm& a, const Vmm* t) 
   vpand(d, d, cstu(0xffff0000u));
 }
 
-#define KFUSE_XB_NARROW_MEMBERS(V)                                                  \
-  template void Gen<V>::narrow_tail_copy(const Address&, int, int, bool);           \
-  template void Gen<V>::narrow_load(const V&, const Access&, bool, bool);           \
-  template void Gen<V>::narrow_store(const Access&, const V&, bool, bool);          \
+#define KFUSE_XB_NARROW_MEMBERS(V)                                         \
+  template void Gen<V>::narrow_tail_copy(const Address&, int, int, bool);  \
+  template void Gen<V>::narrow_load(const V&, const Access&, bool, bool);  \
+  template void Gen<V>::narrow_store(const Access&, const V&, bool, bool); \
   template void Gen<V>::narrow_round(DType, const V&, const V&, const V*);
 KFUSE_XB_NARROW_MEMBERS(Xbyak::Zmm)
 KFUSE_XB_NARROW_MEMBERS(Xbyak::Ymm)

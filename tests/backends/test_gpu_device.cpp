@@ -139,6 +139,70 @@ void random_dags_match(const Device& dev, uint64_t first, uint64_t last) {
 TEST_P(GpuDevice, RandomDagsMatchTheReference) { random_dags_match(dev(), 1000, 1030); }
 TEST_P(GpuDevice, MoreRandomDagsMatchTheReference) { random_dags_match(dev(), 1030, 1060); }
 
+// Narrow storage on the device: u8/i8/f16/bf16 loads, f16/bf16 stores and the rounding of casts
+// give the host's bits (both compute in f32 and round to nearest even where the IR says; NaN,
+// infinities, f16 overflow and subnormals, ties), at odd sizes, size 1 and empty; softmax, a row
+// sum and layer_norm of f16/bf16 within the storage type's tolerance of the fp64 reference.
+TEST_P(GpuDevice, NarrowDtypesRoundAsOnTheHost) {
+  const double specials[] = {kNaN,  kInf, -kInf,       65520,           1e5,        3e-5,
+                             -6e-8, -0.0, 1 + 0x1p-11, 1 + 3 * 0x1p-11, 1 + 0x1p-8, 1 + 3 * 0x1p-8};
+  for (const Shape& s : std::vector<Shape>{{1}, {0, 3}, {7}, {5, 19}, {3, 1031}}) {
+    SCOPED_TRACE(shape_str(s));
+    const auto n = static_cast<size_t>(count_of(s));
+    std::vector<double> xv = random_values(n, 70, -3, 3);
+    for (size_t i = 0; i < n && i < std::size(specials); ++i) xv[i * 7 % n] = specials[i];
+    const Tensor h = make_tensor(xv, s, DType::F16), b = make_tensor(xv, s, DType::BF16),
+                 y = make_tensor(random_values(n, 71, 0.5, 2), s),
+                 u = make_tensor(random_ints(n, 72, 0, 255), s, DType::U8),
+                 i8 = make_tensor(random_ints(n, 73, -128, 127), s, DType::I8);
+    auto ops = [](const Tensor& h, const Tensor& b, const Tensor& y, const Tensor& u, const Tensor& i8) {
+      return std::vector<Tensor>{h + h * 0.5,
+                                 relu(b) * 3.0,
+                                 h.cast(DType::F32) * y,
+                                 b.cast(DType::F32) + y,
+                                 u.cast(DType::F32) * 0.5 + y,
+                                 i8.cast(DType::F32) - y,
+                                 (y * 3.0).cast(DType::F16),
+                                 (y - 1.0).cast(DType::BF16),
+                                 h.cast(DType::BF16),
+                                 b.cast(DType::F16),
+                                 u.cast(DType::F16) + h};
+    };
+    std::vector<Tensor> host = ops(h, b, y, u, i8),
+                        on = ops(h.to(dev()), b.to(dev()), y.to(dev()), u.to(dev()), i8.to(dev()));
+    eval(on);
+    for (size_t k = 0; k < host.size(); ++k) {
+      EXPECT_EQ(on[k].dtype(), host[k].dtype());
+      const std::vector<double> got = values(on[k]), want = values(host[k]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t e = 0; e < got.size(); ++e)
+        EXPECT_TRUE(std::isnan(want[e]) ? std::isnan(got[e])
+                                        : std::signbit(got[e]) == std::signbit(want[e]) && got[e] == want[e])
+            << "op " << k << " element " << e << ": " << got[e] << " vs host " << want[e];
+    }
+    if (s.size() == 2 && n > 0) {
+      const Tensor hr = make_tensor(random_values(n, 74, -4, 4), s, DType::F16), hrd = hr.to(dev());
+      const Tensor br = make_tensor(random_values(n, 75, -4, 4), s, DType::BF16), brd = br.to(dev());
+      EXPECT_TRUE(all_close(values(softmax(hrd, -1)), reference_values(softmax(hr, -1)), 2e-3, 2e-3));
+      EXPECT_TRUE(all_close(values(sum(hrd, 1)), reference_values(sum(hr, 1)), 2e-2, 2e-2));
+      EXPECT_TRUE(all_close(values(layer_norm(brd, {s[1]})), reference_values(layer_norm(br, {s[1]})), 3e-2, 3e-2));
+    }
+  }
+}
+
+// The random-DAG property with inputs of every narrow dtype on the device (the seeds of the host's
+// LowPrecisionOn suite), within the storage types' tolerance of the fp64 reference.
+TEST_P(GpuDevice, RandomDagsWithNarrowInputsMatchTheReference) {
+  for (uint64_t seed = 2000; seed < 2006; ++seed) {
+    Dag d = random_dag(seed, {DType::F16, DType::BF16, DType::U8, DType::I8, DType::F32}, dev());
+    eval(d.roots);
+    auto ref = reference_values(d.roots);
+    for (size_t i = 0; i < d.roots.size(); ++i)
+      ASSERT_TRUE(all_close(values(d.roots[i]), ref[i], 6e-2, 6e-2))
+          << "seed " << seed << " root " << i << " " << dtype_name(d.roots[i].dtype());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, GpuDevice, ::testing::Values("opencl", "cuda"),
                          [](const auto& info) { return info.param; });
 

@@ -40,9 +40,11 @@ std::pair<std::vector<std::vector<double>>, uint64_t> run_on(const std::string& 
 }
 
 ::testing::AssertionResult same_bits(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])))
+    if (!(std::isnan(want[i]) ? std::isnan(got[i])
+                              : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])))
       return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
   return ::testing::AssertionSuccess();
 }
@@ -51,8 +53,9 @@ std::pair<std::vector<std::vector<double>>, uint64_t> run_on(const std::string& 
 // subnormals, f16/bf16 ties.
 std::vector<double> special_values(size_t n, uint64_t seed) {
   std::vector<double> v = random_values(n, seed, -3, 3);
-  const double specials[] = {kNaN,  kInf,          -kInf,       65520,           1e5,           3e-5, -6e-8,
-                             -0.0,  1 + 0x1p-11,  1 + 3 * 0x1p-11, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-126};
+  const double specials[] = {kNaN,       kInf,           -kInf,   65520,       1e5,
+                             3e-5,       -6e-8,          -0.0,    1 + 0x1p-11, 1 + 3 * 0x1p-11,
+                             1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-126};
   for (size_t i = 0; i < n && i < std::size(specials); ++i) v[i * 7 % n] = specials[i];
   return v;
 }
@@ -66,20 +69,14 @@ class XbyakNarrow : public ::testing::Test {
   // built in and `bitwise`, else within `tol` of the fp64 reference.
   void check(const std::function<std::vector<Tensor>()>& make, bool bitwise, double tol) {
     auto [got, fallbacks] = run_on("xbyak", make);
-    if (xbyak_avx2()) {
-      EXPECT_EQ(fallbacks, 0u) << "xbyak declined a narrow kernel (KFUSE_LOG=backend)";
-    }
+    if (xbyak_avx2()) { EXPECT_EQ(fallbacks, 0u) << "xbyak declined a narrow kernel (KFUSE_LOG=backend)"; }
     if (bitwise && detail::find_backend("llvm")) {
       auto [want, llvm_fallbacks] = run_on("llvm", make);
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_TRUE(same_bits(got[i], want[i])) << "output " << i;
-      }
+      for (size_t i = 0; i < got.size(); ++i) { EXPECT_TRUE(same_bits(got[i], want[i])) << "output " << i; }
     }
     std::vector<Tensor> outs = make();
     auto ref = reference_values(outs);
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_TRUE(all_close(got[i], ref[i], tol, tol)) << "output " << i;
-    }
+    for (size_t i = 0; i < got.size(); ++i) { EXPECT_TRUE(all_close(got[i], ref[i], tol, tol)) << "output " << i; }
   }
 };
 
@@ -95,17 +92,17 @@ TEST_F(XbyakNarrow, PointwiseLoadsAndStoresOfEveryNarrowType) {
           Tensor y = make_tensor(yv, s, DType::F32);
           Tensor u = make_tensor(random_ints(n, 3, 0, 255), s, DType::U8);
           Tensor i = make_tensor(random_ints(n, 4, -128, 127), s, DType::I8);
-          return std::vector<Tensor>{h + h * 0.5,                          // f16 -> f16, two roundings
-                                     relu(b) * 3.0,                        // bf16 -> bf16
-                                     h.cast(DType::F32) * y,               // f16 -> f32
-                                     b.cast(DType::F32) + y,               // bf16 -> f32
-                                     u.cast(DType::F32) * 0.5 + y,         // u8 -> f32
-                                     i.cast(DType::F32) - y,               // i8 -> f32
-                                     (y * 3.0).cast(DType::F16),           // f32 -> f16
-                                     (y - 1.0).cast(DType::BF16),          // f32 -> bf16
-                                     h.cast(DType::BF16),                  // f16 -> bf16
-                                     b.cast(DType::F16),                   // bf16 -> f16
-                                     u.cast(DType::F16) + h,               // u8 -> f16
+          return std::vector<Tensor>{h + h * 0.5,                   // f16 -> f16, two roundings
+                                     relu(b) * 3.0,                 // bf16 -> bf16
+                                     h.cast(DType::F32) * y,        // f16 -> f32
+                                     b.cast(DType::F32) + y,        // bf16 -> f32
+                                     u.cast(DType::F32) * 0.5 + y,  // u8 -> f32
+                                     i.cast(DType::F32) - y,        // i8 -> f32
+                                     (y * 3.0).cast(DType::F16),    // f32 -> f16
+                                     (y - 1.0).cast(DType::BF16),   // f32 -> bf16
+                                     h.cast(DType::BF16),           // f16 -> bf16
+                                     b.cast(DType::F16),            // bf16 -> f16
+                                     u.cast(DType::F16) + h,        // u8 -> f16
                                      maximum(h, b.cast(DType::F16))};
         },
         true, 1e-2);
@@ -136,9 +133,13 @@ TEST_F(XbyakNarrow, RowAndGlobalReductions) {
           Tensor h = make_tensor(random_values(n, 8, -4, 4), s, DType::F16);
           Tensor b = make_tensor(random_values(n, 9, -4, 4), s, DType::BF16);
           Tensor u = make_tensor(random_ints(n, 10, 0, 255), s, DType::U8);
-          return std::vector<Tensor>{softmax(h, -1),         log_softmax(b, -1), sum(h, 1),
-                                     max(b, 1),              mean(u.cast(DType::F32), 1),
-                                     sum(h.cast(DType::F32)), layer_norm(h, {s[1]}),
+          return std::vector<Tensor>{softmax(h, -1),
+                                     log_softmax(b, -1),
+                                     sum(h, 1),
+                                     max(b, 1),
+                                     mean(u.cast(DType::F32), 1),
+                                     sum(h.cast(DType::F32)),
+                                     layer_norm(h, {s[1]}),
                                      softmax(h.cast(DType::F32), -1).cast(DType::BF16)};
         },
         false, 2e-2);
