@@ -28,11 +28,16 @@ using ir::AccKind;
 // 4 x 4 single elements strided by 16, K in slices of 16 (8 x 8 of them exceed the register file).
 // Options::gpu_gemm_tile = 64 asks for the previous 4-byte tiling (64 x 64 on 64 lanes of 8 x 8
 // strided by 8, slices of 16), kept to be timed against on each GPU (scripts/gpu-check.sh).
+// The 128 x 128 tiling asks for two blocks per multiprocessor (at most 128 registers per lane):
+// with k_step operands it needs 129 alone, and on an H200 (docs/gpu-backends.md, "Bench") two
+// blocks ran [4096,4096]^2 f32 at 35.7 TFLOP/s against 30.5 for one (ptxas spills a few dozen
+// bytes for it; 33.1 before k_step).
 struct Tiling {
-  int wx, wy;  // lanes along N and M
-  int mr, nr;  // elements per lane along M and N
-  int g;       // a lane's elements come in groups of g adjacent rows (columns)
-  int tm, tk;  // the tile is tm x tm, K goes in slices of tk
+  int wx, wy;      // lanes along N and M
+  int mr, nr;      // elements per lane along M and N
+  int g;           // a lane's elements come in groups of g adjacent rows (columns)
+  int tm, tk;      // the tile is tm x tm, K goes in slices of tk
+  int min_blocks;  // blocks per multiprocessor asked of the CUDA compiler (Stage::min_blocks)
   int threads() const { return wx * wy; }
   int per_lane() const { return tk * tm / threads(); }  // slice elements each lane stages per operand
   // Staged slice row length: padded so that the staging stores of a K-fastest operand (lanes
@@ -46,9 +51,9 @@ struct Tiling {
   }
 };
 Tiling tiling_for(DType mt, DType at, int tile) {
-  if (dtype_size(mt) > 4 || dtype_size(at) > 4) return {16, 16, 4, 4, 1, 64, 16};
-  if (tile == 64) return {8, 8, 8, 8, 1, 64, 16};
-  return {16, 16, 8, 8, 4, 128, 8};
+  if (dtype_size(mt) > 4 || dtype_size(at) > 4) return {16, 16, 4, 4, 1, 64, 16, 1};
+  if (tile == 64) return {8, 8, 8, 8, 1, 64, 16, 1};
+  return {16, 16, 8, 8, 4, 128, 8, 2};
 }
 
 // Whether some Load in `e` moves by one element along the var: the var is a bare addend of its
@@ -71,9 +76,27 @@ bool unit_step(const ir::Expr* e, ir::Space s, int dim) {
 
 struct GemmForm {
   ExprRef pa, pb;                           // the operands of the product
+  ExprRef a_step, b_step;                   // k_step of each operand (null: the general staging)
   DType mt = DType::F32, at = DType::F32;   // product and accumulator dtypes
   bool a_m_fast = false, b_n_fast = false;  // staging walks M (N) fastest, else K
 };
+
+// The step along K of an operand that is one unmasked Load whose index is base + step * k, the
+// step free of k, of the operand's own tile index (`dim`) and of loads; null for anything else (a
+// fused prologue, a gathered or masked operand), and when K is 0. Such an operand is staged from
+// offsets computed once per tile, at rows clamped into the matrix: every read is in bounds, the
+// rows past the edge only feed products of C elements that are never stored, and the k past K
+// are never multiplied (the tail slice's loop stops at K). So a slice inside K loads each element
+// with one add and no compare, where the index expression and both bounds tests (i64 compares
+// and adds per element) had made the [4096,4096]^2 f32 kernel execute 3.01e9 instructions on an
+// H200 instead of 2.67e9 (docs/gpu-backends.md, "The GEMM on the H200").
+ExprRef k_step(const ExprRef& x, int dim, int64_t K) {
+  if (K < 1 || x->kind != ExprKind::Load || x->args.size() != 1) return nullptr;
+  auto st = ir::symbolic_step(x->args[0], ir::Space::Reduce, 0);
+  if (!st || ir::contains(st->get(), ExprKind::Load) || ir::depends_on(st->get(), ir::Space::Outer, dim))
+    return nullptr;
+  return *st;
+}
 
 bool gemm_form(const ir::Kernel& k, GemmForm& g) {
   if (k.kind != ir::KernelKind::Contraction || k.outer.size() < 2 || k.reduce.size() != 1 || k.accs.size() != 1 ||
@@ -103,6 +126,8 @@ bool gemm_form(const ir::Kernel& k, GemmForm& g) {
   g.at = A.dtype;
   g.a_m_fast = unit_step(g.pa.get(), ir::Space::Outer, md);
   g.b_n_fast = unit_step(g.pb.get(), ir::Space::Outer, nd);
+  g.a_step = k_step(g.pa, md, k.reduce[0]);
+  g.b_step = k_step(g.pb, nd, k.reduce[0]);
   return true;
 }
 
@@ -127,6 +152,8 @@ class GemmWriter {
                                                  {"EXTENTS", ext},
                                                  {"BATCH", batch},
                                                  {"BATCH_VARS", bv.str()},
+                                                 {"PREP_A", prep(true)},
+                                                 {"PREP_B", prep(false)},
                                                  {"LOAD_A", load(true)},
                                                  {"LOAD_B", load(false)},
                                                  {"STORE_A", store(true)},
@@ -169,10 +196,40 @@ class GemmWriter {
     return os.str();
   }
 
+  // Once per tile, for an operand with a k_step: the step (kf_as / kf_bs) and the offset of each
+  // of this lane's staged elements at k = its slice position (kf_ao / kf_bo), its row clamped
+  // into the matrix.
+  std::string prep(bool a) {
+    const ExprRef& step = a ? g_.a_step : g_.b_step;
+    if (!step) return "";
+    const std::string I = "    ", J = I + "  ", n = a ? "a" : "b";
+    const int dim = a ? md_ : md_ + 1;
+    const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
+    const std::string t0 = a ? "kf_m0" : "kf_n0";
+    std::ostringstream os;
+    {
+      Emitter em(c_, os, I);
+      const std::string st = em.val(step);
+      os << I << "const kf_i64 kf_" << n << "s = " << st << ";\n";
+    }
+    os << I << "kf_i64 kf_" << n << "o[" << t_.per_lane() << "];\n";
+    os << I << "for (int kf_w = 0; kf_w < " << t_.per_lane() << "; ++kf_w) {\n" << place(a, J);
+    os << J << "const kf_i64 " << v << " = " << t0 << " + kf_x < " << e << " ? " << t0 << " + kf_x : " << e
+       << " - 1;\n";
+    os << J << "const kf_i64 kf_r0 = kf_kk;\n";
+    const ExprRef& x = a ? g_.pa : g_.pb;
+    Emitter em(c_, os, J);
+    const std::string idx = em.val(x->args[0]);
+    os << J << "kf_" << n << "o[kf_w] = " << idx << ";\n" << I << "}\n";
+    return os.str();
+  }
+
   // This lane's elements of the slice at kf_kl into kf_pa (kf_pb): the operand expression at
   // (m or n, k), or 0 outside the matrix (the loads are not evaluated there).
   std::string load(bool a) {
     const std::string I = "      ", J = I + "  ", L = J + "  ";
+    const ExprRef& x = a ? g_.pa : g_.pb;
+    if (a ? g_.a_step : g_.b_step) return load_stepped(a, x);
     const int dim = a ? md_ : md_ + 1;
     const std::string v = "kf_o" + std::to_string(dim), e = "kf_e" + std::to_string(dim);
     std::ostringstream os;
@@ -181,11 +238,31 @@ class GemmWriter {
     os << J << "const kf_i64 kf_r0 = kf_kl + kf_kk;\n";
     os << J << ctype(g_.mt) << " kf_v = " << c_.lit(0, g_.mt) << ";\n";
     os << J << "if (" << v << " < " << e << " && kf_r0 < " << c_.int_lit(c_.k.reduce[0], DType::I64) << ") {\n";
-    const ExprRef& x = a ? g_.pa : g_.pb;
     Emitter em(c_, os, L);
     const std::string val = em.val(x);
     os << L << "kf_v = " << c_.cast(val, x->dtype, g_.mt) << ";\n";
     os << J << "}\n" << J << (a ? "kf_pa" : "kf_pb") << "[kf_w] = kf_v;\n" << I << "}\n";
+    return os.str();
+  }
+
+  // load() of an operand with a k_step, from prep()'s offsets: a slice inside K adds kl * step;
+  // the tail slice clamps k to K - 1 (those elements are never multiplied).
+  std::string load_stepped(bool a, const ExprRef& x) const {
+    const std::string I = "      ", J = I + "  ", L = J + "  ", n = a ? "a" : "b";
+    const std::string K = c_.int_lit(c_.k.reduce[0], DType::I64), per = std::to_string(t_.per_lane());
+    const std::string dst = std::string(a ? "kf_pa" : "kf_pb") + "[kf_w] = ";
+    auto value = [&](const std::string& off) {
+      return c_.cast(load_text(x->index, "kf_" + n + "o[kf_w] + " + off, x->dtype), x->dtype, g_.mt);
+    };
+    std::ostringstream os;
+    os << I << "if (kf_kl + " << t_.tk << " <= " << K << ") {\n";
+    os << J << "const kf_i64 kf_" << n << "k = kf_kl * kf_" << n << "s;\n";
+    os << J << "for (int kf_w = 0; kf_w < " << per << "; ++kf_w) " << dst << value("kf_" + n + "k") << ";\n";
+    os << I << "} else {\n";
+    os << J << "for (int kf_w = 0; kf_w < " << per << "; ++kf_w) {\n" << place(a, L);
+    os << L << "const kf_i64 kf_kc = (kf_kl + kf_kk < " << K << " ? kf_kl : " << K << " - 1 - kf_kk);\n";
+    os << L << dst << value("kf_kc * kf_" + n + "s") << ";\n";
+    os << J << "}\n" << I << "}\n";
     return os.str();
   }
 
@@ -244,6 +321,7 @@ bool render_gemm(rx::Ctx& c, const std::string& name, int gemm_tile, std::string
   const Tiling t = tiling_for(g.mt, g.at, gemm_tile);
   kernels = GemmWriter(c, g, t).kernel(name);
   stage = {name, Team::Block, t.threads(), 1, false, t.tm, t.tm};
+  stage.min_blocks = t.min_blocks;
   return true;
 }
 

@@ -892,8 +892,12 @@ Rendered render(const ir::Kernel& kernel, const Dialect& d, const RenderKnobs& k
   td << "typedef " << d.t_bool << " kf_bool;\ntypedef " << d.t_i32 << " kf_i32;\ntypedef " << d.t_i64
      << " kf_i64;\ntypedef " << d.t_u32 << " kf_u32;\ntypedef " << d.t_u64 << " kf_u64;\n"
      << "typedef struct { kf_i64 v[" << std::max(1, r.num_params) << "]; } kf_params;\n";
-  r.source = fill(template_text(d.prelude_template),
-                  {{"NAME", base}, {"BLOCK", std::to_string(p.block)}, {"TYPEDEFS", td.str()}}) +
+  r.source = fill(template_text(d.prelude_template), {{"NAME", base},
+                                                      {"BLOCK", std::to_string(p.block)},
+                                                      {"MIN_BLOCKS", r.stages.size() == 1 && r.stages[0].min_blocks > 1
+                                                                         ? ", " + std::to_string(r.stages[0].min_blocks)
+                                                                         : std::string()},
+                                                      {"TYPEDEFS", td.str()}}) +
              fill(template_text("gpu/helpers.tmpl"),
                   {{"I64", d.i64_literal_suffix}, {"U64", std::string("U") + d.i64_literal_suffix}}) +
              kernels;

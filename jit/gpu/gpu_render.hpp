@@ -29,7 +29,7 @@ namespace kfuse::detail::gpu {
 
 /// The renderer's code generator version, the OpenCL and CUDA backends' codegen_version():
 /// bump it whenever rendered source may change for the same kernel IR (history in git log).
-inline constexpr int kRenderVersion = 9;
+inline constexpr int kRenderVersion = 10;
 
 /// The dialect table: everything that differs between the C-like GPU languages.
 struct Dialect {
@@ -67,6 +67,9 @@ struct Stage {
   int tile_m = 0, tile_n = 0;
   /// pointwise-vec: a unit is this many consecutive outer points (one vector access per buffer).
   int vec = 1;
+  /// Blocks one multiprocessor should hold at once (CUDA: __launch_bounds__' second argument, which
+  /// caps the registers per lane to fit them); 1: no such request.
+  int min_blocks = 1;
 };
 
 struct Rendered {

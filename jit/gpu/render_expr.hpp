@@ -25,6 +25,17 @@ using ir::ExprKind;
 using ir::ExprRef;
 
 // ---------------------------------------------------------------- dialect-independent text
+// Element `idx` of buffer `b` (of dtype `t`) in its compute type: narrow dtypes widen.
+inline std::string load_text(int b, const std::string& idx, DType t) {
+  const std::string buf = "kf_b" + std::to_string(b);
+  switch (t) {
+    case DType::U8:
+    case DType::I8: return "((kf_i32)" + buf + "[" + idx + "])";
+    case DType::F16: return "KF_LD_F16(" + buf + ", " + idx + ")";
+    case DType::BF16: return "kf_bf16_to_f32(" + buf + "[" + idx + "])";
+    default: return buf + "[" + idx + "]";
+  }
+}
 inline std::string fill(std::string t, const std::vector<std::pair<std::string, std::string>>& slots) {
   for (const auto& [key, val] : slots) {
     const std::string pat = "{{" + key + "}}";
@@ -187,15 +198,7 @@ class Emitter {
           os_ << ind_ << "kf_row" << row_slot << "[kf_i] = " << t << ";\n";
           return t;
         }
-        std::string idx = val(e->args[0]);
-        const std::string b = "kf_b" + std::to_string(e->index);
-        switch (e->dtype) {
-          case DType::U8:
-          case DType::I8: s = "((kf_i32)" + b + "[" + idx + "])"; break;
-          case DType::F16: s = "KF_LD_F16(" + b + ", " + idx + ")"; break;
-          case DType::BF16: s = "kf_bf16_to_f32(" + b + "[" + idx + "])"; break;
-          default: s = b + "[" + idx + "]"; break;
-        }
+        s = load_text(e->index, val(e->args[0]), e->dtype);
         if (e->args.size() > 1) s = "(" + val(e->args[1]) + " ? " + s + " : " + c_.lit(0, e->dtype) + ")";
         break;
       }

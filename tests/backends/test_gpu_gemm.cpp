@@ -53,6 +53,28 @@ TEST(GpuGemm, RendersTiledOnlyForTheGemmForm) {
   }
 }
 
+// Operands that are plain loads (any strides, transposed, batch-broadcast) stage from per-tile
+// offsets plus kl * step (gemm_render.cpp, k_step); an operand with a fused prologue evaluates its
+// expression per element; K = 0 keeps the general staging (no row to clamp into).
+TEST(GpuGemm, PlainOperandsStageFromTileOffsets) {
+  for (const GemmSpec& s : {GemmSpec{DType::F32, 0, 9, false, false, {}, {}, false},
+                            GemmSpec{DType::F32, 1, 33, true, true, {true}, {}, true},
+                            GemmSpec{DType::F64, 1, 70, true, false, {}, {true}, false}}) {
+    const std::string src = g::render(gemm_kernel(s), g::opencl_dialect()).source;
+    EXPECT_NE(src.find("kf_b0[kf_ao[kf_w] + kf_ak]"), std::string::npos) << src;
+    EXPECT_NE(src.find("kf_b1[kf_bo[kf_w] + kf_bk]"), std::string::npos) << src;
+  }
+  Kernel k = gemm_kernel({DType::F32, 0, 9, false, false, {}, {}, false});
+  ExprRef& prod = k.accs[0].value;
+  prod = bin(Op::Mul, DType::F32, un(Op::Exp, DType::F32, prod->args[0]), prod->args[1]);
+  const std::string src = g::render(k, g::opencl_dialect()).source;
+  EXPECT_EQ(src.find("kf_ao["), std::string::npos) << src;
+  EXPECT_NE(src.find("kf_bo["), std::string::npos) << src;
+  EXPECT_EQ(g::render(gemm_kernel({DType::F32, 0, 0, false, false, {}, {}, false}), g::opencl_dialect())
+                .source.find("kf_ao["),
+            std::string::npos);
+}
+
 // 4-byte accumulators take 128 x 128 tiles (8 x 8 per lane in groups of 4 adjacent rows and
 // columns), 64 x 64 when Options::gpu_gemm_tile says 64; 8-byte ones keep 64 x 64 either way.
 TEST(GpuGemm, TilingByAccumulatorWidthAndKnob) {
@@ -69,6 +91,12 @@ TEST(GpuGemm, TilingByAccumulatorWidthAndKnob) {
   EXPECT_NE(r64.source.find("kf_o0 = kf_m0 + kf_ty + kf_i * 8;"), std::string::npos) << r64.source;
   EXPECT_EQ(d.stages[0].tile_m, 64);
   EXPECT_EQ(d.stages[0].block, 256);
+  // Two blocks per multiprocessor for the 128 x 128 tiling only (CUDA's __launch_bounds__).
+  EXPECT_EQ(r.stages[0].min_blocks, 2);
+  EXPECT_NE(r.source.find("__launch_bounds__(256, 2)"), std::string::npos);
+  EXPECT_EQ(r64.stages[0].min_blocks, 1);
+  EXPECT_EQ(d.stages[0].min_blocks, 1);
+  EXPECT_NE(r64.source.find("__launch_bounds__(64)"), std::string::npos);
   Options o = detail::default_options();
   EXPECT_EQ(g::render_options_key(o), "");
   o.gpu_gemm_tile = 128;

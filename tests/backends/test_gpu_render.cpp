@@ -62,8 +62,10 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
   double total_ms = 0;
   int compiles = 0;
   std::vector<GpuCase> cases = all_cases();
-  // the tiled GEMM of the dtypes all_cases() does not run (register micro-tiles must not spill)
+  // the tiled GEMM of the dtypes all_cases() does not run (register micro-tiles must not spill,
+  // beyond the bound below)
   for (DType t : {DType::F64, DType::I32}) cases.push_back(gemm_case({t, 1, 40, true, false, {}, {true}, true}, {}));
+  cases.push_back(gemm_case({DType::F32, 0, 4096, false, false, {}, {}, false}, {}));  // the bench's matmul
   {  // loads, stores and rounding casts of the narrow dtypes (f16 through the PTX conversions)
     GpuCase c;
     Kernel& k = c.k;
@@ -111,9 +113,12 @@ TEST(GpuRender, NvrtcAndPtxasNoSpills) {
       for (size_t q = log.find("Compiling entry function"); q != std::string::npos;
            q = log.find("Compiling entry function", q + 1))
         ++entries;
+      // A kernel that asks for two blocks per multiprocessor (the 128 x 128 GEMM tiling: at most
+      // 128 registers) may spill a little: timed faster so on an H200 (gemm_render.cpp, Tiling).
+      const int allowed = r.stages.size() == 1 && r.stages[0].min_blocks > 1 ? 128 : 0;
       for (auto it = std::sregex_iterator(log.begin(), log.end(), spill); it != std::sregex_iterator(); ++it) {
-        EXPECT_EQ((*it)[1], "0") << log;
-        EXPECT_EQ((*it)[2], "0") << log;
+        EXPECT_LE(std::stoi((*it)[1]), allowed) << log;
+        EXPECT_LE(std::stoi((*it)[2]), allowed) << log;
       }
       EXPECT_EQ(entries, static_cast<int>(r.stages.size())) << log;
       std::remove(ptx.c_str());
