@@ -37,8 +37,8 @@ struct DeviceWorkload {
 // The workloads of the table; --quick (and PoCL, a CPU) scales the largest down.
 std::vector<DeviceWorkload> device_workloads(bool small) {
   const int64_t R = small ? 2048 : 32768, S = small ? 1024 : 4096, E = small ? (int64_t{1} << 22) : (int64_t{1} << 26);
-  const int64_t C = small ? 1024 : 4096, G = small ? 1024 : 4096;
-  const std::string g = std::to_string(G);
+  const int64_t C = small ? 1024 : 4096, G = small ? 1024 : 4096, NB = small ? 4 : 16, BG = small ? 256 : 1024;
+  const std::string g = std::to_string(G), bg = std::to_string(BG);
   return {
       {"log_softmax [" + std::to_string(R) + ",512]",
        {{R, 512}},
@@ -79,6 +79,17 @@ std::vector<DeviceWorkload> device_workloads(bool small) {
        [](auto& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
        G * G,
        2.0 * G * G * G},
+      // The other operand forms of the tiled GEMM: a transposed operand read in place, and a batch.
+      {"matmul x^T [" + g + "," + g + "]",
+       {{G, G}, {G, G}},
+       [](auto& x) { return matmul(transpose(x[0]), x[1]); },
+       G * G,
+       2.0 * G * G * G},
+      {"matmul batched [" + std::to_string(NB) + "," + bg + "," + bg + "]",
+       {{NB, BG, BG}, {NB, BG, BG}},
+       [](auto& x) { return matmul(x[0], x[1]); },
+       NB * BG * BG,
+       2.0 * NB * BG * BG * BG},
   };
 }
 

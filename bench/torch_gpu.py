@@ -20,6 +20,7 @@ def workloads(small):
     E = (1 << 22) if small else (1 << 26)
     C = 1024 if small else 4096
     G = 1024 if small else 4096
+    NB, BG = (4, 256) if small else (16, 1024)
 
     def chain(x):
         for _ in range(5):
@@ -39,6 +40,8 @@ def workloads(small):
         (f"matmul [{G},{G}]x[{G},{G}]", [(G, G), (G, G)], lambda a, b: a @ b),
         (f"gelu(x@W+b) [{G},{G}]", [(G, G), (G, G), (G,)],
          lambda x, w, b: torch.nn.functional.gelu(x @ w + b)),
+        (f"matmul x^T [{G},{G}]", [(G, G), (G, G)], lambda a, b: a.t() @ b),
+        (f"matmul batched [{NB},{BG},{BG}]", [(NB, BG, BG), (NB, BG, BG)], lambda a, b: a @ b),
     ]
 
 
