@@ -302,12 +302,19 @@ class XbyakBackend final : public Backend {
     std::string why = analyze(k, plan);
     if (!why.empty()) return {nullptr, why};
     Code code;
+    Isa isa = isa_;
     try {
-      code = emit(k, plan, isa_);
+      code = emit(k, plan, isa);
+    } catch (const Avx2OnlyError&) {
+      // An AVX-512 machine runs AVX2 code: the ymm emitter takes what the zmm one does not yet.
+      isa = Isa::Avx2;
+      try {
+        code = emit(k, plan, isa);
+      } catch (const DeclineError& e) { return {nullptr, e.what()}; }
     } catch (const DeclineError& e) { return {nullptr, e.what()}; }
     auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size(), o);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    fill(*ck, k, code, ms);
+    fill(*ck, k, code, ms, isa);
     return {ck, {}};
   }
 
@@ -316,7 +323,10 @@ class XbyakBackend final : public Backend {
     if (bin.size() < kHeader) return nullptr;
     uint32_t h[4];
     std::memcpy(h, bin.data(), sizeof h);
-    if (h[0] != kMagic || h[1] != kVersion || h[2] != static_cast<uint32_t>(isa_)) return nullptr;
+    // (AVX2 code on an AVX-512 backend: a kernel its zmm emitter declined, compile() above)
+    const bool isa_ok =
+        h[2] == static_cast<uint32_t>(isa_) || (isa_ == Isa::Avx512 && h[2] == static_cast<uint32_t>(Isa::Avx2));
+    if (h[0] != kMagic || h[1] != kVersion || !isa_ok) return nullptr;
     // A GEMM is its microkernels (per process, not per kernel) and its epilogue: emitting that
     // again costs about what loading it would.
     if (k.kind == ir::KernelKind::Contraction)
@@ -328,7 +338,8 @@ class XbyakBackend final : public Backend {
     Code code;
     code.bytes.assign(bin.begin() + kHeader, bin.end());
     code.code_bytes = h[3];
-    fill(*ck, k, code, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    fill(*ck, k, code, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+         static_cast<Isa>(h[2]));
     return ck;
   }
 
@@ -354,26 +365,27 @@ class XbyakBackend final : public Backend {
     auto ck = make_gemm_kernel(k, std::move(gp), isa_, force, &why, &code);
     if (!ck) return {nullptr, why};
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    fill(*ck, k, code, ms);
+    fill(*ck, k, code, ms, isa_);
     ck->source = "; xbyak " + std::string(isa_name(isa_)) + " GEMM (microkernels per process; " +
                  std::to_string(code.code_bytes) + " bytes of epilogue code)\n" + ck->source;
     return {ck, {}};
   }
 
-  void fill(CompiledKernel& ck, const ir::Kernel& k, const Code& code, double ms) const {
+  // `isa`: the code's (isa_, or AVX2 for a kernel the AVX-512 emitter declined).
+  void fill(CompiledKernel& ck, const ir::Kernel& k, const Code& code, double ms, Isa isa) const {
     ck.backend = name();
     ck.target = target();
     ck.compile_ms = ms;
     // A header only: the kernel IR this code implements is the cache entry's IR section (printing
     // it again here was ~8% of a kernel's emit time), and the instructions are the disassembly.
-    ck.source = "; xbyak " + std::string(isa_name(isa_)) + ": " + std::to_string(code.code_bytes) + " bytes of code, " +
+    ck.source = "; xbyak " + std::string(isa_name(isa)) + ": " + std::to_string(code.code_bytes) + " bytes of code, " +
                 std::to_string(code.bytes.size() - code.code_bytes) +
                 " bytes of constants (RIP-relative), entry at 0\n"
                 "; void fn(Frame*) -- frame layout in jit/xbyak/xbyak_backend.hpp; kernel " +
                 k.name + "\n";
     ck.source_kind = "asm";
     ck.binary.resize(kHeader + code.bytes.size());
-    uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa_), static_cast<uint32_t>(code.code_bytes)};
+    uint32_t h[4] = {kMagic, kVersion, static_cast<uint32_t>(isa), static_cast<uint32_t>(code.code_bytes)};
     std::memcpy(ck.binary.data(), h, sizeof h);
     if (!code.bytes.empty())  // (a GEMM without an epilogue has no code of its own)
       std::memcpy(ck.binary.data() + kHeader, code.bytes.data(), code.bytes.size());

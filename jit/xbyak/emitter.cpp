@@ -868,6 +868,8 @@ Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
   }
   try {
     return emit_isa<Vmm>(k, plan);
+  } catch (const Avx2OnlyError&) {
+    throw;  // no plainer zmm plan helps: the backend takes the ymm code
   } catch (const DeclineError&) { return emit_with_fallback<Vmm>(k, plainer); }
 }
 

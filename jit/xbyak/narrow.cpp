@@ -46,7 +46,7 @@ void Gen<Vmm>::narrow_tail_copy(const Address& at, int slot, int esize, bool to_
 // d = the vector (or, `broadcast`, the one element) of narrow stream a.addr, widened to f32.
 template <class Vmm>
 void Gen<Vmm>::narrow_load(const Vmm& d, const Access& a, bool broadcast, bool masked) {
-  if constexpr (Z) throw DeclineError("xbyak: narrow streams on AVX-512 (LLVM takes them)");
+  if constexpr (Z) throw Avx2OnlyError("xbyak: narrow streams on AVX-512");
   const DType dt = p_.addrs[static_cast<size_t>(a.addr)].dtype;
   const Xbyak::Xmm x(d.getIdx());
   const Reg64 b = stream(a.addr);
@@ -96,7 +96,7 @@ void Gen<Vmm>::narrow_load(const Vmm& d, const Access& a, bool broadcast, bool m
 // a narrow load) into narrow stream a.addr: its vector, or lane 0 (`scalar`).
 template <class Vmm>
 void Gen<Vmm>::narrow_store(const Access& a, const Vmm& v, bool scalar, bool masked) {
-  if constexpr (Z) throw DeclineError("xbyak: narrow streams on AVX-512 (LLVM takes them)");
+  if constexpr (Z) throw Avx2OnlyError("xbyak: narrow streams on AVX-512");
   const DType dt = p_.addrs[static_cast<size_t>(a.addr)].dtype;
   const Xbyak::Xmm t(kAccTmp);  // (free here: accumulate() uses it after the stores)
   if (dt == DType::F16) {
@@ -126,7 +126,7 @@ void Gen<Vmm>::narrow_store(const Access& a, const Vmm& v, bool scalar, bool mas
 // d = a (f32) rounded to f16 or bf16, kept in f32 lanes; t: two scratch registers (bf16).
 template <class Vmm>
 void Gen<Vmm>::narrow_round(DType to, const Vmm& d, const Vmm& a, const Vmm* t) {
-  if constexpr (Z) throw DeclineError("xbyak: narrow rounding on AVX-512 (LLVM takes it)");
+  if constexpr (Z) throw Avx2OnlyError("xbyak: narrow rounding on AVX-512");
   if (to == DType::F16) {
     vcvtps2ph(Xbyak::Xmm(d.getIdx()), a, 0);
     vcvtph2ps(d, Xbyak::Xmm(d.getIdx()));

@@ -150,6 +150,11 @@ Code emit(const ir::Kernel& k, const Plan& plan, Isa isa);
 struct DeclineError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+/// What the AVX-512 emitter declines and the AVX2 one takes (narrow streams and rounding, not
+/// written for zmm yet): an AVX-512 machine then runs the kernel's AVX2 code (XbyakBackend::compile).
+struct Avx2OnlyError : DeclineError {
+  using DeclineError::DeclineError;
+};
 
 inline constexpr int kMaxOuterDims = 8;
 /// Mode::Row: the most row cursors a kernel call interleaves (Frame::ways).
