@@ -5,6 +5,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -122,6 +123,17 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual, c
     if (!close(actual[i], expected[i], rtol, atol))
       return ::testing::AssertionFailure() << "element " << i << ": got " << actual[i] << ", expected " << expected[i]
                                            << " (rtol " << rtol << ", atol " << atol << ")";
+  return ::testing::AssertionSuccess();
+}
+
+/// Bitwise equality (a NaN matches any NaN; -0 does not match +0).
+inline ::testing::AssertionResult same_bits(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::isnan(want[i]) ? std::isnan(got[i])
+                              : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
   return ::testing::AssertionSuccess();
 }
 

@@ -7,7 +7,6 @@
 #include <kfuse/options.hpp>
 #include <kfuse/stats.hpp>
 
-#include <bit>
 #include <cmath>
 
 #include "backend/backend.hpp"
@@ -32,16 +31,6 @@ std::pair<std::vector<std::vector<double>>, uint64_t> run_on(const std::string& 
   const uint64_t fallbacks = counters().fallbacks;
   set_options(saved);
   return {v, fallbacks};
-}
-
-::testing::AssertionResult same_bits(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::isnan(want[i]) ? std::isnan(got[i])
-                              : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
-  return ::testing::AssertionSuccess();
 }
 
 // Values with the specials every conversion must carry: NaN, infinities, f16 overflow and

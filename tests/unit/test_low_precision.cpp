@@ -220,18 +220,6 @@ class LowPrecisionOn : public ForcedBackend {
   bool expect_kernels_ = true;  // (a single random DAG may need none: all its roots views of inputs)
 };
 
-// Bitwise equality, a NaN matching any NaN.
-::testing::AssertionResult same_values(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<uint64_t>(got[i]) == std::bit_cast<uint64_t>(want[i]))
-      continue;
-    return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // Source values with NaN, infinities, f16 and bf16 ties, f16 subnormals and overflow, and
 // integers beyond u8/i8.
 const std::vector<double> kSpecial = {
@@ -260,7 +248,7 @@ TEST_P(LowPrecisionOn, CastsBothWaysWithEveryDtypeMatchTheHostConversion) {
       detail::convert_to(src_bytes.data(), from, want_bytes.data(), tos[i], n);
       std::vector<double> want(kSpecial.size());
       detail::convert_to(want_bytes.data(), tos[i], want.data(), DType::F64, n);
-      EXPECT_TRUE(same_values(values(ys[i]), want)) << dtype_name(from) << " -> " << dtype_name(tos[i]);
+      EXPECT_TRUE(same_bits(values(ys[i]), want)) << dtype_name(from) << " -> " << dtype_name(tos[i]);
     }
   }
 }
@@ -285,8 +273,8 @@ TEST_P(LowPrecisionOn, HalfTiesNanInfAndSubnormalsThroughKernels) {
       const float f = static_cast<float>(v[i]);
       want[i] = t == DType::F16 ? f16_bits_to_float(float_to_f16_bits(f)) : bf16_bits_to_float(float_to_bf16_bits(f));
     }
-    EXPECT_TRUE(same_values(values((x * 1.0).cast(t).cast(DType::F32) + 0.0), want));
-    EXPECT_TRUE(same_values(values((x * 1.0).cast(t)), want));  // stored as t
+    EXPECT_TRUE(same_bits(values((x * 1.0).cast(t).cast(DType::F32) + 0.0), want));
+    EXPECT_TRUE(same_bits(values((x * 1.0).cast(t)), want));  // stored as t
   }
 }
 
