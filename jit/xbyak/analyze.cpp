@@ -280,11 +280,11 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         case ExprKind::Rand: decline("random numbers not supported (64-bit multiply)");
         case ExprKind::Op: break;
       }
-      // Narrow values (f32 lanes holding values of the narrow type): only cast.f16/bf16 of an
-      // f32 or narrow value (its rounding: the source is exact in f32) and cast.f32 of a narrow
-      // value (exact) compute with them.
-      const bool rounds = e->op == Op::Cast && (e->dtype == DType::F16 || e->dtype == DType::BF16) &&
-                          (e->args[0]->dtype == DType::F32 || is_narrow(e->args[0]->dtype));
+      // Narrow values (f32 lanes holding values of the narrow type): only casts to a narrow type
+      // of an f32 or narrow value (f16/bf16 round; u8/i8 truncate and wrap: exact in f32) and
+      // cast.f32 of a narrow value (exact) compute with them.
+      const bool rounds =
+          e->op == Op::Cast && is_narrow(e->dtype) && (e->args[0]->dtype == DType::F32 || is_narrow(e->args[0]->dtype));
       const bool widens = e->op == Op::Cast && e->dtype == DType::F32 && is_narrow(e->args[0]->dtype);
       if (e->dtype != DType::F32 && e->dtype != DType::Bool && !rounds)
         decline(std::string(dtype_name(e->dtype)) + " arithmetic not supported (" + op_name(e->op) + ")");
@@ -311,7 +311,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       }
       for (const auto& s : ph.stores) {
         const DType to = k.buffers[static_cast<size_t>(s.buffer)].dtype;
-        if (s.value->dtype != to || (to != DType::F32 && to != DType::F16 && to != DType::BF16))
+        if (s.value->dtype != to || (to != DType::F32 && !is_narrow(to)))
           decline(std::string(dtype_name(s.value->dtype)) + " store into a " + dtype_name(to) + " buffer");
         value(s.value, in_loop);
         Access acc = access(s.buffer, s.index, in_loop);

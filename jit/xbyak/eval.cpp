@@ -546,7 +546,7 @@ void Gen<Vmm>::emit_op(const ir::Expr* e, const Vmm& d, const int* o, int nopr, 
       DType from = e->args[0]->dtype, to = e->dtype;
       if (from == to || (to == DType::F32 && is_narrow(from))) {  // (narrow values: f32 lanes)
         if (d.getIdx() != a.getIdx()) vmovups(d, a);
-      } else if (to == DType::F16 || to == DType::BF16) {
+      } else if (is_narrow(to)) {
         narrow_round(to, d, a, t);
       } else if (to == DType::Bool) {
         cmp_to_mask(d, a, cst(0.0f), kNeqUQ);

@@ -4,17 +4,18 @@
 // A narrow value lives in f32 lanes holding exactly its value: loads widen (vcvtph2ps for f16,
 // a 16-bit shift for bf16, vpmovzx/sx + vcvtdq2ps for u8/i8), cast.f32 of a narrow value is then
 // a copy, cast.f16 / cast.bf16 of an f32 value rounds in place (round to nearest even, as
-// lib/core/half.cpp: F16C for f16, the integer sequence for bf16, NaNs made quiet) and a store
-// narrows a value that is already exact. So every kernel computes in f32 and rounds where the
-// IR says, as the LLVM backend and the reference evaluator do: same bits.
+// lib/core/half.cpp: F16C for f16, the integer sequence for bf16, NaNs made quiet), cast.u8 /
+// cast.i8 truncates and wraps in place, and a store narrows a value that is already exact. So every kernel computes in
+// f32 and rounds where the IR says, as the LLVM backend and the reference evaluator do: same bits.
 //
 // Element sizes: a stream's vector is at b + r14 * esz + disp_ / 4 * esz (Gen::elem), its row
 // steps and prefetch distances scaled the same way (emitter.cpp).
 //
 // AVX2 has no byte- or word-masked loads and stores: a masked tail copies its bytes between the
 // stream and a zeroed stack slot (narrow_tail_copy), reading and writing nothing past the last
-// element. AVX-512 kernels with narrow streams are declined (LLVM takes them): the k-masked forms
-// are not written yet, and no AVX-512 machine checked them.
+// element. The zmm emitter has no narrow streams (Avx2OnlyError: the backend emits such a kernel's
+// AVX2 code on AVX-512 machines): the k-masked forms are not written yet, and no AVX-512 machine
+// was at hand to check them.
 #include "gen.hpp"
 
 namespace kfuse::detail::xb {
@@ -92,14 +93,23 @@ void Gen<Vmm>::narrow_load(const Vmm& d, const Access& a, bool broadcast, bool m
   }
 }
 
-// Stores v (f32 lanes already holding f16 / bf16 values: the store's value is a rounding cast or
-// a narrow load) into narrow stream a.addr: its vector, or lane 0 (`scalar`).
+// Stores v (f32 lanes already holding values of the stream's type: the store's value is a
+// narrowing cast or a narrow load) into narrow stream a.addr: its vector, or lane 0 (`scalar`).
 template <class Vmm>
 void Gen<Vmm>::narrow_store(const Access& a, const Vmm& v, bool scalar, bool masked) {
   if constexpr (Z) throw Avx2OnlyError("xbyak: narrow streams on AVX-512");
   const DType dt = p_.addrs[static_cast<size_t>(a.addr)].dtype;
   const Xbyak::Xmm t(kAccTmp);  // (free here: accumulate() uses it after the stores)
-  if (dt == DType::F16) {
+  const int size = esz(a.addr);
+  if (dt == DType::U8 || dt == DType::I8) {
+    // The lanes hold integers in the type's range, so the saturating packs are exact: dwords
+    // to words (per 128-bit lane), the two lanes' low quadwords together, words to bytes.
+    vcvtps2dq(Vmm(kAccTmp), v);
+    vpackssdw(Vmm(kAccTmp), Vmm(kAccTmp), Vmm(kAccTmp));
+    vpermq(Vmm(kAccTmp), Vmm(kAccTmp), 0x08);
+    if (dt == DType::U8) vpackuswb(t, t, t);
+    else vpacksswb(t, t, t);
+  } else if (dt == DType::F16) {
     vcvtps2ph(t, v, 0);  // (exact: v holds f16 values)
   } else if (dt == DType::BF16) {
     vpsrld(Vmm(kAccTmp), v, 16);  // (exact: v's low halves are zero)
@@ -110,23 +120,35 @@ void Gen<Vmm>::narrow_store(const Access& a, const Vmm& v, bool scalar, bool mas
   }
   if (scalar) {
     vmovd(edx, t);
-    mov(word[stream(a.addr)], dx);
+    if (size == 1) mov(byte[stream(a.addr)], dl);
+    else mov(word[stream(a.addr)], dx);
     return;
   }
   const Reg64 b = stream(a.addr);
   if (!masked) {
-    vmovdqu(elem(b, a.addr), t);
+    if (size == 1) vmovq(elem(b, a.addr), t);
+    else vmovdqu(elem(b, a.addr), t);
     return;
   }
   const int slot = vslot_off(new_vslot());
   vmovdqu(ptr[rsp + slot], t);
-  narrow_tail_copy(elem(b, a.addr), slot, 2, false);
+  narrow_tail_copy(elem(b, a.addr), slot, size, false);
 }
 
-// d = a (f32) rounded to f16 or bf16, kept in f32 lanes; t: two scratch registers (bf16).
+// d = a (f32) cast to a narrow type, kept in f32 lanes: f16 or bf16 rounded (t: two scratch
+// registers, bf16), u8 or i8 truncated toward zero to i32 (NaN and out of range: INT32_MIN, as
+// vcvttps2dq gives) and wrapped to 8 bits, the rule of lib/api/tensor.cpp's convert_one.
 template <class Vmm>
 void Gen<Vmm>::narrow_round(DType to, const Vmm& d, const Vmm& a, const Vmm* t) {
   if constexpr (Z) throw Avx2OnlyError("xbyak: narrow rounding on AVX-512");
+  if (to == DType::U8 || to == DType::I8) {
+    vcvttps2dq(d, a);
+    vpslld(d, d, 24);
+    if (to == DType::U8) vpsrld(d, d, 24);
+    else vpsrad(d, d, 24);
+    vcvtdq2ps(d, d);
+    return;
+  }
   if (to == DType::F16) {
     vcvtps2ph(Xbyak::Xmm(d.getIdx()), a, 0);
     vcvtph2ps(d, Xbyak::Xmm(d.getIdx()));

@@ -1,10 +1,11 @@
 // Narrow storage streams on the xbyak backend (jit/xbyak/narrow.cpp): pointwise, row and global
-// kernels reading u8/i8/f16/bf16 buffers and writing f16/bf16 ones compile on xbyak (no fallback)
+// kernels reading and writing u8/i8/f16/bf16 buffers compile on xbyak (no fallback)
 // and give the LLVM backend's bits (both compute in f32 and round where the IR says), on odd
 // sizes (masked tails), size 1, empty, broadcasts, and rows long enough for the online softmax.
 // AVX-512 machines run these kernels' AVX2 code (the zmm emitter declines narrow streams and the
 // backend emits ymm code for them), so no kernel falls back there either.
 #include <kfuse/options.hpp>
+#include <kfuse/quantize.hpp>
 #include <kfuse/stats.hpp>
 
 #include <cmath>
@@ -127,6 +128,52 @@ TEST_F(XbyakNarrow, RowAndGlobalReductions) {
                                      softmax(h.cast(DType::F32), -1).cast(DType::BF16)};
         },
         false, 2e-2);
+  }
+}
+
+// Casts to u8/i8 truncate toward zero to i32 and wrap (NaN and out of range: INT32_MIN, whose
+// low byte is 0): the specials, values just inside and outside both ranges, negative fractions.
+TEST_F(XbyakNarrow, ByteStoresTruncateAndWrap) {
+  const double edges[] = {kNaN,  kInf,   -kInf,  255.9, 256.0,  256.5, -0.9,  -1.0,         -1.5,         127.9,
+                          128.0, -128.9, -129.0, 300.7, -300.7, 1e10,  -1e10, 2147483520.0, -2147483648.0};
+  for (const Shape& s : std::vector<Shape>{{1}, {7}, {8}, {9}, {0, 5}, {5, 19}, {2, 1031}}) {
+    SCOPED_TRACE(shape_str(s));
+    const auto n = static_cast<size_t>(count_of(s));
+    std::vector<double> xv = random_values(n, 11, -400, 400), qv = random_ints(n, 15, -1200, 1200);
+    for (size_t i = 0; i < n && i < std::size(edges); ++i) xv[i * 5 % n] = edges[i];
+    for (double& v : qv) v *= 0.25;  // (quarters: the f32 arithmetic below is exact, as the reference's)
+    check(
+        [&] {
+          Tensor x = make_tensor(xv, s, DType::F32);
+          Tensor h = make_tensor(random_values(n, 12, -300, 300), s, DType::F16);
+          Tensor u = make_tensor(random_ints(n, 13, 0, 255), s, DType::U8);
+          Tensor i = make_tensor(random_ints(n, 14, -128, 127), s, DType::I8);
+          Tensor q = make_tensor(qv, s, DType::F32);
+          return std::vector<Tensor>{x.cast(DType::U8),  // f32 -> u8
+                                     x.cast(DType::I8),  // f32 -> i8
+                                     h.cast(DType::U8),  // f16 -> u8
+                                     u.cast(DType::I8),  // u8 -> i8 (wraps)
+                                     i.cast(DType::U8),  // i8 -> u8 (wraps)
+                                     (q * 0.5 + u.cast(DType::F32)).cast(DType::U8)};
+        },
+        true, 0);
+  }
+}
+
+// Scalar stores of u8/i8 (one per row, one per kernel) and the 8-bit row-wise quantisation, whose
+// row kernel ends in a u8 store (codes are compared with a tolerance of one: the reference
+// computes (x - min) / scale in f64).
+TEST_F(XbyakNarrow, ByteStoresOfRowsAndQuantisedTables) {
+  for (const Shape& s : std::vector<Shape>{{1, 1}, {3, 7}, {4, 64}, {5, 100}, {2, 1031}}) {
+    SCOPED_TRACE(shape_str(s));
+    const auto n = static_cast<size_t>(count_of(s));
+    check(
+        [&] {
+          Tensor x = make_tensor(random_values(n, 15, -3, 3), s, DType::F32);
+          QuantizedTable q = quantize_rowwise(x, 8);
+          return std::vector<Tensor>{q.values, (sum(x, 1) * 10.0).cast(DType::I8), max(x).cast(DType::U8)};
+        },
+        true, 1.0);
   }
 }
 

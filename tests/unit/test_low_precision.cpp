@@ -210,8 +210,8 @@ class LowPrecisionOn : public ForcedBackend {
   }
   void TearDown() override {
     if (detail::find_backend(GetParam())) {
-      // reference, llvm and the GPU run every kernel themselves; xbyak declines u8/i8 stores and
-      // integer arithmetic (tests/backends/test_xbyak_narrow.cpp checks what it takes).
+      // reference, llvm and the GPU run every kernel themselves; xbyak declines integer
+      // arithmetic (tests/backends/test_xbyak_narrow.cpp checks what it takes).
       if (GetParam() != "xbyak") { EXPECT_EQ(counters().fallbacks, 0u) << "a kernel fell back from " << GetParam(); }
       if (expect_kernels_) { EXPECT_GT(counters().kernels_launched, 0u) << "nothing ran on " << GetParam(); }
     }
