@@ -14,6 +14,7 @@ add_custom_command(
 add_custom_target(kfuse_gpu_templates DEPENDS ${KFUSE_GPU_TEMPLATES_CPP})
 kfuse_stage(jit/gpu ${CMAKE_CURRENT_LIST_DIR}/gpu_render.cpp ${CMAKE_CURRENT_LIST_DIR}/gemm_render.cpp
             ${CMAKE_CURRENT_LIST_DIR}/gpu_plan.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/dialects.cpp
             ${CMAKE_CURRENT_LIST_DIR}/block_cache.cpp
             ${CMAKE_CURRENT_LIST_DIR}/staging.cpp
             ${KFUSE_GPU_TEMPLATES_CPP})

@@ -1,9 +1,9 @@
-// The C-like GPU renderer (see gpu_render.hpp): the kernel writers and render().
-// Over 800 lines because it is ONE writer for every kernel form but the tiled GEMM, in sections
-// (accumulators, the vectorised pointwise form, kernel bodies, dialect tables) that share the
-// KernelWriter's state. Which form a kernel takes is gpu_plan.cpp's decision; the text helpers,
-// Ctx and the expression emitter shared with the GEMM writer are in render_expr.hpp; the tiled
-// GEMM writer is gemm_render.cpp.
+// The C-like GPU renderer (see gpu_render.hpp): the kernel writer and render().
+// ONE writer for every kernel form but the tiled GEMM (the vectorised pointwise form, kernel
+// bodies), sharing the KernelWriter's state. Which form a kernel takes is gpu_plan.cpp's
+// decision; the text helpers, Ctx and the expression emitter shared with the GEMM writer are in
+// render_expr.hpp, the accumulators' text in render_accs.hpp, the dialect tables and launch
+// arithmetic in dialects.cpp; the tiled GEMM writer is gemm_render.cpp.
 #include "gpu_render.hpp"
 
 #include <cctype>
@@ -18,6 +18,7 @@
 #include "ir/decompose.hpp"
 #include "ir/expr_util.hpp"
 #include "kfuse/error.hpp"
+#include "render_accs.hpp"
 #include "render_expr.hpp"
 
 namespace kfuse::detail::gpu {
@@ -28,110 +29,6 @@ using namespace rx;
 using ir::AccKind;
 using ir::ExprKind;
 using ir::ExprRef;
-
-// ---------------------------------------------------------------- accumulators
-bool is_arg(AccKind k) { return k == AccKind::ArgMax || k == AccKind::ArgMin; }
-
-class Accs {
- public:
-  Accs(Ctx& c) : c_(c) {}
-
-  // The type a lane keeps for accumulator j (the compared value's type for arg accumulators).
-  DType vtype(int j) const {
-    const auto& a = c_.k.accs[j];
-    return is_arg(a.kind) ? a.value->dtype : a.dtype;
-  }
-  std::string a(int j) const { return "kf_a" + std::to_string(j); }
-  std::string ai(int j) const { return "kf_ai" + std::to_string(j); }
-
-  std::string init(int j) {
-    const DType t = vtype(j);
-    switch (c_.k.accs[j].kind) {
-      case AccKind::Sum: return c_.lit(0, t);
-      case AccKind::Prod: return c_.lit(1, t);
-      case AccKind::Max: return extreme(t, false);
-      case AccKind::Min: return extreme(t, true);
-      default: return c_.lit(0, t);
-    }
-  }
-  // Declares the lane state of accumulator j.
-  std::string declare(int j) {
-    std::string s = std::string(ctype(vtype(j))) + " " + a(j) + " = " + init(j) + ";";
-    if (is_arg(c_.k.accs[j].kind)) s += " kf_i64 " + ai(j) + " = -1;";
-    return s;
-  }
-  // Folds the element value x (index r) into the lane state (reference order within a lane).
-  std::string fold(int j, const std::string& x_raw, DType xt, const std::string& r) {
-    const auto& A = c_.k.accs[j];
-    const DType t = vtype(j);
-    const std::string x = c_.cast(x_raw, xt, t);
-    if (!is_arg(A.kind)) return a(j) + " = " + binop(A.kind, t, a(j), x) + ";";
-    const char* gt = A.kind == AccKind::ArgMax ? " > " : " < ";
-    std::string cond = is_float(t) ? "(!isnan(" + a(j) + ") && (isnan(" + x + ") || " + x + gt + a(j) + "))"
-                                   : "(" + x + gt + a(j) + ")";
-    return "if (" + ai(j) + " < 0 || " + cond + ") { " + a(j) + " = " + x + "; " + ai(j) + " = " + r + "; }";
-  }
-  // Combines partial (b, bi) into (av, aiv); commutative, and ties go to the lower index.
-  std::string combine(int j, const std::string& av, const std::string& aiv, const std::string& b,
-                      const std::string& bi) {
-    const auto& A = c_.k.accs[j];
-    const DType t = vtype(j);
-    if (!is_arg(A.kind)) return av + " = " + binop(A.kind, t, av, b) + ";";
-    const char* gt = A.kind == AccKind::ArgMax ? " > " : " < ";
-    std::string better = "(" + b + gt + av + " || (" + b + " == " + av + " && " + bi + " < " + aiv + "))";
-    if (is_float(t))
-      better = "(isnan(" + b + ") ? (!isnan(" + av + ") || " + bi + " < " + aiv + ") : (!isnan(" + av + ") && " +
-               better + "))";
-    return "if (" + bi + " >= 0 && (" + aiv + " < 0 || " + better + ")) { " + av + " = " + b + "; " + aiv + " = " + bi +
-           "; }";
-  }
-  // The final value of accumulator j from the lane state.
-  std::string result(int j) const {
-    const auto& A = c_.k.accs[j];
-    std::string v = is_arg(A.kind) ? ai(j) : a(j);
-    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + v + ";";
-  }
-  // The value of accumulator j over an empty reduce domain (reference: 0, prod 1, arg 0).
-  std::string empty_result(int j) {
-    const auto& A = c_.k.accs[j];
-    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + empty_value(j) + ";";
-  }
-  // result(j) where `nonempty` holds, else empty_result's value (dynamic reduce domains).
-  std::string result_if(int j, const std::string& nonempty) {
-    const auto& A = c_.k.accs[j];
-    return std::string("const ") + ctype(A.dtype) + " kf_acc" + std::to_string(j) + " = " + nonempty + " ? " +
-           (is_arg(A.kind) ? ai(j) : a(j)) + " : " + empty_value(j) + ";";
-  }
-
- private:
-  std::string empty_value(int j) {
-    const auto& A = c_.k.accs[j];
-    return c_.lit(A.kind == AccKind::Prod ? 1 : 0, A.dtype);
-  }
-  std::string extreme(DType t, bool high) {
-    switch (t) {
-      case DType::Bool: return c_.lit(high ? 1 : 0, t);
-      case DType::I32:
-        return c_.int_lit(high ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int32_t>::min(), t);
-      case DType::I64:
-        return c_.int_lit(high ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min(), t);
-      default: return c_.lit(high ? INFINITY : -INFINITY, t);
-    }
-  }
-  std::string binop(AccKind k, DType t, const std::string& x, const std::string& y) {
-    switch (k) {
-      case AccKind::Sum:
-        return t == DType::Bool ? "((kf_bool)(" + x + " | " + y + "))" : wrap_arith("add", "+", t, x, y);
-      case AccKind::Prod:
-        return t == DType::Bool ? "((kf_bool)(" + x + " & " + y + "))" : wrap_arith("mul", "*", t, x, y);
-      case AccKind::Max:
-      case AccKind::Min: return max_min(k == AccKind::Max, t, x, y);
-      default: break;
-    }
-    throw InternalError("gpu renderer: binop of an arg accumulator");
-  }
-  Ctx& c_;
-};
 
 // ---------------------------------------------------------------- vectorised pointwise form
 // Why: a thread per element moves 4 bytes per load; GPUs move memory best in 16-byte accesses
@@ -803,51 +700,6 @@ std::string sanitize(const std::string& s) {
 
 }  // namespace
 
-// ---------------------------------------------------------------- dialect tables
-const Dialect& cuda_dialect() {
-  static const Dialect d{"cuda",
-                         "cuda/prelude.cu.tmpl",
-                         "unsigned char",
-                         "int",
-                         "long long",
-                         "unsigned int",
-                         "unsigned long long",
-                         "LL",
-                         "f",
-                         "",
-                         "",
-                         true,
-                         32,
-                         256,
-                         int64_t{1} << 20};
-  return d;
-}
-const Dialect& opencl_dialect() {
-  static const Dialect d{"opencl",   "opencl/prelude.cl.tmpl",
-                         "uchar",    "int",
-                         "long",     "uint",
-                         "ulong",    "L",
-                         "",         "__global ",
-                         "__local ", false,
-                         1,          256,
-                         4096};
-  return d;
-}
-
-RenderKnobs render_knobs(const Options& o) {
-  if (o.gpu_gemm_tile != 0 && o.gpu_gemm_tile != 64 && o.gpu_gemm_tile != 128)
-    throw UserError("Options::gpu_gemm_tile (KFUSE_GPU_GEMM_TILE) is " + std::to_string(o.gpu_gemm_tile) +
-                    ": use 0 (default), 64 or 128");
-  return {o.gpu_gemm_tile == 128 ? 0 : o.gpu_gemm_tile};
-}
-
-std::string render_options_key(const Options& o) {
-  const RenderKnobs k = render_knobs(o);
-  return k.gemm_tile ? "gpu_gemm_tile=" + std::to_string(k.gemm_tile) : std::string();
-}
-
-const char* team_name(Team t) { return t == Team::Thread ? "thread" : t == Team::Warp ? "warp" : "block"; }
-
 Rendered render(const ir::Kernel& kernel, const Dialect& d, const RenderKnobs& knobs) {
   ir::verify_kernel(kernel);
   ir::Kernel k = kernel;  // composites in primitive ops: the one definition every backend computes
@@ -913,22 +765,6 @@ bool try_render(const ir::Kernel& k, const Dialect& d, Rendered& out, std::strin
     declined = std::string(d.name) + ": " + e.what();
     return false;
   }
-}
-
-int64_t stage_units(const Stage& s, const ir::Kernel& k, const std::vector<int64_t>& params) {
-  if (s.vec > 1) return (ir::outer_points(k, params) + s.vec - 1) / s.vec;
-  if (s.tile_m == 0) return ir::outer_points(k, params) * s.units_per_outer;
-  const size_t n = k.outer.size();
-  int64_t u = 1;
-  for (size_t i = 0; i + 2 < n; ++i) u *= ir::eval_index(k.outer[i], params);
-  const int64_t m = ir::eval_index(k.outer[n - 2], params), nn = ir::eval_index(k.outer[n - 1], params);
-  return u * ((m + s.tile_m - 1) / s.tile_m) * ((nn + s.tile_n - 1) / s.tile_n);
-}
-
-int64_t groups_for(const Stage& s, const Dialect& d, int64_t units) {
-  if (units <= 0) return 0;
-  const int64_t per = s.team == Team::Thread ? s.block : s.team == Team::Warp ? s.block / d.warp_size : 1;
-  return std::min<int64_t>((units + per - 1) / per, d.max_groups);
 }
 
 }  // namespace kfuse::detail::gpu
