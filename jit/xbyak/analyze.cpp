@@ -42,6 +42,55 @@ Affine split(const ExprRef& e, ir::Space s, int dim) {
   return {a->base, a->step};
 }
 
+// Comparison e of two i64 index expressions as D + k <pred> 0 with D = lhs - rhs = base + coeff *
+// inner, coeff 0 or 1 (-1 is negated into 1; other strides decline); then k is folded into the
+// base, and a comparison its constant base decides (the inner index is >= 0) is `known`.
+struct CmpForm {
+  ExprRef base;
+  int coeff = 0;
+  int64_t k = 0;
+  IndexCmp::Pred pred = IndexCmp::Pred::Lt;
+  int known = -1;
+};
+CmpForm index_compare(const ir::Expr& e, ir::Space s, int dim) {
+  using P = IndexCmp::Pred;
+  CmpForm f;
+  switch (e.op) {
+    case Op::Lt: f.pred = P::Lt; break;
+    case Op::Le: f.pred = P::Lt, f.k = -1; break;  // D <= 0: D - 1 < 0
+    case Op::Gt: f.pred = P::Ge, f.k = -1; break;  // D > 0: D - 1 >= 0
+    case Op::Ge: f.pred = P::Ge; break;
+    case Op::Eq: f.pred = P::Eq; break;
+    case Op::Ne: f.pred = P::Ne; break;
+    default: decline(std::string("i64 operand of ") + op_name(e.op) + " not supported");
+  }
+  const Affine a = split(ir::op(Op::Sub, DType::I64, {e.args[0], e.args[1]}), s, dim);
+  f.base = or_zero(a.base);
+  if (a.coeff == -1) {  // D + k <pred> 0 with D = -D': D' - k - 1 >= 0 for <, < 0 for >=; D' - k == 0
+    f.base = ir::op(Op::Sub, DType::I64, {ir::iconst(0), f.base});
+    f.k = f.pred == P::Eq || f.pred == P::Ne ? -f.k : -f.k - 1;
+    if (f.pred == P::Lt) f.pred = P::Ge;
+    else if (f.pred == P::Ge) f.pred = P::Lt;
+  } else if (a.coeff != 0 && a.coeff != 1) {
+    decline("comparison of an index with stride " + std::to_string(a.coeff) + " in the innermost loop variable");
+  }
+  f.coeff = a.coeff == 0 ? 0 : 1;
+  if (f.k > (int64_t{1} << 40) || f.k < -(int64_t{1} << 40)) decline("index comparison with a constant beyond 2^40");
+  f.base = ir::iadd(f.base, ir::iconst(f.k));
+  f.k = 0;
+  if (f.base->kind == ExprKind::Const) {  // X = c (+ inner >= 0)
+    const double c = f.base->value;
+    const bool lt = c < 0, eq = c == 0;
+    if (f.coeff == 0) {
+      const bool v = f.pred == P::Lt ? lt : f.pred == P::Ge ? !lt : f.pred == P::Eq ? eq : !eq;
+      f.known = v ? 1 : 0;
+    } else if (c >= 0 && !(eq && (f.pred == P::Eq || f.pred == P::Ne))) {
+      f.known = f.pred == P::Ge || (f.pred == P::Ne && c > 0) ? 1 : 0;  // X >= c >= 0 (> 0 for Eq/Ne)
+    }
+  }
+  return f;
+}
+
 bool supported_value_op(Op op) {
   switch (op) {
     case Op::Pow:
@@ -269,8 +318,13 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
           return;
         case ExprKind::Acc: return;
         case ExprKind::Load:
-          if (e->args.size() > 1) decline("masked loads not supported");
+          if (e->args.size() > 1) {  // (an op over its condition: index_masks.cpp)
+            if (k.buffers[static_cast<size_t>(e->index)].dtype != DType::F32) decline("masked load of a narrow buffer");
+            if (e->args[1]->dtype != DType::Bool) decline("load masked by a non-bool condition");
+            value(e->args[1], in_loop);
+          }
           plan.loads[e.get()] = access(e->index, e->args[0], in_loop);
+          if (e->args.size() > 1 && plan.loads[e.get()].coeff == 0) decline("masked broadcast load");
           return;
         case ExprKind::Var:
         case ExprKind::Param:
@@ -279,6 +333,19 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         // AVX2 has no 64-bit lane multiply, which the counter hash needs: LLVM takes the kernel.
         case ExprKind::Rand: decline("random numbers not supported (64-bit multiply)");
         case ExprKind::Op: break;
+      }
+      const bool compares = e->op == Op::Lt || e->op == Op::Le || e->op == Op::Gt || e->op == Op::Ge ||
+                            e->op == Op::Eq || e->op == Op::Ne;
+      if (compares && e->args[0]->dtype == DType::I64) {  // (index_masks.cpp)
+        CmpForm f = index_compare(*e, is, idim);
+        if (!in_loop && f.coeff != 0) decline("internal: inner variable outside a loop");
+        auto [bit, bnew] = base_ids.emplace(f.base, static_cast<int>(plan.bases.size()));
+        if (bnew) plan.bases.push_back(f.base);
+        auto [ait, anew] =
+            addr_ids.emplace(std::make_pair(kIndexBuffer, bit->second), static_cast<int>(plan.addrs.size()));
+        if (anew) plan.addrs.push_back({kIndexBuffer, bit->second, DType::I64});
+        plan.cmps[e.get()] = {ait->second, f.coeff, f.pred, f.known};
+        return;
       }
       // Narrow values (f32 lanes holding values of the narrow type): only casts to a narrow type
       // of an f32 or narrow value (f16/bf16 round; u8/i8 truncate and wrap: exact in f32) and

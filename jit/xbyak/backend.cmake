@@ -6,9 +6,11 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/loop_invariants.cpp
   ${CMAKE_CURRENT_LIST_DIR}/analyze.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emitter.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rows.cpp
   ${CMAKE_CURRENT_LIST_DIR}/eval.cpp
   ${CMAKE_CURRENT_LIST_DIR}/interleave.cpp
   ${CMAKE_CURRENT_LIST_DIR}/index_eval.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/index_masks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/exec_memory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/narrow.cpp

@@ -304,13 +304,7 @@ class XbyakBackend final : public Backend {
     Code code;
     Isa isa = isa_;
     try {
-      code = emit(k, plan, isa);
-    } catch (const Avx2OnlyError&) {
-      // An AVX-512 machine runs AVX2 code: the ymm emitter takes what the zmm one does not yet.
-      isa = Isa::Avx2;
-      try {
-        code = emit(k, plan, isa);
-      } catch (const DeclineError& e) { return {nullptr, e.what()}; }
+      code = emit_code(k, plan, isa);
     } catch (const DeclineError& e) { return {nullptr, e.what()}; }
     auto ck = std::make_shared<XbyakKernel>(k, plan, code.bytes.data(), code.bytes.size(), o);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

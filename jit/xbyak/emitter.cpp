@@ -1,10 +1,7 @@
-// Over 800 lines: the phase-loop emitter (pointwise, row, global loops and their streaming-store
-// variants) shares Gen state throughout; accumulators, online rows, lanes and invariants are already
-// separate files.
 // xbyak backend: machine-code emission from an analysed kernel (see xbyak_backend.hpp), the
-// members of Gen (gen.hpp) that drive a kernel: prologue/epilogue, row loop, index arithmetic,
-// stream pointers, stack slots, constants, the pointwise/row/global phase loops, streaming
-// stores and prefetch. Accumulators are in accumulators.cpp, expression evaluation (register
+// members of Gen (gen.hpp) that drive a kernel: prologue/epilogue, stack slots, constants, the
+// pointwise/row/global phase loops, streaming stores and prefetch. The row loop and stream
+// pointers are in rows.cpp, accumulators in accumulators.cpp, expression evaluation (register
 // allocation, instruction selection) in eval.cpp, the rows-across-lanes path in lanes.cpp, the
 // online softmax loop and pipelined rows in online.cpp.
 //
@@ -86,9 +83,10 @@ size_t Gen<Vmm>::generate() {
   L(ctab_);
   for (uint32_t v : cvals_)
     for (int i = 0; i < W; ++i) dd(v);
-  L(masktab_);
+  L(masktab_);  // (the last W + 1 lanes: index_masks.cpp)
   for (int i = 0; i < 8; ++i) dd(0xffffffffu);
   for (int i = 0; i < 8; ++i) dd(0);
+  for (int i = 0; i < 9; ++i) dd(0xffffffffu);
   if (p_.segment && p_.segment->has_nibbles()) {
     L(nibtab_);  // per lane i: the shift 4 * (i & 1), then the vpshufb control picking byte i / 2
     for (int i = 0; i < W; ++i) dd(i % 2 == 0 ? 0 : 4);
@@ -154,181 +152,6 @@ void Gen<Vmm>::epilogue() {
   ret();
 }
 
-// ---- rows ----
-template <class Vmm>
-void Gen<Vmm>::row_loop(const std::function<void()>& body) {
-  Label top, done;
-  const bool ways = p_.mode == Mode::Row;  // Frame::ways: rows taken from several cursors
-  mov(r12, qword[rdi + frame_off::row_begin]);
-  mov(r13, qword[rdi + frame_off::row_end]);
-  if (ways) {
-    Label one;
-    cmp(qword[rdi + frame_off::ways], 1);
-    jle(one, T_NEAR);
-    mov(rax, qword[rdi + frame_off::cursors]);  // cursor 0 starts at row_begin
-    mov(r13, qword[rax + frame_off::cursor_end]);
-    L(one);
-  }
-  // A pointwise walk over rows moves every stream pointer by a fixed step (params: evaluated
-  // once here) while only the innermost row index advances: the pointers are recomputed from
-  // their index expressions only on a carry. Recomputing them per row cost ~40 instructions, as
-  // much as the row itself for rows of 64 floats (a permuted head split [8,512,16,64]: 0.9 ms
-  // against LLVM's 0.5).
-  const std::vector<ExprRef> steps = ways ? std::vector<ExprRef>{} : row_steps();
-  for (size_t b = 0; b < steps.size(); ++b) {
-    if (!steps[b] || ir::is_const(steps[b], 0)) continue;
-    ieval(steps[b].get(), r8, ieval_pool());
-    shl(r8, 2);
-    mov(qword[rsp + step_slot(b)], r8);
-  }
-  Label resume;
-  L(top);
-  cmp(r12, r13);
-  jge(done, T_NEAR);
-  compute_addrs();
-  L(resume);
-  nvslots_ = 0;
-  body();
-  // advance the row index and its decomposition (idx[] with carries)
-  inc(r12);
-  if (p_.row_dims > 0) {
-    Label adv_done;
-    for (int d = p_.row_dims - 1; d >= 0; --d) {
-      Label carry;
-      mov(rax, qword[rdi + frame_off::idx + 8 * d]);
-      inc(rax);
-      cmp(rax, qword[rdi + frame_off::ext + 8 * d]);
-      jge(carry, T_NEAR);
-      mov(qword[rdi + frame_off::idx + 8 * d], rax);
-      if (d == p_.row_dims - 1 && !steps.empty()) {
-        cmp(r12, r13);
-        jge(done, T_NEAR);
-        for (size_t a = 0; a < p_.addrs.size(); ++a) {
-          const int b = p_.addrs[a].base;
-          // (scratch rows and streams that do not move with the row, e.g. a bias, stay)
-          if (b < 0 || !steps[static_cast<size_t>(b)] || ir::is_const(steps[static_cast<size_t>(b)], 0)) continue;
-          mov(rax, qword[rsp + step_slot(static_cast<size_t>(b))]);  // (bytes of f32 elements)
-          if (const int s = esz(static_cast<int>(a)); s < 4) sar(rax, s == 2 ? 1 : 2);
-          add(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
-        }
-        prefetch_slots();
-        jmp(resume, T_NEAR);
-        L(carry);
-        mov(qword[rdi + frame_off::idx + 8 * d], 0);
-        continue;
-      }
-      jmp(adv_done, T_NEAR);
-      L(carry);
-      mov(qword[rdi + frame_off::idx + 8 * d], 0);
-    }
-    L(adv_done);
-  }
-  if (ways) next_cursor();
-  jmp(top, T_NEAR);
-  L(done);
-}
-
-// Frame::ways > 1: the row state (r12, r13, Frame::idx) goes back to its cursor and the next
-// cursor's comes in; after the last cursor, or one that has run out (sizes do not increase, so
-// every later one has too), cursor 0 again, which ends the loop when it has run out.
-template <class Vmm>
-void Gen<Vmm>::next_cursor() {
-  using namespace frame_off;
-  Label one, have;
-  cmp(qword[rdi + ways], 1);
-  jle(one, T_NEAR);
-  imul(rax, qword[rdi + way], cursor_bytes);  // rax = this cursor
-  add(rax, qword[rdi + cursors]);
-  mov(qword[rax + cursor_row], r12);
-  for (int d = 0; d < p_.row_dims; ++d) {
-    mov(rdx, qword[rdi + idx + 8 * d]);
-    mov(qword[rax + cursor_idx + 8 * d], rdx);
-  }
-  mov(rax, qword[rdi + way]);
-  inc(rax);
-  xor_(edx, edx);
-  cmp(rax, qword[rdi + ways]);
-  cmovge(rax, rdx);
-  mov(qword[rdi + way], rax);
-  imul(rax, rax, cursor_bytes);  // rax = the next cursor, or cursor 0 when it has run out
-  add(rax, qword[rdi + cursors]);
-  mov(r12, qword[rax + cursor_row]);
-  cmp(r12, qword[rax + cursor_end]);
-  jl(have, T_NEAR);
-  mov(qword[rdi + way], 0);
-  mov(rax, qword[rdi + cursors]);
-  mov(r12, qword[rax + cursor_row]);
-  L(have);
-  mov(r13, qword[rax + cursor_end]);
-  mov(rdx, qword[rax + cursor_pf_rows]);
-  mov(qword[rdi + pf_rows], rdx);
-  for (int d = 0; d < p_.row_dims; ++d) {
-    mov(rdx, qword[rax + cursor_idx + 8 * d]);
-    mov(qword[rdi + idx + 8 * d], rdx);
-  }
-  L(one);
-}
-
-template <class Vmm>
-void Gen<Vmm>::compute_addrs() {
-  for (size_t b = 0; b < p_.bases.size(); ++b) {
-    bool used = false;
-    for (const auto& a : p_.addrs) used |= a.base == static_cast<int>(b);
-    if (!used) continue;
-    ieval(p_.bases[b].get(), r8, ieval_pool());
-    for (size_t a = 0; a < p_.addrs.size(); ++a) {
-      if (p_.addrs[a].base != static_cast<int>(b)) continue;
-      mov(rax, qword[rdi + frame_off::bufs]);
-      mov(rax, qword[rax + 8 * p_.addrs[a].buffer]);
-      lea(rax, ptr[rax + r8 * esz(static_cast<int>(a))]);
-      mov(qword[rsp + ptr_slot(static_cast<int>(a))], rax);
-    }
-  }
-  prefetch_slots();
-}
-
-template <class Vmm>
-void Gen<Vmm>::prefetch_slots() {
-  for (size_t i = 0; i < row_pf_.size(); ++i) {  // where the row loop's prefetch reaches
-    imul(rax, qword[rdi + frame_off::pf_rows], static_cast<int>(row_pf_[i].second * esz(row_pf_[i].first)));
-    add(rax, qword[rsp + ptr_slot(row_pf_[i].first)]);
-    mov(qword[rsp + pf_slot(i)], rax);
-  }
-}
-
-// Per base, its step along the innermost row index when every used base has one computable
-// once per launch (params and constants only); empty when some base has none (an idiv/imod of
-// that index): row_loop then recomputes the pointers every row.
-template <class Vmm>
-std::vector<ExprRef> Gen<Vmm>::row_steps() const {
-  if (p_.mode != Mode::Pointwise || p_.row_dims == 0) return {};
-  std::vector<ExprRef> steps(p_.bases.size());
-  for (const auto& a : p_.addrs) {
-    if (a.base < 0 || steps[static_cast<size_t>(a.base)]) continue;
-    auto st = ir::symbolic_step(p_.bases[static_cast<size_t>(a.base)], ir::Space::Outer, p_.row_dims - 1);
-    if (!st || ir::contains(st->get(), ExprKind::Var) || ir::contains(st->get(), ExprKind::Load)) return {};
-    steps[static_cast<size_t>(a.base)] = *st;
-  }
-  return steps;
-}
-
-// Pointer slot/register prev_ptr_[a] is the previous row's pointer of stream a (pipeline).
-template <class Vmm>
-void Gen<Vmm>::load_ptr_regs() {
-  const size_t n = static_cast<size_t>(nptrs_);
-  for (size_t a = 0; a < n && a < ptr_pool().size(); ++a)
-    mov(ptr_pool()[a], qword[rsp + ptr_slot(static_cast<int>(a))]);
-}
-
-// base register of a stream (rax reloaded for overflow streams); the previous row's in prev_row_
-template <class Vmm>
-Reg64 Gen<Vmm>::stream(int addr) {
-  if (prev_row_) addr = prev_ptr_[static_cast<size_t>(addr)];
-  if (addr < static_cast<int>(ptr_pool().size())) return ptr_pool()[addr];
-  mov(rax, qword[rsp + ptr_slot(addr)]);
-  return rax;
-}
-
 // ---- phases ----
 template <class Vmm>
 void Gen<Vmm>::phase(size_t ph, bool static_range) {
@@ -369,8 +192,9 @@ void Gen<Vmm>::mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr
   if (memo.count(e)) return;
   bool v = false;
   if (e->kind == ExprKind::Load) v = p_.loads.at(e).coeff != 0;
+  if (is_cmp(e)) v = p_.cmps.at(e).coeff != 0;
   for (const auto& a : e->args) {
-    if (e->kind == ExprKind::Load) break;
+    if (e->kind == ExprKind::Load || is_cmp(e)) break;
     mark_variant(a.get(), memo);
     v |= memo[a.get()];
   }
@@ -383,7 +207,7 @@ bool Gen<Vmm>::cheap_body(const std::vector<const ir::Expr*>& roots) const {
   std::unordered_set<const ir::Expr*> seen;
   int ops = 0;
   std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
-    if (!seen.insert(e).second || e->kind == ExprKind::Load) return;
+    if (!seen.insert(e).second || e->kind == ExprKind::Load || is_cmp(e)) return;
     if (e->kind == ExprKind::Op) ops += scratch_count(e) > 1 ? 16 : 1;  // a math function
     for (const auto& a : e->args) walk(a.get());
   };
@@ -418,7 +242,8 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   std::unordered_map<const ir::Expr*, int> inv;
   std::vector<const ir::Expr*> frontier;
   auto consider = [&](const ir::Expr* e) {
-    if (var[e] || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load) return;
+    if (var[e] || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load || is_cmp(e))
+      return;
     if (!inv.count(e)) {
       inv[e] = new_vslot();
       frontier.push_back(e);
@@ -427,7 +252,7 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   std::unordered_map<const ir::Expr*, int> recip_of;  // divisor -> slot of its reciprocal
   std::unordered_set<const ir::Expr*> seen;
   std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
-    if (!seen.insert(e).second || !var[e] || e->kind == ExprKind::Load) return;
+    if (!seen.insert(e).second || !var[e] || e->kind == ExprKind::Load || is_cmp(e)) return;
     if (recip && !lanes && e->kind == ExprKind::Op && e->op == Op::Div && sum_of_exps_at_max(e->args[1].get())) {
       const ir::Expr* s = e->args[1].get();
       if (!recip_of.count(s)) recip_of[s] = new_vslot();
@@ -875,6 +700,15 @@ Code emit_with_fallback(const ir::Kernel& k, const Plan& plan) {
 
 Code emit(const ir::Kernel& k, const Plan& plan, Isa isa) {
   return isa == Isa::Avx512 ? emit_with_fallback<Xbyak::Zmm>(k, plan) : emit_with_fallback<Xbyak::Ymm>(k, plan);
+}
+
+Code emit_code(const ir::Kernel& k, const Plan& plan, Isa& isa) {
+  try {
+    return emit(k, plan, isa);
+  } catch (const Avx2OnlyError&) {
+    isa = Isa::Avx2;  // (an AVX-512 machine runs AVX2 code: the ymm emitter takes what the zmm one does not yet)
+    return emit(k, plan, isa);
+  }
 }
 
 }  // namespace kfuse::detail::xb

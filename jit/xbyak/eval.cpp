@@ -27,13 +27,18 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
     n.e = e;
     if (inv)
       if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
-    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load ||
+    // (a masked load is an op over its condition: index_masks.cpp, masked_load)
+    const bool masked = is_masked_load(e);
+    n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc ||
+             (e->kind == ExprKind::Load && !masked) || is_cmp(e) ||
              seg_row_leaf(e);  // (a segment kernel's cast.f32 of a narrow row is one load)
     std::vector<int> a;
     if (recip)
       if (auto it = recip->find(e); it != recip->end()) n.recip = it->second;
     if (n.recip >= 0) {
       a.push_back(self(e->args[0].get(), self));
+    } else if (masked && !n.leaf) {
+      a.push_back(self(e->args[1].get(), self));
     } else if (!n.leaf) {
       if (e->args.size() > 3) throw DeclineError("xbyak: internal: op with more than 3 operands");
       for (const auto& x : e->args) a.push_back(self(x.get(), self));
@@ -277,6 +282,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
     }
     if (node.leaf) emit_leaf(node, Vmm(dst), ev);
     else if (node.recip >= 0) vmulps(Vmm(dst), Vmm(opr[0]), slot_operand(node.recip));
+    else if (node.e->kind == ExprKind::Load) masked_load(Vmm(dst), node.e, Vmm(opr[0]), ev.masked);
     else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
     reg[i] = dst;
     owner[dst] = i;
@@ -331,6 +337,10 @@ void Gen<Vmm>::emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& 
   }
   const ir::Expr* e = n.e;
   if (seg_leaf(e, d, ev)) return;
+  if (is_cmp(e)) {
+    cmp_mask(d, p_.cmps.at(e));
+    return;
+  }
   switch (e->kind) {
     case ExprKind::Const: vmovups(d, const_operand(e)); return;
     case ExprKind::Acc:

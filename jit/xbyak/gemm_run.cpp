@@ -213,7 +213,8 @@ class GemmKernel final : public CompiledKernel {
       Code code;
       if (w.empty()) {
         try {
-          code = emit(*pro, plan, isa);
+          Isa pro_isa = isa;  // (AVX2 code where the zmm emitter does not take it yet)
+          code = emit_code(*pro, plan, pro_isa);
         } catch (const DeclineError& e) { w = e.what(); }
       }
       if (!w.empty()) {
@@ -236,7 +237,8 @@ class GemmKernel final : public CompiledKernel {
     epi_plan_.cached_rows = true;
     if (w.empty()) {
       try {
-        *code = emit(*p_.epi, epi_plan_, isa);
+        Isa epi_isa = isa;  // (AVX2 code where the zmm emitter does not take it yet)
+        *code = emit_code(*p_.epi, epi_plan_, epi_isa);
       } catch (const DeclineError& e) { w = e.what(); }
     }
     if (!w.empty()) {

@@ -2,9 +2,9 @@
 //
 // Gen<Vmm> (Vmm = Xbyak::Zmm on AVX-512, Xbyak::Ymm on AVX2) emits one kernel. It is declared
 // here because its members are defined in several files:
-//   emitter.cpp  everything shared by every strategy: prologue/epilogue, row loop, index
-//                arithmetic, stream pointers, stack slots, constants, the pointwise/row/global
-//                phase loops, streaming stores, prefetch;
+//   emitter.cpp  everything shared by every strategy: prologue/epilogue, stack slots,
+//                constants, the pointwise/row/global phase loops, streaming stores, prefetch;
+//   rows.cpp     the row loop, stream pointers per row, prefetch slots of the next rows;
 //   accumulators.cpp  accumulator registers: identities, folds, unrolled sets, horizontal sums;
 //   eval.cpp     expression evaluation: the DAG of a phase body, the register allocator (Belady
 //                spilling), instruction selection per op (the math injectors);
@@ -13,6 +13,7 @@
 //                emitted instruction by instruction over register groups (AVX2);
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
 //                reduce index unrolled; gathers/scatters, stack tiles and their transposes;
+//   index_masks.cpp  comparisons of index expressions as lane masks, loads under them;
 //   online.cpp   online softmax (Plan::online: max and exp-sum in one loop) and pipelined rows
 //                (Plan::pipeline: row i's loop also runs row i-1's stores).
 // The two talk through a narrow interface, marked below: the lane path uses the stack slots,
@@ -159,7 +160,7 @@ class Gen : public Xbyak::CodeGenerator {
   bool stream_ = false;       // emit full-vector stores as non-temporal (streaming) stores
   bool uses_stream_ = false;  // some path streams: the epilogue fences
 
-  // ---- emitter.cpp: services for the lane path ----
+  // ---- emitter.cpp (stream, compute_addrs, load_ptr_regs: rows.cpp): services for the lane path ----
   int vslot_off(int s) const { return vslot_base_ + s * 64; }  // byte offset of vector slot s from rsp
   int new_vslot();
   Reg64 stream(int addr);
@@ -182,7 +183,7 @@ class Gen : public Xbyak::CodeGenerator {
   void release_accs();
   int acc_regs(const std::vector<int>& accs) const;
 
-  // ---- emitter.cpp: the rest ----
+  // ---- emitter.cpp (row_steps, prefetch_slots, row_loop, next_cursor: rows.cpp): the rest ----
   const std::vector<Reg64>& ptr_pool();
   const std::vector<Reg64>& ieval_pool();
   int ptr_slot(int addr) const { return addr * 8; }
@@ -199,7 +200,10 @@ class Gen : public Xbyak::CodeGenerator {
   void phase(size_t ph, bool static_range);
   void emit_leaf(const typename Dag::Node& n, const Vmm& d, const Eval& ev);
   // ---- narrow.cpp: u8/i8/f16/bf16 streams (Addr::dtype), their values in f32 lanes ----
-  int esz(int addr) const { return static_cast<int>(dtype_size(p_.addrs[static_cast<size_t>(addr)].dtype)); }
+  int esz(int addr) const {  // (an index stream's "pointer" is its base value: size 1)
+    const Addr& a = p_.addrs[static_cast<size_t>(addr)];
+    return a.buffer == kIndexBuffer ? 1 : static_cast<int>(dtype_size(a.dtype));
+  }
   /// The vector of stream `addr` at column r14 (+ disp_ + `extra`, bytes of f32 lanes, scaled to
   /// the stream's element size), through its base register b.
   Address elem(const Reg64& b, int addr, int extra = 0) const {
@@ -210,6 +214,13 @@ class Gen : public Xbyak::CodeGenerator {
   void narrow_store(const Access& a, const Vmm& v, bool scalar, bool masked);
   void narrow_round(DType to, const Vmm& d, const Vmm& a, const Vmm* t);
   void narrow_tail_copy(const Address& at, int slot, int esize, bool to_stack);
+  // ---- index_masks.cpp: comparisons of index expressions as masks, loads under them ----
+  bool is_cmp(const ir::Expr* e) const { return p_.cmps.count(e) > 0; }
+  bool is_masked_load(const ir::Expr* e) const {
+    return e->kind == ir::ExprKind::Load && e->args.size() > 1 && !p_.segment && p_.loads.count(e);
+  }
+  void cmp_mask(const Vmm& t, const IndexCmp& c);
+  void masked_load(const Vmm& d, const ir::Expr* e, const Vmm& mask, bool tail);
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);

@@ -1,6 +1,6 @@
 // xbyak backend: integer index arithmetic in general registers, the Gen member (gen.hpp) that
 // every strategy uses for the values it computes once per row or per id: a row's stream bases and
-// steps (emitter.cpp), a segment kernel's bag bounds, row ids, row pointers and shared values
+// steps (rows.cpp), a segment kernel's bag bounds, row ids, row pointers and shared values
 // (segment.cpp: those add the id position, accumulators and index loads as leaves).
 #include <optional>
 

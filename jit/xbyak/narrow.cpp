@@ -9,7 +9,7 @@
 // f32 and rounds where the IR says, as the LLVM backend and the reference evaluator do: same bits.
 //
 // Element sizes: a stream's vector is at b + r14 * esz + disp_ / 4 * esz (Gen::elem), its row
-// steps and prefetch distances scaled the same way (emitter.cpp).
+// steps and prefetch distances scaled the same way (rows.cpp, emitter.cpp).
 //
 // AVX2 has no byte- or word-masked loads and stores: a masked tail copies its bytes between the
 // stream and a zeroed stack slot (narrow_tail_copy), reading and writing nothing past the last

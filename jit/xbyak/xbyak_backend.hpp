@@ -38,8 +38,23 @@ struct Addr {
   DType dtype = DType::F32;
 };
 inline constexpr int kScratchBuffer = -1;
+/// An index stream (IndexCmp): its "pointer" is the value of its base expression itself (element
+/// size 1), computed and stepped per row as the pointers of memory streams are.
+inline constexpr int kIndexBuffer = -2;
 /// Stream pointers kept in registers (Gen::ptr_pool): pipelined rows must fit theirs in them.
 inline constexpr int kPipelinePointers = 7;
+/// A comparison of i64 index expressions (the bounds of concat and pad, causal masks), a bool
+/// leaf (index_masks.cpp): with X = lhs - rhs (+ a constant) = base + coeff * inner, normalised to
+/// coeff 0 or 1, lane l is true where X < 0 (Lt), X >= 0 (Ge), X == 0 (Eq) or X != 0 (Ne). With
+/// coeff 1 the true lanes of a vector are a prefix, a suffix or one lane, so a mask is one or
+/// two loads from a table at an offset computed in general registers.
+struct IndexCmp {
+  enum class Pred : uint8_t { Lt, Ge, Eq, Ne };
+  int addr = 0;  ///< the kIndexBuffer stream holding `base`
+  int coeff = 0;
+  Pred pred = Pred::Lt;
+  int known = -1;  ///< 0 / 1: false / true at every point (the inner index is >= 0); -1: computed
+};
 struct Access {
   int addr = 0;
   int coeff = 0;  ///< 0 (broadcast) or 1 (contiguous) in the inner variable
@@ -55,7 +70,8 @@ struct Plan {
   bool cached_rows = false;
   std::vector<ir::ExprRef> bases;  ///< i64 base expressions (no inner variable)
   std::vector<Addr> addrs;
-  std::unordered_map<const ir::Expr*, Access> loads;
+  std::unordered_map<const ir::Expr*, Access> loads;  ///< (a load with a condition: masked, index_masks.cpp)
+  std::unordered_map<const ir::Expr*, IndexCmp> cmps;
   std::vector<std::vector<Access>> stores;  ///< per phase, per store
   /// Row kernels with a short reduce extent (<= kLaneMaxReduce) and one row dim whose every
   /// base is affine in the row index: rows across lanes (AVX-512: lane i owns row o+i).
@@ -150,11 +166,14 @@ Code emit(const ir::Kernel& k, const Plan& plan, Isa isa);
 struct DeclineError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-/// What the AVX-512 emitter declines and the AVX2 one takes (narrow streams and rounding, not
-/// written for zmm yet): an AVX-512 machine then runs the kernel's AVX2 code (XbyakBackend::compile).
+/// What the AVX-512 emitter declines and the AVX2 one takes (narrow streams and rounding, index
+/// masks, not written for zmm yet): an AVX-512 machine then runs the kernel's AVX2 code.
 struct Avx2OnlyError : DeclineError {
   using DeclineError::DeclineError;
 };
+/// emit() for `isa`, or for AVX2 where the AVX-512 emitter throws Avx2OnlyError (`isa` then
+/// says AVX2): the kernels of XbyakBackend::compile and a GEMM's prologues and epilogue.
+Code emit_code(const ir::Kernel& k, const Plan& plan, Isa& isa);
 
 inline constexpr int kMaxOuterDims = 8;
 /// Mode::Row: the most row cursors a kernel call interleaves (Frame::ways).

@@ -22,7 +22,7 @@ inline constexpr int kFormatVersion = 1;
 /// semantics) may change generated code for the same printed kernel: old entries then simply
 /// stop matching. A change inside one backend bumps that backend's Backend::codegen_version().
 /// What changed at each bump is in git log.
-inline constexpr int kCodegenVersion = 31;
+inline constexpr int kCodegenVersion = 32;
 
 /// Everything hashed into a key, kept readable for the cache tool (`show`, `why-miss`).
 struct KeyFields {

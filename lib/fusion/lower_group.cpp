@@ -30,6 +30,7 @@
 #include "lower_group.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -356,6 +357,19 @@ class Lowerer {
     }
     if (n->op == Op::Const) return ir::constant(n->attrs.reals[0], n->dtype);
     if (n->op == Op::Iota) {
+      // An integer arange whose values are integers the f64 form computes exactly (|v| < 2^53;
+      // i32: within i32, where both casts agree) is index arithmetic: start + step * i in i64,
+      // which the backends see through (affine in the loop variables: masks from positions,
+      // jit/xbyak/index_masks.cpp) and compute without a float round trip.
+      const double start = n->attrs.reals[0], step = n->attrs.reals[1];
+      const double reach = std::fabs(start) + std::fabs(step) * static_cast<double>(n->shape.empty() ? 1 : n->shape[0]);
+      const double exact = n->dtype == DType::I64 ? 0x1p53 : 0x1p31;
+      if ((n->dtype == DType::I64 || n->dtype == DType::I32) && start == std::trunc(start) &&
+          step == std::trunc(step) && reach < exact) {
+        ExprRef v =
+            ir::iadd(ir::iconst(static_cast<int64_t>(start)), ir::imul(idx[0], ir::iconst(static_cast<int64_t>(step))));
+        return n->dtype == DType::I64 ? v : ir::op(Op::Cast, DType::I32, {v});
+      }
       ExprRef i = ir::op(Op::Cast, DType::F64, {idx[0]});
       ExprRef v = ir::op(Op::Add, DType::F64,
                          {ir::constant(n->attrs.reals[0], DType::F64),

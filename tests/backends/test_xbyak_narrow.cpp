@@ -4,35 +4,16 @@
 // sizes (masked tails), size 1, empty, broadcasts, and rows long enough for the online softmax.
 // AVX-512 machines run these kernels' AVX2 code (the zmm emitter declines narrow streams and the
 // backend emits ymm code for them), so no kernel falls back there either.
-#include <kfuse/options.hpp>
 #include <kfuse/quantize.hpp>
-#include <kfuse/stats.hpp>
 
 #include <cmath>
 
-#include "backend/backend.hpp"
-#include "test_util.hpp"
+#include "xbyak_checks.hpp"
 
 using namespace kfuse;
 using namespace kfuse::test;
 
 namespace {
-
-// Evaluates make() with only `backend`, returns its outputs' values and the fallbacks it took.
-std::pair<std::vector<std::vector<double>>, uint64_t> run_on(const std::string& backend,
-                                                             const std::function<std::vector<Tensor>()>& make) {
-  Options saved = options(), o = saved;
-  o.backends = {backend};
-  set_options(o);
-  reset_counters();
-  std::vector<Tensor> outs = make();
-  eval(outs);
-  std::vector<std::vector<double>> v;
-  for (const auto& t : outs) v.push_back(values(t));
-  const uint64_t fallbacks = counters().fallbacks;
-  set_options(saved);
-  return {v, fallbacks};
-}
 
 // Values with the specials every conversion must carry: NaN, infinities, f16 overflow and
 // subnormals, f16/bf16 ties.
@@ -50,18 +31,8 @@ class XbyakNarrow : public ::testing::Test {
   void SetUp() override {
     if (!detail::find_backend("xbyak")) GTEST_SKIP() << "no xbyak backend";
   }
-  // Every output of make() on xbyak: no fallback, the LLVM backend's bits where it is
-  // built in and `bitwise`, else within `tol` of the fp64 reference.
-  void check(const std::function<std::vector<Tensor>()>& make, bool bitwise, double tol) {
-    auto [got, fallbacks] = run_on("xbyak", make);
-    EXPECT_EQ(fallbacks, 0u) << "xbyak declined a narrow kernel (KFUSE_LOG=backend)";
-    if (bitwise && detail::find_backend("llvm")) {
-      auto [want, llvm_fallbacks] = run_on("llvm", make);
-      for (size_t i = 0; i < got.size(); ++i) { EXPECT_TRUE(same_bits(got[i], want[i])) << "output " << i; }
-    }
-    std::vector<Tensor> outs = make();
-    auto ref = reference_values(outs);
-    for (size_t i = 0; i < got.size(); ++i) { EXPECT_TRUE(all_close(got[i], ref[i], tol, tol)) << "output " << i; }
+  static void check(const std::function<std::vector<Tensor>()>& make, bool bitwise, double tol) {
+    check_on_xbyak(make, bitwise, tol);
   }
 };
 

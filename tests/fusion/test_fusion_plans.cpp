@@ -3,6 +3,7 @@
 #include <kfuse/explain.hpp>
 
 #include <algorithm>
+#include <limits>
 
 #include "backend/backend.hpp"
 
@@ -30,6 +31,16 @@ TEST(FusionPlans, SoftmaxFamilyIsOneKernel) {
     check_plan(softmax(x, -1), 1);
     check_plan(logsumexp(x, -1), 1);
   }
+}
+
+// A mask from positions (two aranges compared) is index arithmetic inside the row kernel: the
+// causal softmax of attention scores reads nothing but the scores.
+TEST(FusionPlans, CausalSoftmaxIsOneKernel) {
+  const int64_t n = 37;
+  Tensor i = reshape(arange(n), {n, 1}), j = reshape(arange(n), {1, n});
+  Tensor masked = where(j <= i, rnd({n, n}, 2), full({}, -std::numeric_limits<double>::infinity(), DType::F32));
+  check_plan(softmax(masked, -1), 1);
+  EXPECT_EQ(explain(softmax(masked, -1)).kernels[0].inputs.size(), 1u);
 }
 
 TEST(FusionPlans, NormsAreOneKernel) {
