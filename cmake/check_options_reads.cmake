@@ -1,6 +1,6 @@
 # The `options-boundary` test: cmake -DROOT=<source dir> -P cmake/check_options_reads.cmake
 # The process-wide options (kfuse::options()) are read where an evaluation, plan, compile or tool
-# starts, and passed down from there (README "Process-wide state"). This fails when a file of lib/
+# starts, and passed down from there (docs/runtime-state.md). This fails when a file of lib/
 # or jit/ outside the list below calls options(), and when a listed file no longer does (so the
 # list only shrinks).
 cmake_minimum_required(VERSION 3.25)
