@@ -308,6 +308,17 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       return {ait->second, static_cast<int>(a.coeff)};
     };
 
+    // An index stream (kIndexBuffer): the value of `base` per row, e.g. a comparison's or a random
+    // counter's (index_masks.cpp, random.cpp).
+    auto index_stream = [&](const ExprRef& base) {
+      auto [bit, bnew] = base_ids.emplace(base, static_cast<int>(plan.bases.size()));
+      if (bnew) plan.bases.push_back(base);
+      auto [ait, anew] =
+          addr_ids.emplace(std::make_pair(kIndexBuffer, bit->second), static_cast<int>(plan.addrs.size()));
+      if (anew) plan.addrs.push_back({kIndexBuffer, bit->second, DType::I64});
+      return ait->second;
+    };
+
     std::unordered_set<const ir::Expr*> seen;
     std::function<void(const ExprRef&, bool)> value = [&](const ExprRef& e, bool in_loop) {
       if (!seen.insert(e.get()).second) return;
@@ -330,8 +341,17 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
         case ExprKind::Param:
         case ExprKind::IDiv:
         case ExprKind::IMod: decline("i64 arithmetic not supported (index used as a value)");
-        // AVX2 has no 64-bit lane multiply, which the counter hash needs: LLVM takes the kernel.
-        case ExprKind::Rand: decline("random numbers not supported (64-bit multiply)");
+        case ExprKind::Rand: {  // f32 uniform: the counter hash in 64-bit lanes (random.cpp)
+          if (e->dtype != DType::F32) decline(std::string(dtype_name(e->dtype)) + " random numbers");
+          const Affine seed = split(e->args[0], is, idim), counter = split(e->args[1], is, idim);
+          if (seed.coeff != 0) decline("random seed that varies along the row");
+          if (counter.coeff != 0 && counter.coeff != 1)
+            decline("random counter with stride " + std::to_string(counter.coeff) + " in the innermost loop variable");
+          if (!in_loop && counter.coeff != 0) decline("internal: inner variable outside a loop");
+          plan.rands[e.get()] = {index_stream(or_zero(seed.base)), index_stream(or_zero(counter.base)),
+                                 static_cast<int>(counter.coeff)};
+          return;
+        }
         case ExprKind::Op: break;
       }
       const bool compares = e->op == Op::Lt || e->op == Op::Le || e->op == Op::Gt || e->op == Op::Ge ||
@@ -339,12 +359,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       if (compares && e->args[0]->dtype == DType::I64) {  // (index_masks.cpp)
         CmpForm f = index_compare(*e, is, idim);
         if (!in_loop && f.coeff != 0) decline("internal: inner variable outside a loop");
-        auto [bit, bnew] = base_ids.emplace(f.base, static_cast<int>(plan.bases.size()));
-        if (bnew) plan.bases.push_back(f.base);
-        auto [ait, anew] =
-            addr_ids.emplace(std::make_pair(kIndexBuffer, bit->second), static_cast<int>(plan.addrs.size()));
-        if (anew) plan.addrs.push_back({kIndexBuffer, bit->second, DType::I64});
-        plan.cmps[e.get()] = {ait->second, f.coeff, f.pred, f.known};
+        plan.cmps[e.get()] = {index_stream(f.base), f.coeff, f.pred, f.known};
         return;
       }
       // Narrow values (f32 lanes holding values of the narrow type): only casts to a narrow type

@@ -15,6 +15,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/lanes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/narrow.cpp
   ${CMAKE_CURRENT_LIST_DIR}/online.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp

@@ -87,6 +87,10 @@ size_t Gen<Vmm>::generate() {
   for (int i = 0; i < 8; ++i) dd(0xffffffffu);
   for (int i = 0; i < 8; ++i) dd(0);
   for (int i = 0; i < 9; ++i) dd(0xffffffffu);
+  if (!p_.rands.empty()) {
+    L(qiotatab_);  // 64-bit lane offsets of a random counter (random.cpp)
+    for (int i = 0; i < W; ++i) dq(static_cast<uint64_t>(i));
+  }
   if (p_.segment && p_.segment->has_nibbles()) {
     L(nibtab_);  // per lane i: the shift 4 * (i & 1), then the vpshufb control picking byte i / 2
     for (int i = 0; i < W; ++i) dd(i % 2 == 0 ? 0 : 4);
@@ -191,10 +195,9 @@ template <class Vmm>
 void Gen<Vmm>::mark_variant(const ir::Expr* e, std::unordered_map<const ir::Expr*, bool>& memo) {
   if (memo.count(e)) return;
   bool v = false;
-  if (e->kind == ExprKind::Load) v = p_.loads.at(e).coeff != 0;
-  if (is_cmp(e)) v = p_.cmps.at(e).coeff != 0;
+  if (opaque_value(e)) v = opaque_variant(e);
   for (const auto& a : e->args) {
-    if (e->kind == ExprKind::Load || is_cmp(e)) break;
+    if (opaque_value(e)) break;
     mark_variant(a.get(), memo);
     v |= memo[a.get()];
   }
@@ -207,7 +210,7 @@ bool Gen<Vmm>::cheap_body(const std::vector<const ir::Expr*>& roots) const {
   std::unordered_set<const ir::Expr*> seen;
   int ops = 0;
   std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
-    if (!seen.insert(e).second || e->kind == ExprKind::Load || is_cmp(e)) return;
+    if (!seen.insert(e).second || opaque_value(e)) return;
     if (e->kind == ExprKind::Op) ops += scratch_count(e) > 1 ? 16 : 1;  // a math function
     for (const auto& a : e->args) walk(a.get());
   };
@@ -243,7 +246,7 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   std::vector<const ir::Expr*> frontier;
   auto consider = [&](const ir::Expr* e) {
     if (var[e] || e->kind == ExprKind::Const || e->kind == ExprKind::Acc || e->kind == ExprKind::Load || is_cmp(e))
-      return;
+      return;  // (an invariant random number goes to the frontier: computed once per loop)
     if (!inv.count(e)) {
       inv[e] = new_vslot();
       frontier.push_back(e);
@@ -252,7 +255,7 @@ std::unordered_map<const ir::Expr*, int> Gen<Vmm>::hoist_invariants(const std::v
   std::unordered_map<const ir::Expr*, int> recip_of;  // divisor -> slot of its reciprocal
   std::unordered_set<const ir::Expr*> seen;
   std::function<void(const ir::Expr*)> walk = [&](const ir::Expr* e) {
-    if (!seen.insert(e).second || !var[e] || e->kind == ExprKind::Load || is_cmp(e)) return;
+    if (!seen.insert(e).second || !var[e] || opaque_value(e)) return;
     if (recip && !lanes && e->kind == ExprKind::Op && e->op == Op::Div && sum_of_exps_at_max(e->args[1].get())) {
       const ir::Expr* s = e->args[1].get();
       if (!recip_of.count(s)) recip_of[s] = new_vslot();

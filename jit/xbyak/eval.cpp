@@ -28,7 +28,7 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
     if (inv)
       if (auto it = inv->find(e); it != inv->end()) n.inv = it->second;
     // (a masked load is an op over its condition: index_masks.cpp, masked_load)
-    const bool masked = is_masked_load(e);
+    const bool masked = is_masked_load(e);  // (a random number: an op without value operands, random.cpp)
     n.leaf = n.inv >= 0 || e->kind == ExprKind::Const || e->kind == ExprKind::Acc ||
              (e->kind == ExprKind::Load && !masked) || is_cmp(e) ||
              seg_row_leaf(e);  // (a segment kernel's cast.f32 of a narrow row is one load)
@@ -39,6 +39,7 @@ typename Gen<Vmm>::Dag Gen<Vmm>::make_dag(const std::vector<const ir::Expr*>& ro
       a.push_back(self(e->args[0].get(), self));
     } else if (masked && !n.leaf) {
       a.push_back(self(e->args[1].get(), self));
+    } else if (is_rand(e)) {
     } else if (!n.leaf) {
       if (e->args.size() > 3) throw DeclineError("xbyak: internal: op with more than 3 operands");
       for (const auto& x : e->args) a.push_back(self(x.get(), self));
@@ -283,6 +284,7 @@ void Gen<Vmm>::eval(const Dag& g, const Eval& ev) {
     if (node.leaf) emit_leaf(node, Vmm(dst), ev);
     else if (node.recip >= 0) vmulps(Vmm(dst), Vmm(opr[0]), slot_operand(node.recip));
     else if (node.e->kind == ExprKind::Load) masked_load(Vmm(dst), node.e, Vmm(opr[0]), ev.masked);
+    else if (is_rand(node.e)) rand_uniform(Vmm(dst), p_.rands.at(node.e), scr);
     else emit_op(node.e, Vmm(dst), opr, node.nargs, scr);
     reg[i] = dst;
     owner[dst] = i;

@@ -14,6 +14,7 @@
 //   lanes.cpp    rows across lanes (Plan::lanes): groups of W rows, lane i owning a row, the
 //                reduce index unrolled; gathers/scatters, stack tiles and their transposes;
 //   index_masks.cpp  comparisons of index expressions as lane masks, loads under them;
+//   random.cpp   f32 uniform random numbers: the counter hash in 64-bit lanes;
 //   online.cpp   online softmax (Plan::online: max and exp-sum in one loop) and pipelined rows
 //                (Plan::pipeline: row i's loop also runs row i-1's stores).
 // The two talk through a narrow interface, marked below: the lane path uses the stack slots,
@@ -140,7 +141,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<std::pair<uint64_t, int>> iuse_;
   bool dry_ = false;
   int max_reg_ = -1;
-  Label ctab_, masktab_;
+  Label ctab_, masktab_, qiotatab_;
   Label nibtab_;  // segment kernels with nibble rows: the lanes' shifts 0, 4, 0, 4, ..., a byte shuffle (seg_leaf)
   int vslot_base_ = 0;
   int nvslots_ = 0;
@@ -221,6 +222,18 @@ class Gen : public Xbyak::CodeGenerator {
   }
   void cmp_mask(const Vmm& t, const IndexCmp& c);
   void masked_load(const Vmm& d, const ir::Expr* e, const Vmm& mask, bool tail);
+  // ---- random.cpp: f32 uniform random numbers (Rand) ----
+  bool is_rand(const ir::Expr* e) const { return p_.rands.count(e) > 0; }
+  void rand_uniform(const Vmm& d, const RandLeaf& r, const Vmm* t);
+  void mix64_lanes(const Vmm& x, const Vmm& t, const Vmm& u);
+  /// An expression the loop emitter treats as a unit whose variance is its own (its operands are
+  /// index expressions, not values): loads, index comparisons, random numbers.
+  bool opaque_value(const ir::Expr* e) const { return e->kind == ir::ExprKind::Load || is_cmp(e) || is_rand(e); }
+  bool opaque_variant(const ir::Expr* e) const {
+    if (e->kind == ir::ExprKind::Load) return p_.loads.at(e).coeff != 0;
+    if (is_cmp(e)) return p_.cmps.at(e).coeff != 0;
+    return p_.rands.at(e).coeff != 0;
+  }
   void truth(const Vmm& d, const ir::Expr* arg, const Vmm& v);
   void cmp_to_mask(const Vmm& d, const Vmm& a, const Xbyak::Operand& b, uint8_t pred);
   void blend(const Vmm& d, const Vmm& mask, const Vmm& if_true, const Vmm& if_false);

@@ -55,6 +55,12 @@ struct IndexCmp {
   Pred pred = Pred::Lt;
   int known = -1;  ///< 0 / 1: false / true at every point (the inner index is >= 0); -1: computed
 };
+/// An f32 uniform random number (Rand, random.cpp): the seed and the counter's base are index
+/// streams; the counter of lane l is base + l (+ the inner index when coeff is 1).
+struct RandLeaf {
+  int seed_addr = 0, counter_addr = 0;
+  int coeff = 0;
+};
 struct Access {
   int addr = 0;
   int coeff = 0;  ///< 0 (broadcast) or 1 (contiguous) in the inner variable
@@ -72,6 +78,7 @@ struct Plan {
   std::vector<Addr> addrs;
   std::unordered_map<const ir::Expr*, Access> loads;  ///< (a load with a condition: masked, index_masks.cpp)
   std::unordered_map<const ir::Expr*, IndexCmp> cmps;
+  std::unordered_map<const ir::Expr*, RandLeaf> rands;
   std::vector<std::vector<Access>> stores;  ///< per phase, per store
   /// Row kernels with a short reduce extent (<= kLaneMaxReduce) and one row dim whose every
   /// base is affine in the row index: rows across lanes (AVX-512: lane i owns row o+i).
@@ -107,6 +114,7 @@ struct Plan {
 };
 // Scratch vector registers the injector of an op needs (injectors.hpp), beyond its result.
 inline int scratch_count(const ir::Expr* e) {
+  if (e->kind == ir::ExprKind::Rand) return 3;  // (random.cpp: the key and a 64-bit multiply's two)
   if (e->kind != ir::ExprKind::Op) return 0;
   switch (e->op) {
     case Op::Exp:
