@@ -21,6 +21,7 @@ int64_t Gen<Vmm>::lane_stride(int addr) const {
 // The index vectors used by gathers and scatters (RIP-relative, after the constants).
 template <class Vmm>
 void Gen<Vmm>::lane_tables() {
+  align(64);  // (whole-vector reads: emitter.cpp, generate)
   L(lidxtab_);
   for (const auto& v : lidx_)
     for (int i = 0; i < W; ++i) dd(static_cast<uint32_t>(v[i]));
