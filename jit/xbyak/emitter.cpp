@@ -87,6 +87,13 @@ size_t Gen<Vmm>::generate() {
   for (int i = 0; i < 8; ++i) dd(0xffffffffu);
   for (int i = 0; i < 8; ++i) dd(0);
   for (int i = 0; i < 9; ++i) dd(0xffffffffu);
+  if (!p_.cmps.empty()) {
+    align(8);
+    L(boundtab_);  // the clamp bounds of an index mask's offset, -W, 0, 1 (index_masks.cpp)
+    dq(static_cast<uint64_t>(-W));
+    dq(0);
+    dq(1);
+  }
   // The tables below are read as whole vectors in loops: vector-aligned, never across a cache
   // line (a nibble table 4 bytes off its line cost the 4-bit bag ~15%).
   if (!p_.rands.empty()) {

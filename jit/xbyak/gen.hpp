@@ -141,7 +141,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<std::pair<uint64_t, int>> iuse_;
   bool dry_ = false;
   int max_reg_ = -1;
-  Label ctab_, masktab_, qiotatab_;
+  Label ctab_, masktab_, qiotatab_, boundtab_;
   Label nibtab_;  // segment kernels with nibble rows: the lanes' shifts 0, 4, 0, 4, ..., a byte shuffle (seg_leaf)
   int vslot_base_ = 0;
   int nvslots_ = 0;

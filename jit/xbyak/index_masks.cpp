@@ -53,13 +53,13 @@ void Gen<Vmm>::cmp_mask(const Vmm& t, const IndexCmp& c) {
   }
   // rdx = -n, n = clamp(-X, lo, W): X clamped to [-W, -lo]; lo = -1 for Eq/Ne (then no lane:
   // first(0) & from(-1))
+  // (the bounds from memory: boundtab_ holds -W, 0, 1; no label use in a dry run)
   const bool eq = pred == IndexCmp::Pred::Eq || pred == IndexCmp::Pred::Ne;
-  mov(rax, -W);
-  cmp(rdx, rax);
-  cmovl(rdx, rax);
-  mov(eax, eq ? 1 : 0);
-  cmp(rdx, rax);
-  cmovg(rdx, rax);
+  auto bound = [&](int i) { return dry_ ? qword[rip] : qword[rip + boundtab_ + 8 * i]; };
+  cmp(rdx, -W);
+  cmovl(rdx, bound(0));
+  cmp(rdx, eq ? 1 : 0);
+  cmovg(rdx, bound(eq ? 2 : 1));
   lea(rax, dry_ ? ptr[rip] : ptr[rip + masktab_]);  // (no label use in a dry run: loop_invariants.cpp)
   const Address first = ptr[rax + rdx * 4 + 4 * W], from = ptr[rax + rdx * 4 + 8 * W];
   switch (pred) {
