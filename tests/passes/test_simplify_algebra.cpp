@@ -22,6 +22,17 @@ TEST(SimplifyAlgebra, IdentityElementsDisappear) {
             "roots: %1, %0\n");
 }
 
+TEST(SimplifyAlgebra, SquaresAndReciprocalsOfPow) {
+  Tensor x = input({4, 3});
+  EXPECT_EQ(run({pow(x, 2.0), pow(x, -1.0)}),
+            "%0 = buffer f32[4, 3] in0\n"
+            "%1 = square f32[4, 3] %0\n"
+            "%2 = reciprocal f32[4, 3] %0\n"
+            "roots: %1, %2\n");
+  // other exponents stay: x*x*x rounds twice; sqrt(-0) is -0 where pow(-0, 0.5) is +0
+  expect_unchanged({pow(x, 3.0), pow(x, 0.5), pow(x, -2.0), pow(x, x)});
+}
+
 TEST(SimplifyAlgebra, ConstantsAreSeenThroughViews) {
   Tensor x = input({4, 3});
   Tensor one = scalar(1.0).reshape({1, 1}).expand({4, 3});
