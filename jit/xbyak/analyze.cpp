@@ -20,6 +20,10 @@ namespace {
 // (the emitter's DeclineError: one type for every reason xbyak gives a kernel back)
 [[noreturn]] void decline(const std::string& why) { throw DeclineError("xbyak: " + why); }
 
+// Buffers whose elements the kernels hold in f32 lanes: f32, the narrow types (their values),
+// and bool (lane masks; narrow.cpp converts the bytes).
+bool stored_in_lanes(DType t) { return t == DType::F32 || t == DType::Bool || is_narrow(t); }
+
 // Index expressions must be host-side integer arithmetic: the loops compute them from the
 // outer indices and params, never from data.
 void check_index(const ExprRef& e) {
@@ -258,10 +262,12 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
     if (k.has_gather()) decline("gather (a load index that reads memory): runs on LLVM");
     if (k.outer.size() > static_cast<size_t>(kMaxOuterDims)) decline("more than 8 outer dimensions");
     if (k.accs.size() > static_cast<size_t>(kMaxAccs)) decline("more than 64 accumulators");
-    // Narrow storage (narrow.cpp): values held in f32 lanes, converted at loads and stores.
+    // Narrow storage (narrow.cpp): values held in f32 lanes, converted at loads and stores (bool
+    // bytes to and from lane masks).
     for (const auto& b : k.buffers)
-      if (b.dtype != DType::F32 && !is_narrow(b.dtype))
-        decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name + "' (f32, u8, i8, f16 and bf16 buffers only)");
+      if (!stored_in_lanes(b.dtype))
+        decline(std::string(dtype_name(b.dtype)) + " buffer '" + b.name +
+                "' (f32, bool, u8, i8, f16 and bf16 buffers only)");
     if (k.reduce.size() > 1) decline("more than one reduce dimension");
     for (const auto& o : k.outer) check_index(o);
     bool has_reduce = !k.reduce.empty();
@@ -393,7 +399,7 @@ std::string analyze(const ir::Kernel& k, Plan& plan) {
       }
       for (const auto& s : ph.stores) {
         const DType to = k.buffers[static_cast<size_t>(s.buffer)].dtype;
-        if (s.value->dtype != to || (to != DType::F32 && !is_narrow(to)))
+        if (s.value->dtype != to || !stored_in_lanes(to))
           decline(std::string(dtype_name(s.value->dtype)) + " store into a " + dtype_name(to) + " buffer");
         value(s.value, in_loop);
         Access acc = access(s.buffer, s.index, in_loop);

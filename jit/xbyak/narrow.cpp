@@ -1,5 +1,5 @@
-// xbyak backend: streams of narrow storage types (Addr::dtype u8, i8, f16, bf16) in pointwise,
-// row and global kernels, the Gen members (gen.hpp) that load, store and round them.
+// xbyak backend: streams of narrow storage types (Addr::dtype u8, i8, f16, bf16, and bool) in
+// pointwise, row and global kernels, the Gen members (gen.hpp) that load, store and round them.
 //
 // A narrow value lives in f32 lanes holding exactly its value: loads widen (vcvtph2ps for f16,
 // a 16-bit shift for bf16, vpmovzx/sx + vcvtdq2ps for u8/i8), cast.f32 of a narrow value is then
@@ -7,6 +7,8 @@
 // lib/core/half.cpp: F16C for f16, the integer sequence for bf16, NaNs made quiet), cast.u8 /
 // cast.i8 truncates and wraps in place, and a store narrows a value that is already exact. So every kernel computes in
 // f32 and rounds where the IR says, as the LLVM backend and the reference evaluator do: same bits.
+// A bool value is a lane mask, as a comparison leaves it: a load sets the lanes of nonzero bytes,
+// a store writes each lane's sign bit as a byte 0 or 1.
 //
 // Element sizes: a stream's vector is at b + r14 * esz + disp_ / 4 * esz (Gen::elem), its row
 // steps and prefetch distances scaled the same way (rows.cpp, emitter.cpp).
@@ -52,6 +54,15 @@ void Gen<Vmm>::narrow_load(const Vmm& d, const Access& a, bool broadcast, bool m
   const Xbyak::Xmm x(d.getIdx());
   const Reg64 b = stream(a.addr);
   if (broadcast) {
+    if (dt == DType::Bool) {  // any nonzero byte: all lanes set
+      cmp(byte[b], 0);
+      setne(al);
+      movzx(eax, al);
+      neg(eax);
+      vmovd(x, eax);
+      vpbroadcastd(d, x);
+      return;
+    }
     if (dt == DType::I8) movsx(eax, byte[b]);
     else if (dt == DType::U8) movzx(eax, byte[b]);
     else movzx(eax, word[b]);
@@ -89,6 +100,10 @@ void Gen<Vmm>::narrow_load(const Vmm& d, const Access& a, bool broadcast, bool m
       vpmovsxbd(d, at);
       vcvtdq2ps(d, d);
       return;
+    case DType::Bool:  // bytes to lane masks: any nonzero byte is true
+      vpmovzxbd(d, at);
+      vpcmpgtd(d, d, cstu(0));
+      return;
     default: throw DeclineError("xbyak: internal: narrow load of " + std::string(dtype_name(dt)));
   }
 }
@@ -101,13 +116,15 @@ void Gen<Vmm>::narrow_store(const Access& a, const Vmm& v, bool scalar, bool mas
   const DType dt = p_.addrs[static_cast<size_t>(a.addr)].dtype;
   const Xbyak::Xmm t(kAccTmp);  // (free here: accumulate() uses it after the stores)
   const int size = esz(a.addr);
-  if (dt == DType::U8 || dt == DType::I8) {
-    // The lanes hold integers in the type's range, so the saturating packs are exact: dwords
-    // to words (per 128-bit lane), the two lanes' low quadwords together, words to bytes.
-    vcvtps2dq(Vmm(kAccTmp), v);
+  if (dt == DType::U8 || dt == DType::I8 || dt == DType::Bool) {
+    // The lanes hold integers in the type's range (a bool's mask: its sign bit, 0 or 1), so the
+    // saturating packs are exact: dwords to words (per 128-bit lane), the two lanes' low
+    // quadwords together, words to bytes.
+    if (dt == DType::Bool) vpsrld(Vmm(kAccTmp), v, 31);
+    else vcvtps2dq(Vmm(kAccTmp), v);
     vpackssdw(Vmm(kAccTmp), Vmm(kAccTmp), Vmm(kAccTmp));
     vpermq(Vmm(kAccTmp), Vmm(kAccTmp), 0x08);
-    if (dt == DType::U8) vpackuswb(t, t, t);
+    if (dt != DType::I8) vpackuswb(t, t, t);
     else vpacksswb(t, t, t);
   } else if (dt == DType::F16) {
     vcvtps2ph(t, v, 0);  // (exact: v holds f16 values)

@@ -1,5 +1,5 @@
 // Narrow storage streams on the xbyak backend (jit/xbyak/narrow.cpp): pointwise, row and global
-// kernels reading and writing u8/i8/f16/bf16 buffers compile on xbyak (no fallback)
+// kernels reading and writing u8/i8/f16/bf16 and bool buffers compile on xbyak (no fallback)
 // and give the LLVM backend's bits (both compute in f32 and round where the IR says), on odd
 // sizes (masked tails), size 1, empty, broadcasts, and rows long enough for the online softmax.
 // AVX-512 machines run these kernels' AVX2 code (the zmm emitter declines narrow streams and the
@@ -145,6 +145,40 @@ TEST_F(XbyakNarrow, ByteStoresOfRowsAndQuantisedTables) {
           return std::vector<Tensor>{q.values, (sum(x, 1) * 10.0).cast(DType::I8), max(x).cast(DType::U8)};
         },
         true, 1.0);
+  }
+}
+
+// bool buffers: stored as bytes 0/1, held as lane masks (narrow.cpp). Comparisons and logical ops
+// stored as bool, bool inputs read as conditions, operands and values, broadcast along the row
+// and across rows, in rows with a reduction, at odd sizes (masked byte tails), size 1 and empty.
+TEST_F(XbyakNarrow, BoolBuffersAreLaneMasks) {
+  for (const Shape& s : std::vector<Shape>{{1, 1}, {1, 7}, {2, 8}, {3, 9}, {0, 5}, {5, 19}, {2, 1031}}) {
+    SCOPED_TRACE(shape_str(s));
+    const int64_t rows = s[0], cols = s[1];
+    const auto n = static_cast<size_t>(rows * cols);
+    check(
+        [&] {
+          Tensor x = make_tensor(n ? special_values(n, 16) : std::vector<double>{}, s, DType::F32);
+          Tensor y = make_tensor(random_values(n, 17, -3, 3), s, DType::F32);
+          Tensor m = make_tensor(random_ints(n, 18, 0, 1), s, DType::Bool);
+          Tensor row = make_tensor(random_ints(static_cast<size_t>(cols), 19, 0, 1), {1, cols}, DType::Bool);
+          Tensor col = make_tensor(random_ints(static_cast<size_t>(rows), 20, 0, 1), {rows, 1}, DType::Bool);
+          return std::vector<Tensor>{x < y,                                    // f32 compare -> bool
+                                     logical_and(m, x > 0.0),                  // bool in, bool out
+                                     logical_not(m),                           // bool -> bool
+                                     where(m, x, y),                           // bool condition
+                                     m.cast(DType::F32) * y,                   // bool -> f32
+                                     where(logical_or(row, col), y, x * 2.0),  // broadcast bools
+                                     m == (y > 0.0)};                          // compare bools
+        },
+        true, 0);
+    check(  // in a row reduction (the backends sum in different orders)
+        [&] {
+          Tensor y = make_tensor(random_values(n, 17, -3, 3), s, DType::F32);
+          Tensor m = make_tensor(random_ints(n, 18, 0, 1), s, DType::Bool);
+          return std::vector<Tensor>{sum(where(m, y, zeros({}, DType::F32)), 1), max(m.cast(DType::F32) * y, 1)};
+        },
+        false, 1e-5);
   }
 }
 
