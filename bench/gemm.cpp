@@ -121,7 +121,7 @@ int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<
                           {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}, {512, 1024, 4096, true}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<T> u(-1, 1);
-  constexpr bool f32 = std::is_same_v<T, float>;
+  [[maybe_unused]] constexpr bool f32 = std::is_same_v<T, float>;
   for (const Shape& s : shapes) {
     char name[64];
     if (s.tb)
