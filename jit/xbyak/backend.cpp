@@ -31,6 +31,7 @@ const Xbyak::util::Cpu& host_cpu() {
 }  // namespace
 
 bool stream_alias_check() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
+bool direct_gemm_past_l2() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;

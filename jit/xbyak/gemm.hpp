@@ -97,6 +97,11 @@ struct GemmBlocking {
 };
 GemmBlocking gemm_blocking(const Ukrs& u);
 
+/// Whether AVX-512's direct (unpacked) kernel beats packing for problems of up to 3 L2s with K
+/// in one KC block (gemm_run.cpp, path_for): on AMD (Zen 4), not on Intel (a Sapphire Rapids
+/// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.
+bool direct_gemm_past_l2();
+
 /// The forms of a contraction that KFUSE_TUNE chooses between (CompiledKernel::variants):
 /// "by size" (the static choice), "packed", "direct"; a variant's index is its path below.
 const std::vector<std::string>& gemm_variants();

@@ -5,8 +5,12 @@
 // whatever kernel (packed, direct, edge through a scratch tile) or thread computes the tile.
 //
 // Register budget: AVX2 (16 ymm) 6 x 16: 12 accumulators, 2 B vectors, 2 broadcasts. AVX-512
-// (32 zmm) 14 x 32: 28 accumulators, 2 B vectors, the A values as embedded-broadcast FMA memory
-// operands (no broadcast register).
+// (32 zmm) 14 x 32: 28 accumulators, 2 B vectors, 2 broadcasts. A row's A value is broadcast
+// once into a register, not read by each of its FMAs as an embedded-broadcast memory operand:
+// that is a load per FMA (30 loads per 28 FMAs), more than the two 512-bit loads a cycle an
+// Intel core with two FMA ports can feed (Sapphire Rapids class Xeon, 1 thread: 1024^3 13.96 ->
+// 13.2-13.35 ms, 2048^3 116 -> 109 ms; on Zen 4, which runs one zmm FMA a cycle, both forms
+// measured the same).
 #include <xbyak/xbyak.h>
 
 #include <cstddef>
@@ -78,23 +82,13 @@ class UkrGen : public Xbyak::CodeGenerator {
       if (i % 3 == 0) return ptr[b];
       return ptr[b + r9 * (i % 3)];
     };
-    auto a_addr_b = [&](int i, int u) -> Xbyak::Address {  // embedded broadcast (AVX-512)
-      if (packed) return ptr_b[rax + (u * smr + i) * 4];
-      const Reg64& b = bases[i / 3];
-      if (i % 3 == 0) return ptr_b[b];
-      return ptr_b[b + r9 * (i % 3)];
-    };
     auto body = [&](int u) {
       const int boff = packed ? u * snv * VB : 0;
       for (int v = 0; v < nv_; ++v) vmovups(bvec(v), ptr[rsi + boff + v * VB]);
       for (int i = 0; i < mr; ++i) {
-        if constexpr (Z) {
-          for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), a_addr_b(i, u));
-        } else {
-          Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
-          vbroadcastss(bc, a_addr(i, u));
-          for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), bc);
-        }
+        Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
+        vbroadcastss(bc, a_addr(i, u));
+        for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), bc);
       }
     };
     auto advance = [&](int ks) {

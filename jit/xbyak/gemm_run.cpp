@@ -382,11 +382,14 @@ class GemmKernel final : public CompiledKernel {
       // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
       if (m <= 2 || (m <= 2 * kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
-      // AVX-512 with K in one KC block: in place up to 3 L2s (each C tile is written once, and
-      // no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us, 384^3 0.98 vs
-      // 1.04 ms, 512^3 2.33 vs 2.44 ms; 1024x512x512 (5 MiB) 5.12 vs 5.02 ms; with K > KC
-      // direct lost (640^3 5.8 vs 4.9 ms). (AVX2's rule above is the one measured on Zen 3.)
-      if (u_.w == 16 && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
+      // AVX-512 with K in one KC block, on AMD: in place up to 3 L2s (each C tile is written
+      // once, and no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us,
+      // 384^3 0.98 vs 1.04 ms, 512^3 2.33 vs 2.44 ms; 1024x512x512 (5 MiB) 5.12 vs 5.02 ms; with
+      // K > KC direct lost (640^3 5.8 vs 4.9 ms). On an Intel Xeon (Sapphire Rapids class, 2 MiB
+      // L2) direct loses at these sizes: 384^3 0.94 vs 0.78 ms, 512^3 2.1-2.4 vs 1.8 ms,
+      // 1024x512x512 4.5-5.5 vs 3.4-3.6 ms (interleaved A/B, medians). (AVX2's rule above is the
+      // one measured on Zen 3.)
+      if (u_.w == 16 && direct_gemm_past_l2() && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
     } else if (L.b.row == 1 && m <= kGemvRows) {
       return Path::GemvT;
     }
