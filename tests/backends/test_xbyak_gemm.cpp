@@ -219,6 +219,24 @@ TEST_F(XbyakGemm, BlockEdges) {
   }
 }
 
+// The default blocking derived from this CPU's caches: whole micro-tiles, and a B panel of at
+// most 4 MiB whatever L3 the OS reports (a VM reports the whole socket's: 480 MiB had made a
+// 16 MiB panel, 15% slower). A problem wider than one panel crosses NC blocks with it.
+TEST_F(XbyakGemm, DefaultBlockingFitsTheCaches) {
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    const auto blk = detail::xb::gemm_blocking(u);
+    EXPECT_EQ(blk.mc % u.mr, 0);
+    EXPECT_EQ(blk.nc % u.nr, 0);
+    EXPECT_GE(blk.nc, u.nr);
+    EXPECT_LE(blk.kc * blk.nc * 4, int64_t{4} << 20) << "kc " << blk.kc << " nc " << blk.nc;
+    set_gemm_path(1);
+    Spec s;
+    s.M = u.mr + 2, s.N = blk.nc + u.nr + 3, s.K = 7;
+    run_check(s, isa);
+  }
+}
+
 TEST_F(XbyakGemm, ZeroSizes) {
   for (Isa isa : isas())
     for (auto [M, N] : {std::pair{0, 5}, {5, 0}, {0, 0}}) {
