@@ -5,7 +5,7 @@
 // Generated code calls a small internal SCALAR wrapper per function (kf_expf, kf_exp, ...) that
 // broadcasts its argument, calls the ONE vector variant of the tier and returns lane 0; a VecDesc
 // entry (LLVM 19's own tables know neither SLEEF on x86 nor 16-wide libmvec, TOOLCHAIN.md
-// section 2) lets the loop/SLP vectorisers call that same vector variant directly. Hence every
+// section 2) lets the loop vectoriser call that same vector variant directly. Hence every
 // element is computed by the same code whether it falls in a vector body or in a scalar
 // remainder, and a kernel's result does not depend on how the outer domain is chunked over
 // threads. (SLEEF's scalar purecfma and its vector variants differ in the last bit for

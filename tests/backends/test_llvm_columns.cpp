@@ -284,6 +284,28 @@ TEST_F(LlvmColumnGraphs, WideColumnsAndFusedExpressions) {
   check({sum(z, 1), mean(z, 1, true), max(z, Axes{0, 1}), z - mean(z, Axes{0, 1}, true)}, 2e-5, 1e-5, "3-D");
 }
 
+// A column kernel whose reduce extent is a small constant is unrolled whole. LLVM 19's SLP
+// vectoriser gathered such a kernel's input rows in one lane order and stored its results in
+// another: with R = 5 (found by the random-DAG sweep, seed 77899), rows 1 and 3 of
+// max(m, fma(t, x, t)) were exchanged, t = maximum(m, randn), m its column max. The pipeline
+// runs without SLP (jit/llvm/optimize.cpp). Every R of 1..20 and a few column counts.
+TEST_F(LlvmColumnGraphs, UnrolledShortColumnsKeepTheirRows) {
+  for (int64_t C : {1, 3})
+    for (int64_t R = 1; R <= 20; ++R) {
+      std::string what = "[" + std::to_string(R) + "," + std::to_string(C) + "]";
+      // (x > 0: fma(t, x, t) = t (1 + x) exceeds the column max m, so an exchange shows)
+      Tensor x = make_tensor(random_values(static_cast<size_t>(R * C), 81, 0.1, 1), {R, C});
+      Tensor r = randn({R, C}, 77899);
+      Tensor m = max(r, 0, true).expand({R, C});
+      Tensor t = maximum(m, r);
+      check({maximum(m, fma(t, x, t)), x + x}, 2e-5, 1e-5, "randn rows " + what);
+      Tensor y = make_tensor(random_values(static_cast<size_t>(R * C), 82, -2, 2), {R, C});
+      Tensor my = max(y, 0, true).expand({R, C});
+      Tensor ty = maximum(my, y);
+      check({maximum(my, fma(ty, x, ty))}, 2e-5, 1e-5, "input rows " + what);
+    }
+}
+
 // The column tile the LLVM backend plans for each column kernel of `ys` (0: point by point).
 // There must be one: a plan without column kernels would take no tile for another reason.
 std::vector<int64_t> column_tiles(const std::vector<Tensor>& ys) {
