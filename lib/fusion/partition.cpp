@@ -37,6 +37,9 @@
 //      the full shape) does not take in a permute of a kernel input that moves the reduced axis
 //      away from the input's innermost axis; the permute is materialised (a tiled copy) and the
 //      normalisation reads contiguous rows.
+//  10. transposed reads under math (CPU): a pointwise group with transcendental math does not take
+//      in a permute of a kernel input that moves the innermost axis; the permute is materialised
+//      (a tiled copy) and the math runs on contiguous vectors.
 // Before the lattice, a PATTERN PHASE (matches from lib/fusion/pattern_phase.cpp) seeds groups: built-in and
 // plugin patterns match at nodes, and their matches are committed highest benefit first. A match
 // must pass the same rules (check) and may not create a cycle between groups; otherwise it is
@@ -452,6 +455,25 @@ class Partitioner {
                  shape_str(n->inputs[0]->shape) + " perm=" + shape_str(n->attrs.ints) +
                  " would read and store every row one element per cache line (the permute is materialised "
                  "first)";
+      }
+    }
+    if (!first_red && !contraction && !u.empty() && u.front()->device == Device::cpu()) {
+      // 10. transposed reads under transcendental math (CPU): a pointwise kernel that reads a
+      //     kernel input permuted away from its innermost axis walks it in transposed tiles,
+      //     whose points are computed one by one, each math call a whole vector call (LLVM, the
+      //     backend that takes transposed reads): exp(transpose(x)) over [1024, 4096] took 35 ms,
+      //     tanh(transpose(x) * y) 117 ms. The permute is materialised first (a tiled copy, 3 ms)
+      //     and the math runs on contiguous vectors.
+      bool costly = false;
+      for (const Node* n : u) costly |= op_cost(*n) >= 10 && n->op != Op::Rand;
+      for (const Node* n : u) {
+        if (!costly || n->op != Op::Permute || in(n->inputs[0].get()) || n->shape.empty() || n->shape.back() <= 1)
+          continue;
+        const int64_t src_last = static_cast<int64_t>(n->attrs.ints.size()) - 1;
+        if (n->attrs.ints.back() != src_last && n->inputs[0]->shape[src_last] > 1)
+          return "transposed read under transcendental math: permute " + shape_str(n->inputs[0]->shape) +
+                 " perm=" + shape_str(n->attrs.ints) +
+                 " would be walked in tiles computed point by point (the permute is materialised first)";
       }
     }
     if (first_red && any_post) {

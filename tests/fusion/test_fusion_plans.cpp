@@ -95,6 +95,25 @@ TEST(FusionPlans, NormalisationOfATransposedInputMaterialisesTheTranspose) {
   check_plan(softmax(permute(y, {1, 0, 2}), -1), 1);
 }
 
+// Transcendental math over a transposed kernel input: the LLVM tile walk computed such points one
+// by one, each math call a whole vector call (tanh(transpose(x) * y) over [1024, 4096]: 117 ms),
+// so the transpose is materialised first and the math runs on contiguous vectors (partition.cpp
+// rule 10). Cheap arithmetic over the transposed read stays one kernel, and so does math over a
+// permute that keeps the innermost axis or a transpose whose moved axis has size 1.
+TEST(FusionPlans, MathOverATransposedInputMaterialisesTheTranspose) {
+  Tensor x = rnd({61, 37}, 43), y = rnd({37, 61}, 44);
+  Explanation e = explain(tanh(transpose(x) * y));
+  ASSERT_EQ(e.kernels.size(), 2u) << e.text();
+  EXPECT_NE(e.text().find("transposed read under transcendental math"), std::string::npos) << e.text();
+  check_plan(tanh(transpose(x) * y), 2, 1e-5, 1e-6);
+  check_plan(exp(transpose(x)) + sigmoid(y), 2, 1e-5, 1e-6);
+  check_plan(transpose(x) * y + 1.0, 1);
+  Tensor z = rnd({5, 30, 7}, 45);
+  check_plan(exp(permute(z, {1, 0, 2})), 1, 1e-5, 1e-6);
+  Tensor c = rnd({37, 1}, 46);
+  check_plan(exp(transpose(c)), 1, 1e-5, 1e-6);
+}
+
 TEST(FusionPlans, ColumnNormalisationIsAtMostTwoKernels) {
   // Documented: x - mean(x, 0, keepdim) is ONE column kernel (outer = columns, reduce = rows).
   Tensor x = rnd({257, 65}, 14);
