@@ -464,17 +464,17 @@ class Partitioner {
       //     backend that takes transposed reads): exp(transpose(x)) over [1024, 4096] took 35 ms,
       //     tanh(transpose(x) * y) 117 ms. The permute is materialised first (a tiled copy, 3 ms)
       //     and the math runs on contiguous vectors.
-      bool costly = false;
-      for (const Node* n : u) costly |= op_cost(*n) >= 10 && n->op != Op::Rand;
-      for (const Node* n : u) {
-        if (!costly || n->op != Op::Permute || in(n->inputs[0].get()) || n->shape.empty() || n->shape.back() <= 1)
-          continue;
-        const int64_t src_last = static_cast<int64_t>(n->attrs.ints.size()) - 1;
-        if (n->attrs.ints.back() != src_last && n->inputs[0]->shape[src_last] > 1)
-          return "transposed read under transcendental math: permute " + shape_str(n->inputs[0]->shape) +
-                 " perm=" + shape_str(n->attrs.ints) +
-                 " would be walked in tiles computed point by point (the permute is materialised first)";
-      }
+      const bool costly =
+          std::any_of(u.begin(), u.end(), [&](const Node* n) { return op_cost(*n) >= 10 && n->op != Op::Rand; });
+      if (costly)
+        for (const Node* n : u) {
+          if (n->op != Op::Permute || in(n->inputs[0].get()) || n->shape.empty() || n->shape.back() <= 1) continue;
+          const int64_t src_last = static_cast<int64_t>(n->attrs.ints.size()) - 1;
+          if (n->attrs.ints.back() != src_last && n->inputs[0]->shape[src_last] > 1)
+            return "transposed read under transcendental math: permute " + shape_str(n->inputs[0]->shape) +
+                   " perm=" + shape_str(n->attrs.ints) +
+                   " would be walked in tiles computed point by point (the permute is materialised first)";
+        }
     }
     if (first_red && any_post) {
       // 7. recomputation cost: pre-reduction members used by several phases. Phase of a
