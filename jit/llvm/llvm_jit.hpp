@@ -33,7 +33,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 18;
+inline constexpr int kLlvmCodegenVersion = 19;
 
 using Builder = llvm::IRBuilder<>;
 
@@ -95,8 +95,9 @@ LaunchPlan plan_launch(const ir::Kernel& k);
 inline constexpr int64_t kTransposeTile = 8, kTransposeRows = 256;
 /// The tile width for `k` (0: not a pointwise kernel reading an input transposed).
 int64_t plan_transpose_tile(const ir::Kernel& k);
-/// Bounds on a kernel whose 8 x 8 tiles are transposed in registers (each tile unrolls the
-/// kernel's expression 64 times): expression nodes of its stores, transposed loads.
+/// Bounds on a kernel whose 8 x 8 tiles are transposed in registers (each tile evaluates the
+/// kernel's expression once per row, 8 vector copies): expression nodes of its stores,
+/// transposed loads.
 inline constexpr size_t kTransposeTileMaxNodes = 48, kTransposeTileMaxLoads = 4;
 /// 8-column blocks per chunk of an 8 x 8 tiled walk (Lowerer::tiled_range).
 inline constexpr int64_t kTransposeChunk = 16;
@@ -105,15 +106,16 @@ inline constexpr int64_t kTransposeChunk = 16;
 /// that dim; empty when any transposed load is not such, or the kernel is past the bounds above.
 std::vector<const ir::Expr*> transpose_tile_loads(const ir::Kernel& k);
 class ExprEmitter;
-/// The 8 x 8 points from `row` (the leading dims' indices; its next-to-innermost index the first
-/// of 8 in one run of that dim) x columns [c0, c0 + 8). Each load of `tloads` is read as 8
-/// vectors, one per column, each along the 8 rows, transposed in registers into one vector per
-/// row; `point` runs each point with those loads fixed to its lane (ExprEmitter::fixed), and
-/// each row's stores become one vector store per output. Before, left to the vectoriser, a
-/// row's 8 transposed elements were one gather (vgatherqps on x86).
+/// The transposed inputs of the 8 x 8 points from `row` (the leading dims' indices; its
+/// next-to-innermost index the first of 8 in one run of that dim) x columns [c0, c0 + 8). Each
+/// load of `tloads` is read as 8 vectors, one per column, each along the 8 rows, transposed in
+/// registers, and stored row by row into its slot of `slots` (rows `stride` elements of its
+/// memory type apart, this tile's 8 from element `first` of each), where the tile's points read
+/// it as a contiguous row (Lowerer::tiled_range). Left to the vectoriser, a row's 8 transposed
+/// elements were one gather (vgatherqps on x86).
 void transpose_tile8(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& tloads,
-                     const std::vector<llvm::Value*>& row, llvm::Value* c0,
-                     const std::function<void(const std::vector<llvm::Value*>&)>& point);
+                     const std::vector<llvm::Value*>& row, llvm::Value* c0, const std::vector<llvm::Value*>& slots,
+                     int64_t stride, int64_t first);
 
 // ---- row_pieces.cpp ----
 /// One piece of a pointwise kernel's rows: the innermost index in [lo, hi), the kernel's phases

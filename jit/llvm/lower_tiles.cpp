@@ -411,10 +411,13 @@ void Lowerer::lane_pairs(const LaneBlock& blk, Value* c0, const std::function<vo
 llvm::MDNode* Lowerer::register_lane_loop(bool unroll_after) {
   int64_t bytes = 1;
   for (const auto& A : k_.accs) bytes = std::max<int64_t>(bytes, dtype_size(A.dtype));
+  return vector_loop(std::max<int64_t>(1, math_.vector_bits() / 8 / bytes), unroll_after);
+}
+
+llvm::MDNode* Lowerer::vector_loop(int64_t lanes, bool unroll_after) {
   auto* i32 = b_.getInt32Ty();
   llvm::Metadata* width[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.width"),
-                             llvm::ConstantAsMetadata::get(
-                                 llvm::ConstantInt::get(i32, std::max<int64_t>(1, math_.vector_bits() / 8 / bytes)))};
+                             llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, lanes))};
   llvm::Metadata* enable[] = {llvm::MDString::get(c_, "llvm.loop.vectorize.enable"),
                               llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c_))};
   std::vector<llvm::Metadata*> ops = {nullptr, llvm::MDNode::get(c_, width), llvm::MDNode::get(c_, enable)};

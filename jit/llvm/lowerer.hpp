@@ -257,6 +257,10 @@ class Lowerer {
   // The lane loop of a register block: widened at the full vector width of the accumulator type;
   // `unroll_after`: kept whole until the vectoriser has run, then fully unrolled (row blocks).
   llvm::MDNode* register_lane_loop(bool unroll_after = false);
+  // Loop metadata: vectorise at `lanes` lanes whatever the cost model says; with unroll_after,
+  // not unrolled before the vectoriser (which would leave scalar code: no SLP, optimize.cpp),
+  // fully unrolled once widened.
+  llvm::MDNode* vector_loop(int64_t lanes, bool unroll_after);
   int64_t register_lanes() const;
 
   std::vector<Value*> outer_extents(ExprEmitter& ex);

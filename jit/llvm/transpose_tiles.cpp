@@ -23,10 +23,11 @@
 // next-to-innermost dim) instead reads each transposed input as 8 vectors along that dim, one
 // per column of an 8 x 8 tile, transposes them with shuffles, and stores each tile row as one
 // vector (transpose_tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
-// chunk (Lowerer::tiled_range). Zen 4, 1 thread, `transpose(x) + 0`, old / new alternating, ms:
-// [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512, 512] 5.6-5.8 ->
-// 2.3-2.5 (a slow spell of the host: its copy took 1.3-1.6 ms); [4096, 1024] unchanged (quiet
-// host, four pairs: 2.70-2.92 -> 2.66-2.82).
+// chunk (Lowerer::tiled_range). The tile's points are then evaluated a row at a time as vectors
+// (the transposed rows from a stack slot), not point by point: see tiled_range. Zen 4, 1 thread, `transpose(x) + 0`,
+// old / new alternating, ms: [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512,
+// 512] 5.6-5.8 -> 2.3-2.5 (a slow spell of the host: its copy took 1.3-1.6 ms); [4096, 1024] unchanged (quiet host,
+// four pairs: 2.70-2.92 -> 2.66-2.82).
 //
 // Pointwise points are independent (no accumulators, each point stores its own outputs), so the
 // order of the walk cannot change a bit.
@@ -144,15 +145,14 @@ std::array<Value*, 8> transpose8(Builder& b, const std::array<Value*, 8>& v) {
 }  // namespace
 
 void transpose_tile8(Builder& b, ExprEmitter& ex, const std::vector<const ir::Expr*>& tloads,
-                     const std::vector<Value*>& row, Value* c0,
-                     const std::function<void(const std::vector<Value*>&)>& point) {
-  const size_t nd = row.size() + 1;
+                     const std::vector<Value*>& row, Value* c0, const std::vector<Value*>& slots, int64_t stride,
+                     int64_t first) {
   llvm::LLVMContext& c = b.getContext();
-  std::vector<std::array<Value*, 8>> rows_of(tloads.size());
   for (size_t l = 0; l < tloads.size(); ++l) {
     const ir::Expr* ld = tloads[l];
     llvm::Type* mt = mem_type(c, ld->dtype);
     auto* vt = llvm::FixedVectorType::get(mt, 8);
+    const llvm::Align align(mt->getPrimitiveSizeInBits() / 8);
     std::array<Value*, 8> col{};
     for (int j = 0; j < 8; ++j) {
       ex.reset();
@@ -160,37 +160,14 @@ void transpose_tile8(Builder& b, ExprEmitter& ex, const std::vector<const ir::Ex
       ex.outer.push_back(b.CreateAdd(c0, b.getInt64(j), "", true, true));
       Value* at = ex.convert(ex.emit(ld->args[0]), ld->args[0]->dtype, DType::I64);
       Value* p = b.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(ld->index)), at);
-      col[static_cast<size_t>(j)] = b.CreateAlignedLoad(vt, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
+      col[static_cast<size_t>(j)] = b.CreateAlignedLoad(vt, p, align);
     }
-    rows_of[l] = transpose8(b, col);
+    const std::array<Value*, 8> rows = transpose8(b, col);
+    for (int i = 0; i < 8; ++i)
+      b.CreateAlignedStore(rows[static_cast<size_t>(i)],
+                           b.CreateInBoundsGEP(mt, slots[l], b.getInt64(stride * i + first)), align);
   }
-  // A row's points store into 8 consecutive elements of each output (plan_transpose_tile:
-  // every store steps by one along the innermost dim, and no load reads an output): their
-  // stores are collected and made one vector store per output at the first point's index.
-  std::vector<ExprEmitter::Store> stores;
-  ex.captured = &stores;
-  for (int i = 0; i < 8; ++i) {
-    stores.clear();
-    for (int j = 0; j < 8; ++j) {
-      for (size_t l = 0; l < tloads.size(); ++l)
-        ex.fixed[tloads[l]] = ex.widen_loaded(b.CreateExtractElement(rows_of[l][static_cast<size_t>(i)], b.getInt64(j)),
-                                              tloads[l]->dtype);
-      std::vector<Value*> at = row;
-      at[nd - 2] = b.CreateAdd(row[nd - 2], b.getInt64(i), "", true, true);
-      at.push_back(b.CreateAdd(c0, b.getInt64(j), "", true, true));
-      point(at);
-    }
-    const size_t per = stores.size() / 8;
-    for (size_t s = 0; s < per; ++s) {
-      llvm::Type* mt = stores[s].value->getType();
-      Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, 8));
-      for (size_t j = 0; j < 8; ++j) v = b.CreateInsertElement(v, stores[j * per + s].value, b.getInt64(j));
-      Value* p = b.CreateInBoundsGEP(mt, ex.buffers.at(static_cast<size_t>(stores[s].buffer)), stores[s].index);
-      b.CreateAlignedStore(v, p, llvm::Align(mt->getPrimitiveSizeInBits() / 8));
-    }
-  }
-  ex.captured = nullptr;
-  ex.fixed.clear();
+  ex.reset();
 }
 
 }  // namespace kfuse::detail::llvmjit

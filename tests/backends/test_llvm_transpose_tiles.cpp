@@ -184,6 +184,35 @@ TEST(LlvmTransposeTiles, RegisterTransposedTilesMatchTheReference) {
   }
 }
 
+// A tile's rows are vectors (Lowerer::tiled_range: 16 columns on AVX-512 hosts for f32, 8 for
+// f64 or AVX2), its math one vector call per row; the points outside whole tiles (the columns
+// past the last tile, groups of fewer than 8 rows, partial rows at chunk ends) call the scalar
+// wrapper of the same vector variant (vector_math.cpp). So tanh(in0^T * in1) must match the
+// reference and give the same bits however a launch is chunked: column counts a multiple of 16,
+// of 8 but not 16, and odd.
+TEST(LlvmTransposeTiles, MathOverTransposedTilesIsChunkIndependent) {
+  KFUSE_REQUIRE_LLVM();
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 16}, {9, 24}, {40, 48}, {23, 130}, {130, 23}, {64, 263}};
+  for (DType t : {DType::F32, DType::F64})
+    for (auto [r, c] : shapes) {
+      Kernel k = transposed(t, r, c, true);
+      Phase& ph = k.phases[0];
+      ph.stores[0].value =
+          op(Op::Tanh, t, {op(Op::Mul, t, {ph.stores[0].value->args[0], ph.stores[0].value->args[1]})});
+      ASSERT_EQ(detail::llvmjit::transpose_tile_loads(k).size(), 1u);
+      auto in = inputs_for(k, static_cast<size_t>(r * c), 17);
+      for (auto& b : in)  // tanh's interesting range: |x * y| up to about 3
+        for (size_t i = 0; i < b.size(); ++i) b.set(i, b.get(i) / 60);
+      const std::string what = std::string(dtype_name(t)) + " tanh " + std::to_string(r) + "x" + std::to_string(c);
+      const auto whole = check_vs_reference(k, in, {static_cast<size_t>(r * c)}, {0, 4}, what);
+      auto ck = compile_with(*llvm_backend(), k);
+      for (int64_t chunk : {int64_t{1}, int64_t{7}, 8 * c + 5, 9 * c}) {
+        const auto part = run_on(*chunked(k, *ck, chunk), k, in, {static_cast<size_t>(r * c)});
+        EXPECT_TRUE(same_bits(part, whole)) << what << " chunk " << chunk;
+      }
+    }
+}
+
 TEST(LlvmTransposeTiles, PermutesMatchTheReference) {
   KFUSE_REQUIRE_LLVM();
   const std::pair<std::vector<int64_t>, std::vector<int>> cases[] = {
