@@ -185,7 +185,9 @@ void Lowerer::tiled_range(Value* begin, Value* end, const std::vector<Value*>& e
   // value of the expression, so that its math calls stay vector calls (at 8 lanes an AVX-512
   // host's 16-lane tanhf was called lane by lane).
   int64_t value_bytes = 1;
+  std::set<const ir::Expr*> seen;  // (each shared node once: a DAG, not a tree)
   std::function<void(const ir::Expr*)> widest = [&](const ir::Expr* e) {
+    if (!seen.insert(e).second) return;
     value_bytes = std::max<int64_t>(value_bytes, dtype_size(e->dtype));
     if (e->kind != ir::ExprKind::Load)
       for (const auto& a : e->args) widest(a.get());
@@ -239,14 +241,6 @@ void Lowerer::tiled_range(Value* begin, Value* end, const std::vector<Value*>& e
             return Carried{};
           });
         };
-        // With transposed loads read as 8 x 8 tiles (transpose_tile8), rows [qb, qb + nr) go by chunks of
-        // kTransposeChunk whole 8-column blocks, each chunk by groups of 8 rows inside one run of
-        // the next-to-innermost dim, each group along the chunk's blocks: a group writes its rows'
-        // chunk whole and reads the chunk's input lines, which the next group reads on from L1
-        // or L2. (Blocks outermost as above left each output line half written for a whole block
-        // of rows; groups along whole rows read more input lines than a power-of-two stride lets
-        // the L2's sets keep.) The rows of no group, and the columns past the last whole block,
-        // go by points.
         // An 8 x TW tile from `row` x [c0, c0 + TW): its transposed inputs into their slots
         // (transpose_tile8, 8 x 8 at a time), then row by row, each row's TW points as vectors
         // (vector_loop): the other loads and the stores contiguous along the row, the transposed
@@ -279,6 +273,14 @@ void Lowerer::tiled_range(Value* begin, Value* end, const std::vector<Value*>& e
           });
           ex.fixed.clear();
         };
+        // With transposed loads read as 8 x 8 blocks (transpose_tile8), rows [qb, qb + nr) go by
+        // chunks of kTransposeChunk * 8 columns (whole tiles of TW), each chunk by groups of 8 rows
+        // inside one run of the next-to-innermost dim, each group along the chunk's tiles: a group writes its rows'
+        // chunk whole and reads the chunk's input lines, which the next group reads on from L1
+        // or L2. (Blocks outermost as above left each output line half written for a whole block
+        // of rows; groups along whole rows read more input lines than a power-of-two stride lets
+        // the L2's sets keep.) The rows of no group, and the columns past the last whole block,
+        // go by points.
         auto chunks8 = [&](Value* qb, Value* nr) {
           Value* eight = b_.getInt64(8);
           Value* tw = b_.getInt64(TW);
