@@ -7,6 +7,7 @@
 //   lower_tiles.cpp   column tiles (column and segment kernels): lane slots, cascade levels in
 //                     tiles, bags' walk with row prefetches, register blocks and lane pairs
 //   lower_rows.cpp    row blocks of a contraction: rows x lanes of sums in registers, packed B
+//   transpose_tiles.cpp  the tiled walk of a pointwise kernel reading an input transposed
 #pragma once
 #include <cstdint>
 #include <functional>
