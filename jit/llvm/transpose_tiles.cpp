@@ -21,13 +21,13 @@
 // 2.5-2.9 ms for [4096, 1024]. A small kernel (transpose_tile_loads: at most
 // kTransposeTileMaxNodes nodes, unmasked transposed loads that step by one element along the
 // next-to-innermost dim) instead reads each transposed input as 8 vectors along that dim, one
-// per column of an 8 x 8 tile, transposes them with shuffles, and stores each tile row as one
-// vector (transpose_tile8); rows by chunks of kTransposeChunk blocks, groups of 8 rows along a
-// chunk (Lowerer::tiled_range). The tile's points are then evaluated a row at a time as vectors
-// (the transposed rows from a stack slot), not point by point: see tiled_range. Zen 4, 1 thread, `transpose(x) + 0`,
-// old / new alternating, ms: [512, 128, 64] 8.2-8.6 -> 4.2-4.4; [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512,
-// 512] 5.6-5.8 -> 2.3-2.5 (a slow spell of the host: its copy took 1.3-1.6 ms); [4096, 1024] unchanged (quiet host,
-// four pairs: 2.70-2.92 -> 2.66-2.82).
+// per column of an 8 x 8 block, and transposes them with shuffles (transpose_tile8); rows by
+// chunks of kTransposeChunk blocks, groups of 8 rows along a chunk (Lowerer::tiled_range). Zen 4,
+// 1 thread, `transpose(x) + 0`, old / new alternating, ms: [512, 128, 64] 8.2-8.6 -> 4.2-4.4;
+// [64, 256, 256] 8.2-8.8 -> 2.8-3.6; [16, 512, 512] 5.6-5.8 -> 2.3-2.5 (a slow spell of the
+// host: its copy took 1.3-1.6 ms); [4096, 1024] unchanged (quiet host, four pairs: 2.70-2.92 ->
+// 2.66-2.82). The transposed rows go to a stack slot and each tile row is evaluated as one vector
+// (tiled_range), no longer point by point.
 //
 // Pointwise points are independent (no accumulators, each point stores its own outputs), so the
 // order of the walk cannot change a bit.
