@@ -462,10 +462,11 @@ class Partitioner {
       //     kernel input permuted away from its innermost axis walks it in transposed tiles
       //     (LLVM, the backend that takes transposed reads). Their points were computed one by
       //     one (tanh(transpose(x) * y) over [1024, 4096]: 117 ms); since the tile's rows are
-      //     vectors it takes 24-34 ms, still above the materialised form's 13-14 ms (Intel Xeon,
+      //     vectors it takes 24-34 ms, still above the split form's 13-14 ms (Intel Xeon,
       //     1 thread): each tile reads its 16 transposed lines, 4 KiB apart in one L1 set, and
-      //     the math calls between them keep those misses from overlapping. The permute is
-      //     materialised first (a tiled copy, 2.5-3 ms) and the math runs on contiguous vectors.
+      //     the math calls between them keep those misses from overlapping. The group stops before
+      //     the math: the permute (with any cheap arithmetic over it, `transpose(x) * y`) is
+      //     materialised by one tiled kernel and the math runs on contiguous vectors.
       const bool costly =
           std::any_of(u.begin(), u.end(), [&](const Node* n) { return op_cost(*n) >= 10 && n->op != Op::Rand; });
       if (costly)
