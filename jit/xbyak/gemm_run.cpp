@@ -639,7 +639,8 @@ class GemmKernel final : public CompiledKernel {
     const float* bf = static_cast<const float*>(t.b);
     const Path path = path_for(L, m, n);
     if (path == Path::GemvT) {
-      gemv_t(m, af + m0 * sa.row, sa.row, sa.col, bf + n0 * sb.col, sb.col, t.c + m0 * t.c_rs + n0, t.c_rs, n, K, KC);
+      gemv_t(u_.w == 16, static_cast<int>(m), af + m0 * sa.row, sa.row, sa.col, bf + n0 * sb.col, sb.col,
+             t.c + m0 * t.c_rs + n0, t.c_rs, n, K, KC);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }
@@ -649,8 +650,9 @@ class GemmKernel final : public CompiledKernel {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
         for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
-          gemv(static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)), af + (m0 + r0) * sa.row + pc * sa.col, sa.row,
-               sa.col, bf + pc * sb.row + n0, sb.row, sums + r0 * n, n, kc);
+          gemv(u_.w == 16, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)),
+               af + (m0 + r0) * sa.row + pc * sa.col, sa.row, sa.col, bf + pc * sb.row + n0, sb.row, sums + r0 * n, n,
+               kc);
         for (int64_t r = 0; r < m; ++r) {
           float* c = t.c + (m0 + r) * t.c_rs + n0;
           const float* s = sums + r * n;

@@ -1,6 +1,7 @@
 // xbyak backend: the GEMM's GEMV path (gemm.hpp gemv, gemv_t), a few rows of C computed with B
-// streamed once for all of them and no packing. Both kernels leave in each element the FMA chain
-// of the microkernels, k ascending from 0 per KC block, so the result does not depend on the path.
+// streamed once for all of them and no packing. Both kernels, in their ymm (AVX2) and zmm
+// (AVX-512) forms, leave in each element the FMA chain of the microkernels, k ascending from 0 per
+// KC block, so the result depends neither on the path nor on the ISA.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -74,6 +75,67 @@ __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_rs,
   }
 }
 
+#define KFUSE_XB_ZMM __attribute__((target("avx512f,avx2,fma")))
+
+// gemv_rows on zmm registers (AVX-512 kernels, Ukrs::w == 16): the same chains, 16 columns per
+// FMA and U k per pass over t (8 for one row of A: half the passes over t; 4 for more rows, whose
+// 4 x U broadcasts would otherwise crowd the 32 registers); the last part-vector of columns under
+// a mask. 1 thread, data in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512] 14.2 ->
+// 12.3 us against the ymm kernel; from L3 or memory both are bound by B's stream.
+// One pass of gemv_rows_z over t for u <= U k from k0: x = fma(a_k, b_k, x), k ascending.
+template <int R, int U>
+KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
+                              int64_t n, int64_t k0, int u) {
+  const int64_t nv = n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - nv)) - 1);
+  __m512 av[R][U];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < U; ++q) av[r][q] = _mm512_set1_ps(q < u ? a[r * a_rs + (k0 + q) * a_ks] : 0.0f);
+  const float* bk = b + k0 * b_rs;
+  for (int64_t j = 0; j < nv; j += 16) {
+    __m512 v[U];
+#pragma GCC unroll 8
+    for (int q = 0; q < U; ++q) v[q] = q < u ? _mm512_loadu_ps(bk + q * b_rs + j) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float* tr = t + r * n + j;
+      __m512 x = _mm512_loadu_ps(tr);
+#pragma GCC unroll 8
+      for (int q = 0; q < U; ++q)
+        if (q < u) x = _mm512_fmadd_ps(av[r][q], v[q], x);
+      _mm512_storeu_ps(tr, x);
+    }
+  }
+  if (tail) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float* tr = t + r * n + nv;
+      __m512 x = _mm512_maskz_loadu_ps(tail, tr);
+#pragma GCC unroll 8
+      for (int q = 0; q < U; ++q)
+        if (q < u) x = _mm512_fmadd_ps(av[r][q], _mm512_maskz_loadu_ps(tail, bk + q * b_rs + nv), x);
+      _mm512_mask_storeu_ps(tr, tail, x);
+    }
+  }
+}
+
+// gemv_rows on zmm registers (AVX-512 kernels, Ukrs::w == 16): the same chains, 16 columns per
+// FMA and U k per pass over t (8 for one row of A: half the passes over t; 4 for more rows, whose
+// R x U broadcasts would otherwise crowd the 32 registers); the last part-vector of columns under
+// a mask. 1 thread, data in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512] 14.2 ->
+// 12.3 us against the ymm kernel; from L3 or memory both are bound by B's stream.
+template <int R>
+KFUSE_XB_ZMM void gemv_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
+                              int64_t n, int64_t kc) {
+  constexpr int U = R == 1 ? 8 : 4;
+  std::fill(t, t + R * n, 0.0f);
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) gemv_pass_z<R, U>(a, a_rs, a_ks, b, b_rs, t, n, k, U);
+  if (k < kc) gemv_pass_z<R, U>(a, a_rs, a_ks, b, b_rs, t, n, k, static_cast<int>(kc - k));
+}
+
 // B contiguous along K (b[j * b_cs + k]: the weight of a linear layer, x @ W^T, W [N, K]
 // row-major): 8 rows of W at a time, read 8 k at a time and transposed in registers, so that each
 // output keeps its k-ascending chain in one lane. Packing W^T for one row of A had read W, written
@@ -127,22 +189,110 @@ __attribute__((target("avx2,fma"))) void gemv_t_rows(const float* a, int64_t a_r
       }
 }
 
+// GCC 12 warns inside its own AVX-512 shuffle intrinsics, whose pass-through operand is a
+// deliberately uninitialised _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Transposes 16 rows of 16 floats in place: r[j] becomes column j (four rounds of two-source
+// shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes twice).
+KFUSE_XB_ZMM inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a0 = _mm512_castps_pd(t[i]), a1 = _mm512_castps_pd(t[i + 1]);
+    const __m512d a2 = _mm512_castps_pd(t[i + 2]), a3 = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+  }
+  // r[4g + c] holds column c + 4L of rows 4g .. 4g + 3 in its 128-bit lane L
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    const int g = i / 4, c = i % 4;
+    t[i] = _mm512_shuffle_f32x4(r[8 * g + c], r[8 * g + 4 + c], 0x88);
+    t[i + 8] = _mm512_shuffle_f32x4(r[8 * g + c], r[8 * g + 4 + c], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0xdd);
+    r[c + 4] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0x88);
+    r[c + 12] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0xdd);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// gemv_t_rows on zmm registers: 16 rows of W per group, read 16 k at a time and transposed with
+// transpose16 (a quarter of a shuffle per element where transpose8 takes three eighths), each
+// output's chain in one lane as before; the last n % 16 rows of W go to the ymm kernel (same
+// chains). 1 thread, W in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512]^T 35 -> 29 us;
+// from L3 or memory W's stream bounds both ([1,4096]x[4096,4096]^T 2.8-3.0 ms either way).
+template <int R>
+KFUSE_XB_ZMM void gemv_t_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
+                                int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
+  const int64_t nv = n / 16 * 16;
+  for (int64_t j = 0; j < nv; j += 16) {
+    const float* bj = b + j * b_cs;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t ke = std::min(K, pc + KC), k16 = pc + (ke - pc) / 16 * 16;
+      __m512 acc[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t k = pc; k < k16; k += 16) {
+        __m512 w[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) w[i] = _mm512_loadu_ps(bj + i * b_cs + k);
+        transpose16(w);  // w[u] = B[k + u, j .. j + 15]
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; ++u)
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * a_rs + (k + u) * a_ks]), w[u], acc[r]);
+      }
+      for (int64_t k = k16; k < ke; ++k) {
+        alignas(64) float col[16];
+        for (int i = 0; i < 16; ++i) col[i] = bj[i * b_cs + k];
+        const __m512 w = _mm512_load_ps(col);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * a_rs + k * a_ks]), w, acc[r]);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        float* cr = c + r * c_rs + j;
+        _mm512_storeu_ps(cr, pc == 0 ? acc[r] : _mm512_add_ps(_mm512_loadu_ps(cr), acc[r]));
+      }
+    }
+  }
+  if (nv < n) gemv_t_rows<R>(a, a_rs, a_ks, b + nv * b_cs, b_cs, c + nv, c_rs, n - nv, K, KC);
+}
+
 using GemvFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t);
 constexpr GemvFn kGemv[kGemvRows + 1] = {nullptr, gemv_rows<1>, gemv_rows<2>, gemv_rows<3>, gemv_rows<4>};
 using GemvTFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
                          int64_t);
 constexpr GemvTFn kGemvT[kGemvRows + 1] = {nullptr, gemv_t_rows<1>, gemv_t_rows<2>, gemv_t_rows<3>, gemv_t_rows<4>};
+constexpr GemvFn kGemvZ[kGemvRows + 1] = {nullptr, gemv_rows_z<1>, gemv_rows_z<2>, gemv_rows_z<3>, gemv_rows_z<4>};
+constexpr GemvTFn kGemvTZ[kGemvRows + 1] = {nullptr, gemv_t_rows_z<1>, gemv_t_rows_z<2>, gemv_t_rows_z<3>,
+                                            gemv_t_rows_z<4>};
+#undef KFUSE_XB_ZMM
 
 }  // namespace
 
-void gemv(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t, int64_t n,
-          int64_t kc) {
-  kGemv[rows](a, a_rs, a_ks, b, b_rs, t, n, kc);
+void gemv(bool zmm, int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
+          int64_t n, int64_t kc) {
+  (zmm ? kGemvZ : kGemv)[rows](a, a_rs, a_ks, b, b_rs, t, n, kc);
 }
 
-void gemv_t(int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c, int64_t c_rs,
-            int64_t n, int64_t K, int64_t KC) {
-  kGemvT[rows](a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
+void gemv_t(bool zmm, int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
+            int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
+  (zmm ? kGemvTZ : kGemvT)[rows](a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
 }
 
 }  // namespace kfuse::detail::xb
