@@ -77,15 +77,16 @@ RowPrefetch::RowPrefetch(Builder& b, ExprEmitter& ex, std::vector<const ir::Expr
   }
   // The tables' bytes the rows span (the rows a clamped id selects x the bytes read per row),
   // known when every row's span is a compile-time constant (register blocks); else unknown.
-  int64_t table_bytes = 0;
+  int64_t table_bytes = 0, id_bytes = 0;
   bool rows_only = true;
   for (const Row& r : rows_) {
     auto* cs = r.span ? llvm::dyn_cast<llvm::ConstantInt>(r.span) : nullptr;
-    table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(r.load->args[0].get()).value_or(-1),
-                                  cs ? cs->getSExtValue() + 1 : -1);
+    const int64_t bytes = cs ? cs->getSExtValue() + 1 : -1;
+    table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(r.load->args[0].get()).value_or(-1), bytes);
+    id_bytes = id_bytes < 0 || bytes < 0 ? -1 : id_bytes + bytes;
     rows_only &= !r.step0;
   }
-  how_ = gather_prefetch(table_bytes, rows_only);
+  how_ = gather_prefetch(table_bytes, id_bytes, rows_only);
   if (how_.ahead == 0) rows_.clear();  // a table of rows in the L2: no prefetch (empty())
 }
 

@@ -302,15 +302,16 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   };
   // The tables' bytes this block reads (rows a clamped id can select x the bytes read per row):
   // into L1 or L2 by the table's size (backend/gather_prefetch.hpp).
-  int64_t table_bytes = 0;
+  int64_t table_bytes = 0, id_bytes = 0;
   bool rows_only = true;
   for (const auto& p : sp.ptrs) {
     if (!p.prefetch) continue;
     const auto [first, last] = span(p);
     table_bytes = add_table_bytes(table_bytes, ir::clamped_rows(p.base.get()).value_or(-1), last - first + 1);
+    id_bytes += last - first + 1;
     rows_only &= p.row;
   }
-  const GatherPrefetch how = gather_prefetch(table_bytes, rows_only);
+  const GatherPrefetch how = gather_prefetch(table_bytes, id_bytes, rows_only);
   if (how.ahead == 0) return;
   // The id ahead in this bag falls through; past its end the position in the next bag is
   // computed out of line (seg_cold_), so the walk's common path takes no branch here.

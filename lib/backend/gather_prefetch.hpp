@@ -24,6 +24,13 @@
 // against L2 at 32 ahead: R = 2k (0.5 MiB) and 8k (2 MiB) L1 15-25% faster; 20k (5 MiB) L1
 // 5-10% faster; 32k (8 MiB) even; 60k (15 MiB) L2 25-35% faster; 2M (512 MiB) L2 1.5-1.6x faster
 // (f16 2x). Distances for L2 prefetches: 24-48 ids the best, 16 and 64 slower.
+//
+// An Intel core (a Sapphire Rapids class Xeon, 2 vCPUs: docs/performance.md, "Bag prefetches on
+// an Intel Xeon") keeps L1 prefetches for a big table whose rows are short: with at most 192
+// bytes read per id (3 lines: 8-bit and 4-bit rows of up to 128 columns, f16 rows of 64) the L1
+// at 16 ahead ran 1.1-1.3x faster than the L2 at 32 ([1M, 128] 8-bit, uniform ids 4.37 -> 3.40
+// ms, Zipf 3.11 -> 2.47; [2M, 64] f16 2.68 -> 2.50), both backends; from 256 bytes (f32 rows of
+// 64, f16 of 128) the L2 stayed ahead ([1M, 128] f16 5.0 against 6.8-7.3 ms).
 #pragma once
 #include <cstdint>
 
@@ -46,13 +53,24 @@ inline int64_t add_table_bytes(int64_t total, int64_t rows, int64_t bytes) {
   return t;
 }
 
+/// Whether short rows of a big table are prefetched into L1 (see above): an Intel core, not AMD's
+/// (measured on Zen 4 the other way). One answer per process.
+inline bool short_rows_to_l1() {
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel;
+}
+
 /// The prefetch for a kernel whose gathered rows span `table_bytes` (the rows a clamped index can
 /// select, times the bytes of each the kernel reads, summed over its tables); < 0: unknown,
-/// taken as big (a bag over a table in memory is the case prefetching exists for). `rows_only`:
-/// every prefetched load reads a vector of a row (no gathered scalar such as a scale).
-inline GatherPrefetch gather_prefetch(int64_t table_bytes, bool rows_only) {
+/// taken as big (a bag over a table in memory is the case prefetching exists for). `id_bytes`:
+/// the bytes prefetched per id (every table's span summed); < 0: unknown. `rows_only`: every
+/// prefetched load reads a vector of a row (no gathered scalar such as a scale).
+inline GatherPrefetch gather_prefetch(int64_t table_bytes, int64_t id_bytes, bool rows_only) {
   const probe::CacheSizes& cs = probe::cache_sizes();
-  if (table_bytes < 0 || table_bytes > cs.l3 / 4) return {32, true};
+  if (table_bytes < 0 || table_bytes > cs.l3 / 4) {
+    if (id_bytes >= 0 && id_bytes <= 192 && short_rows_to_l1()) return {16, false};
+    return {32, true};
+  }
   if (rows_only && table_bytes <= cs.l2) return {0, false};
   return {16, false};
 }
