@@ -77,11 +77,6 @@ __attribute__((target("avx2,fma"))) void gemv_rows(const float* a, int64_t a_rs,
 
 #define KFUSE_XB_ZMM __attribute__((target("avx512f,avx2,fma")))
 
-// gemv_rows on zmm registers (AVX-512 kernels, Ukrs::w == 16): the same chains, 16 columns per
-// FMA and U k per pass over t (8 for one row of A: half the passes over t; 4 for more rows, whose
-// 4 x U broadcasts would otherwise crowd the 32 registers); the last part-vector of columns under
-// a mask. 1 thread, data in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512] 14.2 ->
-// 12.3 us against the ymm kernel; from L3 or memory both are bound by B's stream.
 // One pass of gemv_rows_z over t for u <= U k from k0: x = fma(a_k, b_k, x), k ascending.
 template <int R, int U>
 KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
@@ -124,8 +119,8 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
 // gemv_rows on zmm registers (AVX-512 kernels, Ukrs::w == 16): the same chains, 16 columns per
 // FMA and U k per pass over t (8 for one row of A: half the passes over t; 4 for more rows, whose
 // R x U broadcasts would otherwise crowd the 32 registers); the last part-vector of columns under
-// a mask. 1 thread, data in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512] 14.2 ->
-// 12.3 us against the ymm kernel; from L3 or memory both are bound by B's stream.
+// a mask. 1 thread, data in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512] 14.5 ->
+// 12.8 us against the ymm kernel; from L3 or memory both are bound by B's stream.
 template <int R>
 KFUSE_XB_ZMM void gemv_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
                               int64_t n, int64_t kc) {
@@ -232,8 +227,8 @@ KFUSE_XB_ZMM inline void transpose16(__m512 r[16]) {
 // gemv_t_rows on zmm registers: 16 rows of W per group, read 16 k at a time and transposed with
 // transpose16 (a quarter of a shuffle per element where transpose8 takes three eighths), each
 // output's chain in one lane as before; the last n % 16 rows of W go to the ymm kernel (same
-// chains). 1 thread, W in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512]^T 35 -> 29 us;
-// from L3 or memory W's stream bounds both ([1,4096]x[4096,4096]^T 2.8-3.0 ms either way).
+// chains). 1 thread, W in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512]^T 31 -> 21 us;
+// from L3 or memory W's stream bounds both ([1,4096]x[4096,4096]^T 2.8-3.0 -> 2.7 ms).
 template <int R>
 KFUSE_XB_ZMM void gemv_t_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
                                 int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
