@@ -15,7 +15,9 @@ struct Counters {
   uint64_t cache_misses = 0;
   uint64_t disk_loads = 0;  ///< kernels loaded from the disk cache
   uint64_t fallbacks = 0;   ///< kernels a backend declined or failed, taken by the next one
-  double compile_ms = 0;    ///< total time spent compiling
+  uint64_t outputs_in_place =
+      0;                  ///< kernel outputs written over the memory of an intermediate read last by that kernel
+  double compile_ms = 0;  ///< total time spent compiling
 };
 
 Counters counters();

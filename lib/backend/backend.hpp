@@ -47,6 +47,11 @@ class CompiledKernel {
   std::vector<uint8_t> binary;  ///< serialised code for the disk cache (may be empty)
   std::string binary_kind;      ///< "elf-object", "x86-raw", "ptx", "cubin", ...
   double compile_ms = 0;
+  /// The code runs each point's loads before that point's store and never reads an element after
+  /// it was overwritten, as the IR reads: the runtime may then pass an output over a dying input
+  /// that ir::may_write_in_place allows (a backend whose compiler assumes its buffers do not
+  /// alias, LLVM's noalias, or that keeps partial results in its output, the GEMM's, says no).
+  bool in_order_writes = false;
 };
 
 struct CompileResult {

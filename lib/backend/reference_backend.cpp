@@ -106,6 +106,7 @@ struct PhaseCode {
 class ReferenceKernel final : public CompiledKernel {
  public:
   explicit ReferenceKernel(const ir::Kernel& k) : k_(k) {
+    in_order_writes = true;  // each point evaluates its phase's values, then stores them
     for (const auto& ph : k_.phases) {
       PhaseCode pc;
       for (int a : ph.accs) pc.acc_slots.push_back(pc.prog.add(k_.accs[a].value));

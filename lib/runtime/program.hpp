@@ -21,13 +21,16 @@ struct ValueRef {
 
 struct Step {
   GroupKind kind = GroupKind::Fused;
-  std::shared_ptr<CompiledKernel> kernel;      ///< fused groups
-  std::string backend;                         ///< the backend that compiled it ("host" for host steps)
-  std::vector<int64_t> params;                 ///< launch parameters (extents and rand seeds: fixed by the signature)
-  const Node* host_node = nullptr;             ///< opaque groups (their programs keep the plan)
-  std::vector<ValueRef> inputs;                ///< fused: kernel input buffers; host: node inputs
-  std::vector<uint32_t> outputs;               ///< temporaries written
-  std::vector<uint32_t> release;               ///< temporaries whose last reader is this step
+  std::shared_ptr<CompiledKernel> kernel;  ///< fused groups
+  std::string backend;                     ///< the backend that compiled it ("host" for host steps)
+  std::vector<int64_t> params;             ///< launch parameters (extents and rand seeds: fixed by the signature)
+  const Node* host_node = nullptr;         ///< opaque groups (their programs keep the plan)
+  std::vector<ValueRef> inputs;            ///< fused: kernel input buffers; host: node inputs
+  std::vector<uint32_t> outputs;           ///< temporaries written
+  std::vector<uint32_t> release;           ///< temporaries whose last reader is this step
+  /// The temporary (one of `release`) whose memory output 0 takes, or -1: the kernel may write
+  /// over it (ir::may_write_in_place, CompiledKernel::in_order_writes).
+  int64_t in_place = -1;
   std::shared_ptr<const prof::StepInfo> info;  ///< what the profiler records for it (name, bytes, FLOPs)
 };
 

@@ -21,6 +21,7 @@ Counters counters() {
   out.cache_misses = c.cache_misses.load();
   out.disk_loads = c.disk_loads.load();
   out.fallbacks = c.fallbacks.load();
+  out.outputs_in_place = c.outputs_in_place.load();
   out.compile_ms = static_cast<double>(c.compile_ns.load()) / 1e6;
   return out;
 }
@@ -34,6 +35,7 @@ void reset_counters() {
   c.cache_misses = 0;
   c.disk_loads = 0;
   c.fallbacks = 0;
+  c.outputs_in_place = 0;
   c.compile_ns = 0;
 }
 

@@ -66,6 +66,7 @@ class TunedKernel final : public CompiledKernel {
     binary = inner_->binary;
     binary_kind = inner_->binary_kind;
     compile_ms = inner_->compile_ms;
+    in_order_writes = inner_->in_order_writes;
   }
   void run(const ir::LaunchArgs& args) const override { run_variant(args, variant_); }
   std::vector<std::string> variants() const override { return inner_->variants(); }
