@@ -97,6 +97,9 @@ struct GemmBlocking {
   int64_t mc, kc, nc;
 };
 GemmBlocking gemm_blocking(const Ukrs& u);
+/// Columns per group of the epilogue on a k block of `kc`: the group's slivers of packed B take a
+/// quarter of L2, as they are walked once per row of tiles (gemm_run.cpp).
+int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 
 /// Whether AVX-512's direct (unpacked) kernel beats packing for problems of up to 3 L2s with K
 /// in one KC block (gemm_run.cpp, path_for): on AMD (Zen 4), not on Intel (a Sapphire Rapids

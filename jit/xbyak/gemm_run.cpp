@@ -178,6 +178,10 @@ GemmBlocking gemm_blocking(const Ukrs& u) {
   return b;
 }
 
+int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc) {
+  return round_down(probe::cache_sizes().l2 / 4 / (std::max<int64_t>(kc, 1) * 4), u.nr);
+}
+
 namespace {
 uint64_t next_serial() {
   static std::atomic<uint64_t> n{0};
@@ -710,17 +714,28 @@ class GemmKernel final : public CompiledKernel {
           const int64_t mc = std::min(MC, m1 - ic);
           pack_a(ap, t.a, sa, ic, mc, pc, kc);
           prologue(0, ap, ceil_div(mc, MR) * MR * kc);
-          // On the last k block the epilogue follows each group of columns as soon as it is
-          // final, while the group (mc rows, about a quarter of L2) is still in L2: over the whole
-          // block (mc x nc, megabytes) it re-read C from L3.
-          const int64_t ew = last && epi_mem_ ? std::max(NR, round_down(l2_ / 4 / (mc * 4), NR)) : nc;
+          auto tile = [&](int64_t ir, int64_t jr) {
+            tile_from_slivers(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir),
+                              std::min(NR, nc - jr), kc, first);
+          };
+          if (!(last && epi_mem_)) {
+            for (int64_t jr = 0; jr < nc; jr += NR)
+              for (int64_t ir = 0; ir < mc; ir += MR) tile(ir, jr);
+            continue;
+          }
+          // On the last k block the epilogue follows each row of tiles across a group of
+          // columns, while those rows are in L1: a group of B's slivers (a quarter of L2) is
+          // walked once per row of tiles. Over a group of all mc rows, C's rows (a multiple of
+          // 4 KiB apart when N is a power of two) fell into a few cache sets and the epilogue
+          // read them from L3 (MLP block [512,1024]x[1024,4096], 1 thread, Intel Xeon: the
+          // +bias epilogue 1.7-2.5% of the time, docs/performance.md).
+          const int64_t ew = gemm_epilogue_columns(u_, kc);
           for (int64_t j0 = 0; j0 < nc; j0 += ew) {
             const int64_t j1 = std::min(nc, j0 + ew);
-            for (int64_t jr = j0; jr < j1; jr += NR)
-              for (int64_t ir = 0; ir < mc; ir += MR)
-                tile_from_slivers(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir),
-                                  std::min(NR, nc - jr), kc, first);
-            if (last) epilogue(L, t, ic, ic + mc, jc + j0, jc + j1, ld);
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+              for (int64_t jr = j0; jr < j1; jr += NR) tile(ir, jr);
+              epilogue(L, t, ic + ir, ic + std::min(mc, ir + MR), jc + j0, jc + j1, ld);
+            }
           }
         }
       }

@@ -337,9 +337,12 @@ TEST_F(XbyakGemm, EpilogueFollowsColumnGroups) {
   for (Isa isa : isas()) {
     const auto& u = detail::xb::gemm_ukrs(isa);
     set_gemm_path(1);
-    set_gemm_blocking(1026 / u.mr * u.mr, 8, 4 * u.nr);
+    // The epilogue runs per row of tiles across a group of columns on the last k block: a full
+    // block of kc, its blocks of N holding two groups and a part of one, rows ending in a part tile.
+    const int64_t kc = 512, ew = detail::xb::gemm_epilogue_columns(u, kc);
+    set_gemm_blocking(2 * u.mr, kc, 2 * ew + u.nr);
     Spec s;
-    s.M = 1030, s.N = 4 * u.nr + 6, s.K = 11;
+    s.M = 3 * u.mr + 5, s.N = 2 * (2 * ew + u.nr) + 6, s.K = 2 * kc;
     s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
       return un(Op::Relu, bin(Op::Add, bin(Op::Mul, a, f32c(0.5)), in[0]));
     };
