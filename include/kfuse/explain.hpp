@@ -26,6 +26,9 @@ struct KernelReport {
   int64_t write_bytes = 0;  ///< the outputs' part
   double flops = 0;         ///< counted from the kernel IR (lib/ir/flops.cpp; 0 for opaque ops)
   std::string backend;      ///< backend that ran it, when this structure was evaluated before (else empty)
+  /// The input (as in `inputs`) whose memory its output takes, an intermediate this kernel reads
+  /// last (README "Executor"), when this structure was evaluated before; else empty.
+  std::string writes_over;
 };
 
 struct BoundaryReport {

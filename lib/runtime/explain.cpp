@@ -101,6 +101,7 @@ std::string Explanation::text() const {
     for (const auto& s : k.inputs) os << " " << s;
     os << "\n    writes:";
     for (const auto& s : k.outputs) os << " " << s;
+    if (!k.writes_over.empty()) os << " (over " << k.writes_over << ")";
     os << "\n    minimum traffic: " << k.min_bytes << " bytes\n";
   }
   for (const auto& b : boundaries)
@@ -131,7 +132,19 @@ Explanation explain(const std::vector<Tensor>& ts) {
   // says which backend took each kernel (one step per group, in the same order).
   if (auto prog = detail::find_program(detail::graph_signature(roots)))
     if (prog->steps.size() == ex.kernels.size())
-      for (size_t i = 0; i < ex.kernels.size(); ++i) ex.kernels[i].backend = prog->steps[i].backend;
+      for (size_t i = 0; i < ex.kernels.size(); ++i) {
+        const detail::Step& st = prog->steps[i];
+        ex.kernels[i].backend = st.backend;
+        if (st.in_place < 0) continue;
+        // The input slot holding that temporary, its node, and that node's place in the report.
+        const auto& g = plan->partition.groups[i];
+        const auto& buffer_nodes = plan->kernels[i].lowered.buffer_nodes;
+        for (size_t s = 0; s < st.inputs.size() && s < buffer_nodes.size(); ++s) {
+          if (st.inputs[s].leaf || st.inputs[s].index != static_cast<uint32_t>(st.in_place)) continue;
+          for (size_t j = 0; j < g.inputs.size() && j < ex.kernels[i].inputs.size(); ++j)
+            if (g.inputs[j] == buffer_nodes[s]) ex.kernels[i].writes_over = ex.kernels[i].inputs[j];
+        }
+      }
   return ex;
 }
 

@@ -106,6 +106,18 @@ TEST_P(InPlace, RowKernelAfterAMatmulWritesOverItsOutput) {
       const uint64_t before = counters().outputs_in_place;
       y.eval();
       EXPECT_EQ(counters().outputs_in_place - before, writes_in_place() ? 1u : 0u) << m << "x" << k << "x" << n;
+      // explain() of the same structure (new inputs: y itself is a value now) names the
+      // intermediate the row kernel writes over, the matmul's output.
+      Explanation ex = explain(layer_norm(matmul(operand(m, k, 1), operand(k, n, 2)), Shape{n}, {}, {}, 1e-5));
+      ASSERT_EQ(ex.kernel_count(), 2u);
+      EXPECT_TRUE(ex.kernels[0].writes_over.empty());
+      if (writes_in_place()) {
+        ASSERT_EQ(ex.kernels[0].outputs.size(), 1u);
+        EXPECT_EQ(ex.kernels[1].writes_over, ex.kernels[0].outputs[0]) << ex.text();
+        EXPECT_NE(ex.text().find("(over " + ex.kernels[0].outputs[0] + ")"), std::string::npos) << ex.text();
+      } else {
+        EXPECT_TRUE(ex.kernels[1].writes_over.empty()) << ex.text();
+      }
       EXPECT_TRUE(all_close(values(y), reference_values(y), 2e-4, 2e-4)) << m << "x" << k << "x" << n;
       Tensor s = softmax(matmul(a, b), -1);
       s.eval();
