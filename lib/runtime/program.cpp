@@ -45,8 +45,9 @@ std::shared_ptr<const prof::StepInfo> step_info(const FusionGroup& g, const Plan
 
 // Output 0 of step `s` takes the memory of an input temporary that dies there when the kernel
 // may write over it. The stores then hit lines the kernel has just read (no read for ownership
-// of cold ones) and nothing is allocated: layer_norm [512, 4096] f32 over its input, 1 thread,
-// Intel Xeon, 0.4 ms in place against 1.1-1.3 ms into a separate buffer (docs/performance.md).
+// of cold ones) and nothing is allocated: the MLP block's layer_norm [512, 4096] f32 over the
+// GEMM's output, 1 thread, Intel Xeon, 0.54-0.67 ms against 1.48-1.65 ms into a new buffer
+// (docs/performance.md, "Outputs in place").
 // Host memory only: GPU kernels read their inputs through read-only caches.
 void choose_in_place(Program& prog, size_t s, const PlannedKernel& pk) {
   Step& st = prog.steps[s];
