@@ -157,6 +157,9 @@ SerialScope::~SerialScope() { t_serial = prev_; }
 int num_threads() {
   if (t_serial) return 1;
   int o = options().num_threads;
+  // One thread asked for: no pool, so a process that starts no thread of its own stays single
+  // threaded, and its reference counts (every node's shared_ptr) stay plain increments.
+  if (o == 1) return 1;
   return o > 0 ? std::min(o, pool().size()) : pool().size();
 }
 
