@@ -76,9 +76,9 @@ TEST(InPlaceRule, PointwiseAtItsOwnIndexOnly) {
 TEST(InPlaceRule, RowKernelsReadTheirOwnRowBeforeWritingIt) {
   const ExprRef r = ir::var(ir::Space::Outer, 0), j = ir::var(ir::Space::Reduce, 0);
   EXPECT_TRUE(ir::may_write_in_place(row_kernel(ir::iadd(ir::imul(r, ir::iconst(8)), j)), 0, 1));
-  // Statistics of the next row: row r + 1 was not written yet when r reads it, but row r + 1
-  // would read row r + 2 ... and the last row reads past what the store covers: the rule asks
-  // for the store's own index in every phase, not a proof about orders.
+  // Statistics of the next row: another point's elements. Such a read may happen to precede that
+  // row's store, but the rule asks for the store's own index in every phase, not for a proof
+  // about the order of rows.
   EXPECT_FALSE(
       ir::may_write_in_place(row_kernel(ir::iadd(ir::imul(ir::iadd(r, ir::iconst(1)), ir::iconst(8)), j)), 0, 1));
   // A column walk (x viewed transposed) reads other rows' elements.
@@ -163,7 +163,8 @@ TEST_P(InPlace, NeverOverAValueStillNeeded) {
   EXPECT_LE(counters().outputs_in_place - before2, 1u);
   EXPECT_TRUE(all_close(values(y1), reference_values(y1), 1e-5, 1e-6));
   EXPECT_TRUE(all_close(values(y2), reference_values(y2), 2e-4, 2e-4));
-  // A transposed read: row r of the softmax reads column r of the product.
+  // A transposed read (the softmax over rows of the product's transpose): whichever kernels the
+  // plan makes of it, the values are the reference's.
   Tensor t = softmax(transpose(matmul(a, b * 0.5)), -1);
   t.eval();
   EXPECT_TRUE(all_close(values(t), reference_values(t), 1e-5, 1e-6));
