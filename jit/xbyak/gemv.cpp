@@ -184,51 +184,61 @@ __attribute__((target("avx2,fma"))) void gemv_t_rows(const float* a, int64_t a_r
       }
 }
 
-// GCC 12 warns inside its own AVX-512 shuffle intrinsics, whose pass-through operand is a
-// deliberately uninitialised _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
+// GCC 12 warns inside its own AVX-512 intrinsics, whose pass-through operand is a deliberately
+// uninitialised _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// Transposes 16 rows of 16 floats in place: r[j] becomes column j (four rounds of two-source
-// shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes twice).
-KFUSE_XB_ZMM inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
+// 16 rows of W (row stride b_cs) by 16 k, transposed: w[u][e] = W[e, u]. The first of the two
+// rounds is done by the loads: each register gathers four rows' runs of 4 k, one per 128-bit
+// lane (a load and three `vinsertf32x4` from memory, which run on the FMA port as well as the
+// shuffle port); the second is a 4 x 4 transpose inside each lane (8 shuffles per 4 outputs).
+// Lane L of the q-th group holds the rows 4L + g, so output element e = 4L + g is row e.
+// Half of a 16 x 16 register transpose's 64 shuffles, which all wait on the one shuffle port: with W from L3,
+// [1,4096]x[4096,4096]^T 1 thread 3.07-3.39 -> 2.74-2.96 ms with the prefetch below (scratch,
+// 2-vCPU Sapphire Rapids class Xeon; oneDNN's sgemm 2.64-2.94 ms in the same runs).
+//
+// Each row's address is one of four bases (rows 0, 4, 8, 12) plus 0, 1, 2 or 3 strides, an x86
+// address mode: with the strides opaque to the optimiser (the empty asm), GCC no longer turns
+// the 16 row pointers (and 16 more for the prefetch) into induction variables that spill, which
+// had cost a reload from the stack per load ([1,512]x[512,512]^T, W in L2: 24 -> 29 us).
+// Prefetches the same rows `ahead` floats on (past the end of W near its end: a prefetch never faults).
+KFUSE_XB_ZMM inline void load_transposed16(const float* w0, int64_t b_cs, int64_t ahead, __m512 w[16]) {
+  int64_t s1 = b_cs * 4, s3 = 3 * s1;
+  asm("" : "+r"(s1), "+r"(s3));
+  const char* p0 = reinterpret_cast<const char*>(w0);
+  const char* base[4] = {p0, p0 + 4 * s1, p0 + 8 * s1, p0 + 4 * s3};
+  auto row = [&](int r) { return base[r / 4] + (r % 4 == 3 ? s3 : (r % 4) * s1); };
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) _mm_prefetch(row(r) + ahead * 4, _MM_HINT_T0);
 #pragma GCC unroll 4
-  for (int i = 0; i < 16; i += 4) {
-    const __m512d a0 = _mm512_castps_pd(t[i]), a1 = _mm512_castps_pd(t[i + 1]);
-    const __m512d a2 = _mm512_castps_pd(t[i + 2]), a3 = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-  }
-  // r[4g + c] holds column c + 4L of rows 4g .. 4g + 3 in its 128-bit lane L
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    const int g = i / 4, c = i % 4;
-    t[i] = _mm512_shuffle_f32x4(r[8 * g + c], r[8 * g + 4 + c], 0x88);
-    t[i + 8] = _mm512_shuffle_f32x4(r[8 * g + c], r[8 * g + 4 + c], 0xdd);
-  }
+  for (int q = 0; q < 4; ++q) {
+    __m512 z[4];
 #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0xdd);
-    r[c + 4] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0x88);
-    r[c + 12] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0xdd);
+    for (int g = 0; g < 4; ++g) {
+      // lane L: row 4L + g
+      __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(reinterpret_cast<const float*>(row(g)) + 4 * q));
+      v = _mm512_insertf32x4(v, _mm_loadu_ps(reinterpret_cast<const float*>(row(4 + g)) + 4 * q), 1);
+      v = _mm512_insertf32x4(v, _mm_loadu_ps(reinterpret_cast<const float*>(row(8 + g)) + 4 * q), 2);
+      z[g] = _mm512_insertf32x4(v, _mm_loadu_ps(reinterpret_cast<const float*>(row(12 + g)) + 4 * q), 3);
+    }
+    const __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(z[0], z[1]));
+    const __m512d t1 = _mm512_castps_pd(_mm512_unpackhi_ps(z[0], z[1]));
+    const __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(z[2], z[3]));
+    const __m512d t3 = _mm512_castps_pd(_mm512_unpackhi_ps(z[2], z[3]));
+    w[4 * q] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    w[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    w[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    w[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
   }
 }
-
 #pragma GCC diagnostic pop
 
-// gemv_t_rows on zmm registers: 16 rows of W per group, read 16 k at a time and transposed with
-// transpose16 (a quarter of a shuffle per element where transpose8 takes three eighths), each
-// output's chain in one lane as before; the last n % 16 rows of W go to the ymm kernel (same
-// chains). 1 thread, W in L2 (2-vCPU Sapphire Rapids class Xeon): [1,512]x[512,512]^T 31 -> 21 us;
-// from L3 or memory W's stream bounds both ([1,4096]x[4096,4096]^T 2.8-3.0 -> 2.7 ms).
+// How far ahead along each of the 16 rows of W the zmm kernel prefetches: 8 lines. Each row is
+// its own stream, 16 of them a power-of-two stride apart, which the hardware prefetchers follow
+// late (no prefetch 3.08-3.11 ms; 4, 8, 12 and 16 lines ahead measured 2.97-3.04, 2.74-2.96,
+// 2.79-2.86 and 2.76-2.91 ms).
+constexpr int64_t kGemvTAhead = 128;
+
 template <int R>
 KFUSE_XB_ZMM void gemv_t_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
                                 int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
@@ -242,9 +252,7 @@ KFUSE_XB_ZMM void gemv_t_rows_z(const float* a, int64_t a_rs, int64_t a_ks, cons
       for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t k = pc; k < k16; k += 16) {
         __m512 w[16];
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) w[i] = _mm512_loadu_ps(bj + i * b_cs + k);
-        transpose16(w);  // w[u] = B[k + u, j .. j + 15]
+        load_transposed16(bj + k, b_cs, kGemvTAhead, w);  // w[u] = B[k + u, j .. j + 15]
 #pragma GCC unroll 16
         for (int u = 0; u < 16; ++u)
 #pragma GCC unroll 4
