@@ -81,16 +81,19 @@ struct Ukrs {
 const Ukrs& gemm_ukrs(Isa isa);
 
 /// GEMV (gemv.cpp): rows 1 .. kGemvRows of A at a + r * a_rs + k * a_ks (f32, in place) against
-/// all of B, streamed once. `gemv`: B contiguous along N (b + k * b_rs + j); into t[r * n + j] the
-/// chain over k in [0, kc) (one KC block; the caller writes or adds it to C). `gemv_t`: B
-/// contiguous along K (b + j * b_cs + k, a linear layer's W [N, K]); all of K, straight into C
-/// (c + r * c_rs + j), KC block by KC block as the other paths add them. `zmm`: the AVX-512
-/// kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give the same bits.
+/// all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or f16 / bf16 converted as
+/// loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
+/// k * b_rs + j); into t[r * n + j] the chain over k in [0, kc) (one KC block; the caller writes
+/// or adds it to C). `gemv_t`: B contiguous along K (element j * b_cs + k, a linear layer's W
+/// [N, K]); all of K, straight into C (c + r * c_rs + j), KC block by KC block as the other paths
+/// add them. `zmm`: the AVX-512 kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give
+/// the same bits.
 constexpr int kGemvRows = 4;
-void gemv(bool zmm, int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs, float* t,
-          int64_t n, int64_t kc);
-void gemv_t(bool zmm, int rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_cs, float* c,
-            int64_t c_rs, int64_t n, int64_t K, int64_t KC);
+bool gemv_reads(DType b_dt);
+void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,
+          float* t, int64_t n, int64_t kc);
+void gemv_t(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_cs,
+            float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC);
 
 /// Cache blocking of the packed path (gemm_run.cpp), from the cache sizes the CPU reports.
 struct GemmBlocking {

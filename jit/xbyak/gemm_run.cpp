@@ -21,6 +21,7 @@
 #include "backend/thread_pool.hpp"
 #include "exec_memory.hpp"
 #include "gemm.hpp"
+#include "gemm_loads.hpp"
 #include "transpose8.hpp"
 #include "kfuse/half.hpp"
 #include "kfuse/profile.hpp"
@@ -56,29 +57,6 @@ struct Strides {
 // Below this a launch runs on one thread. 64^3 (2^19) takes two: on Zen 3 (AVX2) it broke even
 // and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
 constexpr int64_t kParallelFlops = int64_t{1} << 19;
-
-// Element loaders of the packers: 8 consecutive elements (or one) of a stored dtype as f32,
-// exactly as a Cast to f32 gives them (f16 through F16C, bf16 by a 16-bit shift).
-struct LoadF32 {
-  using T = float;
-  __attribute__((target("avx2"))) static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
-  static float one(const T* p) { return *p; }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  __attribute__((target("avx2,f16c"))) static __m256 load8(const T* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static float one(const T* p) { return f16_bits_to_float(*p); }
-};
-struct LoadBF16 {
-  using T = uint16_t;
-  __attribute__((target("avx2"))) static __m256 load8(const T* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  }
-  static float one(const T* p) { return bf16_bits_to_float(*p); }
-};
 
 // One full MR-tall sliver of A with unit stride along K (row-major A): 8 x 8 blocks transposed in
 // registers. Column k of a block is stored whole at dst + k * MR + i0; when MR is not a multiple
@@ -203,6 +181,7 @@ class GemmKernel final : public CompiledKernel {
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
     es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
     plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
+    gemv_ok_ = !cvt_[0] && !p_.a_pro && !p_.b_pro && gemv_reads(p_.b_dt);
     // A forced mc or nc below one micro-tile (8 with AVX-512's 14-row tile) is one tile: rounded
     // down to 0 it made the block loops step by 0, forever.
     if (const GemmBlocking& b = force.blocking; b.kc > 0)
@@ -379,9 +358,9 @@ class GemmKernel final : public CompiledKernel {
   // f32 operands in place, B contiguous along N) or packed (everything else).
   enum class Path { Gemv, GemvT, Direct, Packed };
   Path path_for(const Launch& L, int64_t m, int64_t n) const {
-    if (!plain_ || L.path == 1) return Path::Packed;
+    if (L.path == 1 || !gemv_ok_) return Path::Packed;
     if (L.b.col == 1) {
-      const int64_t bytes = (m * p_.K + p_.K * n + m * n) * 4;
+      const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];
       // Three or four rows in L2 run faster through the direct kernel's register tile. Past L2,
       // up to 2 * kGemvRows rows go in two passes over B (groups of up to kGemvRows rows): about
       // the traffic of packing B once, where packing for 5 to 8 rows cost more than their
@@ -389,6 +368,7 @@ class GemmKernel final : public CompiledKernel {
       // M = 5 0.42 -> 0.24 ms, 8 0.51 -> 0.35 ms (oneDNN 0.26, 0.55); [8,4096]x[4096,4096] (B in
       // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
       if (m <= 2 || (m <= 2 * kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
+      if (!plain_) return Path::Packed;  // (the direct kernels read f32 only)
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
       // AVX-512 with K in one KC block, on AMD: in place up to 3 L2s (each C tile is written
       // once, and no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us,
@@ -639,11 +619,13 @@ class GemmKernel final : public CompiledKernel {
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
     // GEMV (a few rows): B streamed once per group of up to kGemvRows of them, no packing.
-    const float* af = static_cast<const float*>(t.a);  // (read in place only when plain_)
-    const float* bf = static_cast<const float*>(t.b);
+    const float* af = static_cast<const float*>(t.a);  // (read in place only when gemv_ok_)
+    const float* bf = static_cast<const float*>(t.b);  // (plain_ only)
+    const char* bb = static_cast<const char*>(t.b);    // (GEMV: f32, f16 or bf16)
+    const int64_t eb = es_[1];
     const Path path = path_for(L, m, n);
     if (path == Path::GemvT) {
-      gemv_t(u_.w == 16, static_cast<int>(m), af + m0 * sa.row, sa.row, sa.col, bf + n0 * sb.col, sb.col,
+      gemv_t(u_.w == 16, p_.b_dt, static_cast<int>(m), af + m0 * sa.row, sa.row, sa.col, bb + n0 * sb.col * eb, sb.col,
              t.c + m0 * t.c_rs + n0, t.c_rs, n, K, KC);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
@@ -654,9 +636,9 @@ class GemmKernel final : public CompiledKernel {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
         for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
-          gemv(u_.w == 16, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)),
-               af + (m0 + r0) * sa.row + pc * sa.col, sa.row, sa.col, bf + pc * sb.row + n0, sb.row, sums + r0 * n, n,
-               kc);
+          gemv(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)),
+               af + (m0 + r0) * sa.row + pc * sa.col, sa.row, sa.col, bb + (pc * sb.row + n0) * eb, sb.row,
+               sums + r0 * n, n, kc);
         for (int64_t r = 0; r < m; ++r) {
           float* c = t.c + (m0 + r) * t.c_rs + n0;
           const float* s = sums + r * n;
@@ -761,9 +743,12 @@ class GemmKernel final : public CompiledKernel {
 
   ir::Kernel k_;
   GemmPlan p_;
-  ToF32 cvt_[2] = {};                           // A, B: null for f32 storage
-  int64_t es_[2] = {};                          // element sizes of A and B
-  bool plain_ = true;                           // f32 operands without prologues: the GEMV and direct paths may run
+  ToF32 cvt_[2] = {};   // A, B: null for f32 storage
+  int64_t es_[2] = {};  // element sizes of A and B
+  bool plain_ = true;   // f32 operands without prologues: the GEMV and direct paths may run
+  // A in f32 and B in f32, f16 or bf16, without prologues: the GEMV paths may run (they convert
+  // half weights as they load them: a linear layer's f16 weights at batch 1 are not packed).
+  bool gemv_ok_ = true;
   bool f16c_ = __builtin_cpu_supports("f16c");  // (every AVX2 CPU so far; else element by element)
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;

@@ -549,6 +549,84 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
     }
 }
 
+// f16 and bf16 weights (A in f32, no prologue) are read in place by the GEMV paths, converted as
+// they are loaded, for up to 2 x kGemvRows rows along N and kGemvRows along K (a linear layer's
+// W^T): bit for bit what the packed path gives (the same f32 values, the same chains), on 1 and 2
+// threads, and within the K-scaled tolerance of fp64 over the converted values. Edges: K past one
+// KC block and not a multiple of 16, N with a part-vector tail, one and several rows.
+TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
+  const Options saved = options();
+  for (Isa isa : isas()) {
+    const int64_t kc = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa)).kc;
+    for (DType b_dt : {DType::F16, DType::BF16})
+      for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 203, 7, false},
+                                 {2, 4099, kc + 6, false},
+                                 {1, 40, 2 * kc + 3, false},
+                                 {3, 1001, kc + 6, false},
+                                 {5, 1001, 2 * kc + 3, false},
+                                 {8, 517, kc + 6, false},
+                                 {1, 203, 7, true},
+                                 {2, 37, kc + 6, true},
+                                 {3, 1027, 2 * kc + 3, true},
+                                 {4, 19, 13, true},
+                                 {1, 64, 2 * kc + 16, true}}) {
+        Spec s;
+        s.M = M, s.N = N, s.K = K, s.tb = tb;
+        Kernel k = build(s);
+        k.buffers[1].dtype = b_dt;
+        const auto& v = k.accs[0].value;
+        k.accs[0].value = bin(Op::Mul, v->args[0], op(Op::Cast, DType::F32, {load(1, b_dt, v->args[1]->args[0])}));
+        std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
+        std::uniform_real_distribution<float> u(-1, 1);
+        std::vector<float> a(static_cast<size_t>(M * K));
+        for (auto& x : a) x = u(rng);
+        std::vector<uint16_t> b(static_cast<size_t>(K * N));
+        std::vector<double> bv(b.size());
+        for (size_t i = 0; i < b.size(); ++i) {
+          b[i] = b_dt == DType::F16 ? float_to_f16_bits(u(rng)) : float_to_bf16_bits(u(rng));
+          bv[i] = b_dt == DType::F16 ? f16_bits_to_float(b[i]) : bf16_bits_to_float(b[i]);
+        }
+        std::vector<float> unused(static_cast<size_t>(M * N + N + M + 1), 0.0f), outs[2][2];
+        for (int path : {0, 1}) {
+          set_gemm_path(path);
+          auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
+          ASSERT_TRUE(cr.kernel) << cr.declined;
+          for (int threads : {1, 2}) {
+            Options o = saved;
+            o.num_threads = threads;
+            set_options(o);
+            std::vector<float>& out = outs[path][threads - 1];
+            out.assign(static_cast<size_t>(M * N), NAN);
+            LaunchArgs args;
+            args.buffers = {a.data(), b.data(), unused.data(), unused.data(), unused.data(), out.data()};
+            args.params = k.param_values();
+            cr.kernel->run(args);
+          }
+        }
+        set_options(saved);
+        const std::string what = std::string(detail::xb::isa_name(isa)) + " " + dtype_name(b_dt) + " " +
+                                 std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                                 (tb ? " B^T" : "");
+        // by size (GEMV up to its row limits) on 2 threads, packed on 1 and 2: the bits of by size on 1
+        for (const std::vector<float>* other : {&outs[0][1], &outs[1][0], &outs[1][1]})
+          EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), outs[0][0].size() * 4)) << what;
+        int bad = 0;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double want = 0, mag = 0;
+            for (int64_t kk = 0; kk < K; ++kk) {
+              const double x = a[m * K + kk] * bv[tb ? n * K + kk : kk * N + n];
+              want += x;
+              mag += std::fabs(x);
+            }
+            const float got = outs[0][0][m * N + n];
+            if (!(std::fabs(got - want) <= 4.0 * (K + 2) * 6e-8 * (mag + 1.0)) && bad++ < 5)
+              ADD_FAILURE() << what << " [" << m << "," << n << "]: got " << got << " want " << want;
+          }
+      }
+  }
+}
+
 TEST_F(XbyakGemm, LoadsFromItsBinary) {
   for (Isa isa : isas()) {
     auto be = detail::xb::make_backend(isa);

@@ -1,0 +1,62 @@
+// xbyak backend: element loaders of a stored operand dtype as f32, shared by the GEMM's packers
+// (gemm_run.cpp) and its GEMV kernels (gemv.cpp), which read f16 and bf16 weights in place: 8 or
+// 16 consecutive elements (or one) exactly as a Cast to f32 gives them (f16 through F16C or
+// AVX-512's vcvtph2ps, bf16 by a 16-bit shift), so a GEMV over half weights sums the same f32
+// values as the packed path and gives its bits. Private to jit/xbyak/.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kfuse/dtype.hpp"
+#include "kfuse/half.hpp"
+
+namespace kfuse::detail::xb {
+
+#define KFUSE_XB_LOAD16 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+
+struct LoadF32 {
+  using T = float;
+  static constexpr DType dtype = DType::F32;
+  __attribute__((target("avx2"))) static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
+  KFUSE_XB_LOAD16 static __m512 load16(const T* p) { return _mm512_loadu_ps(p); }
+  /// The first lanes of `m` (the rest 0), reading only those elements.
+  KFUSE_XB_LOAD16 static __m512 load16(__mmask16 m, const T* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static float one(const T* p) { return *p; }
+};
+
+struct LoadF16 {
+  using T = uint16_t;
+  static constexpr DType dtype = DType::F16;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  KFUSE_XB_LOAD16 static __m512 load16(const T* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  KFUSE_XB_LOAD16 static __m512 load16(__mmask16 m, const T* p) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+  static float one(const T* p) { return f16_bits_to_float(*p); }
+};
+
+struct LoadBF16 {
+  using T = uint16_t;
+  static constexpr DType dtype = DType::BF16;
+  __attribute__((target("avx2"))) static __m256 load8(const T* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  KFUSE_XB_LOAD16 static __m512 load16(const T* p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  KFUSE_XB_LOAD16 static __m512 load16(__mmask16 m, const T* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+  static float one(const T* p) { return bf16_bits_to_float(*p); }
+};
+
+#undef KFUSE_XB_LOAD16
+
+}  // namespace kfuse::detail::xb
