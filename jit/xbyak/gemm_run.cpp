@@ -378,8 +378,15 @@ class GemmKernel final : public CompiledKernel {
       // 1024x512x512 4.5-5.5 vs 3.4-3.6 ms (interleaved A/B, medians). (AVX2's rule above is the
       // one measured on Zen 3.)
       if (u_.w == 16 && direct_gemm_past_l2() && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
-    } else if (L.b.row == 1 && m <= kGemvRows) {
-      return Path::GemvT;
+    } else if (L.b.row == 1) {
+      // B along K (x @ W^T): up to kGemvRows rows in one sweep of W; up to twice that in two
+      // sweeps past half of L2, or whatever the size for half weights: packing W^T transposes
+      // (and converts) all of it into a panel every call. Intel Xeon, 1 thread, packed -> two
+      // sweeps: [8,4096]x[4096,4096]^T f32 13.8 -> 7.9 ms, f16 11.1 -> 5.4 ms; [8,1024]^2 f32
+      // 676 -> 438 us; [8,512]x[512,512]^T f16 110 -> 78 us (f32 in L2 even; AVX2 kernels: f32
+      // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
+      const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];
+      if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || es_[1] == 2))) return Path::GemvT;
     }
     return Path::Packed;
   }
@@ -625,8 +632,9 @@ class GemmKernel final : public CompiledKernel {
     const int64_t eb = es_[1];
     const Path path = path_for(L, m, n);
     if (path == Path::GemvT) {
-      gemv_t(u_.w == 16, p_.b_dt, static_cast<int>(m), af + m0 * sa.row, sa.row, sa.col, bb + n0 * sb.col * eb, sb.col,
-             t.c + m0 * t.c_rs + n0, t.c_rs, n, K, KC);
+      for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
+        gemv_t(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)), af + (m0 + r0) * sa.row,
+               sa.row, sa.col, bb + n0 * sb.col * eb, sb.col, t.c + (m0 + r0) * t.c_rs + n0, t.c_rs, n, K, KC);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }

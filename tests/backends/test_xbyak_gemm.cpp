@@ -306,7 +306,9 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
                                    {2, 37, kc + 6, true, true},
                                    {3, 1027, 2 * kc + 3, false, true},
                                    {4, 19, 13, false, true},
-                                   {4, 64, 8, true, true}}) {
+                                   {4, 64, 8, true, true},
+                                   {6, 1001, 2 * kc + 3, false, true},
+                                   {8, 300, kc + 6, true, true}}) {
       Spec s;
       s.M = M, s.N = N, s.K = K, s.ta = ta, s.tb = tb;
       for (int threads : {1, 2}) {
@@ -550,8 +552,8 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
 }
 
 // f16 and bf16 weights (A in f32, no prologue) are read in place by the GEMV paths, converted as
-// they are loaded, for up to 2 x kGemvRows rows along N and kGemvRows along K (a linear layer's
-// W^T): bit for bit what the packed path gives (the same f32 values, the same chains), on 1 and 2
+// they are loaded, for up to 2 x kGemvRows rows (in two sweeps past 4; along K, a linear layer's
+// W^T, whatever the size): bit for bit what the packed path gives (the same f32 values, the same chains), on 1 and 2
 // threads, and within the K-scaled tolerance of fp64 over the converted values. Edges: K past one
 // KC block and not a multiple of 16, N with a part-vector tail, one and several rows.
 TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
@@ -569,7 +571,9 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
                                  {2, 37, kc + 6, true},
                                  {3, 1027, 2 * kc + 3, true},
                                  {4, 19, 13, true},
-                                 {1, 64, 2 * kc + 16, true}}) {
+                                 {1, 64, 2 * kc + 16, true},
+                                 {6, 203, kc + 6, true},
+                                 {8, 40, 13, true}}) {
         Spec s;
         s.M = M, s.N = N, s.K = K, s.tb = tb;
         Kernel k = build(s);
