@@ -14,8 +14,10 @@
 #include "transpose8.hpp"
 
 // GCC 12 warns inside its own AVX-512 intrinsics, whose pass-through operand is a deliberately
-// uninitialised _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13), wherever they inline.
+// uninitialised _mm512_undefined_ps() (GCC bug 105593, fixed in GCC 13), wherever they inline
+// (-Wuninitialized in the sanitizer builds' lower optimisation levels).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kfuse::detail::xb {
 
