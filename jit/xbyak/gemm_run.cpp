@@ -359,8 +359,8 @@ class GemmKernel final : public CompiledKernel {
   enum class Path { Gemv, GemvT, Direct, Packed };
   Path path_for(const Launch& L, int64_t m, int64_t n) const {
     if (L.path == 1 || !gemv_ok_) return Path::Packed;
+    const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];  // A, C and B as stored
     if (L.b.col == 1) {
-      const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];
       // Three or four rows in L2 run faster through the direct kernel's register tile. Past L2,
       // up to 2 * kGemvRows rows go in two passes over B (groups of up to kGemvRows rows): about
       // the traffic of packing B once, where packing for 5 to 8 rows cost more than their
@@ -385,8 +385,8 @@ class GemmKernel final : public CompiledKernel {
       // sweeps: [8,4096]x[4096,4096]^T f32 13.8 -> 7.9 ms, f16 11.1 -> 5.4 ms; [8,1024]^2 f32
       // 676 -> 438 us; [8,512]x[512,512]^T f16 110 -> 78 us (f32 in L2 even; AVX2 kernels: f32
       // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
-      const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];
-      if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || es_[1] == 2))) return Path::GemvT;
+      const bool half = p_.b_dt != DType::F32;
+      if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || half))) return Path::GemvT;
     }
     return Path::Packed;
   }
