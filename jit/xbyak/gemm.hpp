@@ -81,8 +81,8 @@ struct Ukrs {
 const Ukrs& gemm_ukrs(Isa isa);
 
 /// GEMV (gemv.cpp): rows 1 .. kGemvRows of A at a + r * a_rs + k * a_ks (f32, in place) against
-/// all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or f16 / bf16 converted as
-/// loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
+/// all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16 (with F16C)
+/// converted as loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
 /// k * b_rs + j); into t[r * n + j] the chain over k in [0, kc) (one KC block; the caller writes
 /// or adds it to C). `gemv_t`: B contiguous along K (element j * b_cs + k, a linear layer's W
 /// [N, K]); all of K, straight into C (c + r * c_rs + j), KC block by KC block as the other paths

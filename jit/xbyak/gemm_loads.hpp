@@ -59,4 +59,21 @@ struct LoadBF16 {
 
 #undef KFUSE_XB_LOAD16
 
+/// Calls f(Loader{}) for a dtype the loaders read: f32, bf16, and f16 where the CPU has F16C
+/// (every AVX2 CPU so far); false, calling nothing, for the others (the packers convert those
+/// element by element; the GEMV paths do not take them).
+template <class F>
+bool with_loader(DType dt, F&& f) {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  switch (dt) {
+    case DType::F32: f(LoadF32{}); return true;
+    case DType::F16:
+      if (!f16c) return false;
+      f(LoadF16{});
+      return true;
+    case DType::BF16: f(LoadBF16{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace kfuse::detail::xb

@@ -427,20 +427,6 @@ class GemmKernel final : public CompiledKernel {
     reinterpret_cast<void (*)(Frame*)>(const_cast<void*>(pro_mem_[side]->entry()))(&f);
   }
 
-  // Calls f(Loader{}) for a dtype the vector packers read; false for the others (the converter).
-  template <class F>
-  bool with_loader(DType dt, F&& f) const {
-    switch (dt) {
-      case DType::F32: f(LoadF32{}); return true;
-      case DType::F16:
-        if (!f16c_) return false;
-        f(LoadF16{});
-        return true;
-      case DType::BF16: f(LoadBF16{}); return true;
-      default: return false;
-    }
-  }
-
   // Other dtypes, element by element through the converter: slivers `w` wide of the operand's
   // M (A) or N (B) range [i, i + count) (stride `is`), k [k0, k0 + kc) (stride `ks`), zero-padded.
   static void pack_converted(float* dst, ToF32 cvt, const void* src, int64_t i, int64_t count, int w, int64_t is,
@@ -757,7 +743,6 @@ class GemmKernel final : public CompiledKernel {
   // A in f32 and B in f32, f16 or bf16, without prologues: the GEMV paths may run (they convert
   // half weights as they load them: a linear layer's f16 weights at batch 1 are not packed).
   bool gemv_ok_ = true;
-  bool f16c_ = __builtin_cpu_supports("f16c");  // (every AVX2 CPU so far; else element by element)
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;

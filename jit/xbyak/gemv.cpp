@@ -353,20 +353,13 @@ struct GemvSet {
                                                gemv_t_rows_z<L, 4>};
 };
 
-// Calls f(L{}) with the loader of a B dtype the GEMV kernels read (gemv_reads).
-template <class F>
-void with_loader(DType dt, F&& f) {
-  switch (dt) {
-    case DType::F16: f(LoadF16{}); return;
-    case DType::BF16: f(LoadBF16{}); return;
-    default: f(LoadF32{}); return;
-  }
-}
 #undef KFUSE_XB_ZMM
 
 }  // namespace
 
-bool gemv_reads(DType dt) { return dt == DType::F32 || dt == DType::F16 || dt == DType::BF16; }
+bool gemv_reads(DType dt) {
+  return with_loader(dt, [](auto) {});
+}
 
 void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,
           float* t, int64_t n, int64_t kc) {
