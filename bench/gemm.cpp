@@ -6,7 +6,8 @@
 // contraction of f64, i32 and i64 matmuls, and of f32 ones whose epilogue xbyak declines).
 //
 //   kfuse_gemm [--threads 1,2] [--min-time 0.3] [--filter 1024] [--backend xbyak|llvm] [--dtype f32|f64]
-//              [--alternate]
+//              [--alternate] [--shapes 16x4096x4096t,64x64x64]
+// --shapes: M x K x N (a trailing "t": B stored N x K) instead of the standard list.
 // --alternate (with OpenBLAS): kfuse and OpenBLAS are also timed call for call in turn, and the
 // median of the per-pair speed ratios is printed ("kfuse/openblas"): on a shared host whose
 // speed moves 10-20% between minutes, the ratio of two separate medians moves with it.
@@ -103,7 +104,7 @@ std::vector<int> parse_list(const char* s) {
 
 template <class T>
 int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<int>& threads, double min_time,
-        const std::string& filter, bool alternate) {
+        const std::string& filter, bool alternate, const std::string& shape_list) {
   std::printf("%s %s; FMA peak (%s, %s, measured now):", be->name().c_str(), dtype_name(dt), kfuse::probe::fma_kind(),
               dtype_name(dt));
   std::vector<double> peak;
@@ -117,8 +118,23 @@ int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<
     int64_t M, K, N;
     bool tb = false;
   };
-  const Shape shapes[] = {{64, 64, 64},       {256, 256, 256},   {512, 512, 512}, {1024, 1024, 1024},
-                          {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}, {512, 1024, 4096, true}};
+  std::vector<Shape> shapes = {{64, 64, 64},       {256, 256, 256},   {512, 512, 512}, {1024, 1024, 1024},
+                               {2048, 2048, 2048}, {1000, 999, 1001}, {1, 4096, 4096}, {512, 1024, 4096, true}};
+  if (!shape_list.empty()) {
+    shapes.clear();
+    for (size_t at = 0; at < shape_list.size();) {
+      size_t end = shape_list.find(',', at);
+      if (end == std::string::npos) end = shape_list.size();
+      const std::string one = shape_list.substr(at, end - at);
+      long long m = 0, kk = 0, n = 0;
+      if (std::sscanf(one.c_str(), "%lldx%lldx%lld", &m, &kk, &n) != 3 || m < 1 || kk < 1 || n < 1) {
+        std::printf("--shapes: \"%s\" is not MxKxN (a trailing t: B stored N x K)\n", one.c_str());
+        return 2;
+      }
+      shapes.push_back({m, kk, n, one.back() == 't'});
+      at = end + 1;
+    }
+  }
   std::mt19937 rng(1);
   std::uniform_real_distribution<T> u(-1, 1);
   [[maybe_unused]] constexpr bool f32 = std::is_same_v<T, float>;
@@ -210,6 +226,7 @@ int main(int argc, char** argv) {
   double min_time = 0.3;
   std::string filter, backend = "xbyak", dtype = "f32";
   bool alternate = false;
+  std::string shape_list;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = parse_list(argv[++i]);
@@ -218,6 +235,7 @@ int main(int argc, char** argv) {
     else if (a == "--backend" && i + 1 < argc) backend = argv[++i];
     else if (a == "--dtype" && i + 1 < argc) dtype = argv[++i];
     else if (a == "--alternate") alternate = true;
+    else if (a == "--shapes" && i + 1 < argc) shape_list = argv[++i];
   }
   if (dtype != "f32" && dtype != "f64") {
     std::printf("--dtype f32 or f64\n");
@@ -237,6 +255,6 @@ int main(int argc, char** argv) {
     std::printf("backend %s unavailable (not built in, or xbyak without AVX2/FMA)\n", backend.c_str());
     return 0;
   }
-  if (dtype == "f64") return run<double>(be, DType::F64, threads, min_time, filter, alternate);
-  return run<float>(be, DType::F32, threads, min_time, filter, alternate);
+  if (dtype == "f64") return run<double>(be, DType::F64, threads, min_time, filter, alternate, shape_list);
+  return run<float>(be, DType::F32, threads, min_time, filter, alternate, shape_list);
 }

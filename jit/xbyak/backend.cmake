@@ -21,6 +21,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_run.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_swapped.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
 target_link_libraries(kfuse_jit_xbyak PRIVATE xbyak::xbyak)

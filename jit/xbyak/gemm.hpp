@@ -6,7 +6,8 @@
 //                    strides of A, B and C per launch, and builds the epilogue as a pointwise kernel;
 //   gemm_kernel.cpp  the register-blocked FMA microkernels per ISA (generated once per process);
 //   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls;
-//   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed).
+//   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed);
+//   gemm_swapped.cpp x @ W^T for a few dozen rows of x: C^T = W A^T, W read in place.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -94,6 +95,28 @@ void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t 
           float* t, int64_t n, int64_t kc);
 void gemv_t(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_cs,
             float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC);
+
+/// x @ W^T with B contiguous along K (gemm_swapped.cpp): C[r, j] = sum_k A[r, k] * W[j, k] for r
+/// in [0, m), j in [0, n), A (f32) at a + r * a_rs + k * a_ks, W (f32) at w + j * w_rs + k, C at
+/// c + r * c_rs + j; computed as C^T = W A^T by the direct kernels, per KC block as the other
+/// paths sum (the same bits). `xt`: kb * swapped_width(m) floats (A^T, a chunk of kb of K);
+/// `ct`: MR * width floats when kb >= K, else n * width.
+struct SwappedArgs {
+  const float* a;
+  int64_t a_rs, a_ks;
+  const float* w;
+  int64_t w_rs;
+  float* c;
+  int64_t c_rs, m, n, K, KC, kb;
+  float *xt, *ct;
+};
+/// The most rows of x the swapped form takes (past it, packing W pays for itself).
+constexpr int64_t kSwappedRows = 128;
+/// Rows of x padded to whole vectors (the direct kernels' columns).
+int64_t swapped_width(const Ukrs& u, int64_t m);
+/// The chunk of K whose A^T is packed at a time: whole KC blocks in half of `l2` (at least one).
+int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t KC);
+void gemm_swapped(const Ukrs& u, const SwappedArgs& s);
 
 /// Cache blocking of the packed path (gemm_run.cpp), from the cache sizes the CPU reports.
 struct GemmBlocking {

@@ -356,7 +356,7 @@ class GemmKernel final : public CompiledKernel {
   // The path of an m x n block: GEMV (a few rows: B streamed once per group of up to kGemvRows
   // rows, along N or, for B contiguous along K, transposed in registers), direct (small problems in L2, or forced:
   // f32 operands in place, B contiguous along N) or packed (everything else).
-  enum class Path { Gemv, GemvT, Direct, Packed };
+  enum class Path { Gemv, GemvT, Swapped, Direct, Packed };
   Path path_for(const Launch& L, int64_t m, int64_t n) const {
     if (L.path == 1 || !gemv_ok_) return Path::Packed;
     const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];  // A, C and B as stored
@@ -387,6 +387,13 @@ class GemmKernel final : public CompiledKernel {
       // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
       const bool half = p_.b_dt != DType::F32;
       if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || half))) return Path::GemvT;
+      // More rows, f32 weights past half of L2: C^T = W x^T, W read in place by the direct
+      // kernels and only x packed (gemm_swapped.cpp). The packed path transposed all of W for one
+      // or two row tiles. AMD EPYC (Zen 3, AVX2), 1 thread, [M,4096]x[4096,4096]^T packed ->
+      // swapped: M = 9 12.9 -> 8.2 ms, 16 13.7 -> 8.6, 32 23.6 -> 13.8, 64 42-46 -> 27.5,
+      // 128 63-67 -> 57; 256 lost (136 -> 152), as did W in L2 ([64,256]x[256,256]^T 109 ->
+      // 149 us) and 5 to 8 rows against the GEMV's two sweeps (8.0 -> 10.6 ms).
+      if (plain_ && m <= kSwappedRows && bytes > l2_ / 2) return Path::Swapped;
     }
     return Path::Packed;
   }
@@ -621,6 +628,26 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
         gemv_t(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)), af + (m0 + r0) * sa.row,
                sa.row, sa.col, bb + n0 * sb.col * eb, sb.col, t.c + (m0 + r0) * t.c_rs + n0, t.c_rs, n, K, KC);
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
+    if (path == Path::Swapped) {
+      const int64_t kb = swapped_chunk(u_, l2_, m, K, KC), wd = swapped_width(u_, m);
+      SwappedArgs s{af + m0 * sa.row,
+                    sa.row,
+                    sa.col,
+                    bf + n0 * sb.col,
+                    sb.col,
+                    t.c + m0 * t.c_rs + n0,
+                    t.c_rs,
+                    m,
+                    n,
+                    K,
+                    KC,
+                    kb,
+                    scratch(0, kb * wd),
+                    scratch(1, kb >= K ? u_.mr * wd : n * wd)};
+      gemm_swapped(u_, s);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }

@@ -10,6 +10,7 @@
 #include "../../jit/xbyak/gemm.hpp"
 #include "kfuse/half.hpp"
 #include "kfuse/options.hpp"
+#include "kfuse/profile.hpp"
 #include "test_xbyak_util.hpp"
 
 namespace kfuse::xbt {
@@ -322,6 +323,54 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
         ASSERT_EQ(gemv.size(), packed.size());
         EXPECT_EQ(0, std::memcmp(gemv.data(), packed.data(), gemv.size() * 4))
             << M << "x" << N << "x" << K << (ta ? " A^T" : "") << (tb ? " B^T" : "");
+      }
+    }
+  }
+  set_options(saved);
+}
+
+// x @ W^T with 9 to kSwappedRows rows and W (f32) past half of L2 runs as C^T = W x^T
+// (gemm_swapped.cpp): W read in place by the direct kernels, x packed. The same FMA chain per
+// element, so it equals the packed path bit for bit, and the fp64 reference within tolerance:
+// rows padded to whole vectors (9, 17, 33, tb), tiles of W rows with an edge (N not a multiple
+// of MR), K past KC and in several chunks of A^T (kb < K: the whole C^T kept until the last
+// chunk), a transposed (strided) x, a batch with W broadcast, an epilogue, 1 and 2 threads.
+TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
+  const Options saved = options();
+  const int64_t l2 = probe::cache_sizes().l2;
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    const int64_t kc = detail::xb::gemm_blocking(u).kc;
+    struct Case {
+      int64_t M, K;
+      bool ta, batched, epi;
+    };
+    for (const Case& c : {Case{9, kc + 6, false, false, false}, Case{17, 2 * kc + 3, true, false, true},
+                          Case{16, 7, false, true, false}, Case{33, kc, false, false, false},
+                          Case{detail::xb::kSwappedRows, 0, false, false, true}}) {
+      Spec s;
+      s.M = c.M, s.tb = true, s.ta = c.ta;
+      // K = 0: long enough for A^T to take more than one chunk of K
+      s.K = c.K > 0 ? c.K : 3 * detail::xb::swapped_chunk(u, l2, c.M, int64_t{1} << 40, kc) + 5;
+      if (c.K == 0) { ASSERT_GT(s.K, detail::xb::swapped_chunk(u, l2, c.M, s.K, kc)); }
+      s.N = (l2 / 2 / (4 * s.K) + u.mr) / u.mr * u.mr + 5;  // W past half of L2, N % MR != 0
+      if (c.batched) s.batch = {2}, s.b_bcast = {true};
+      double (*epi64)(double, double, double, double) = nullptr;
+      if (c.epi) {
+        s.epi = [](ExprRef a, const std::vector<ExprRef>& in) { return un(Op::Relu, bin(Op::Add, a, in[0])); };
+        epi64 = [](double a, double bn, double, double) { return std::max(a + bn, 0.0); };
+      }
+      for (int threads : {1, 2}) {
+        Options o = saved;
+        o.num_threads = threads;
+        set_options(o);
+        set_gemm_path(0);
+        auto swapped = run_check(s, isa, 11, epi64);
+        set_gemm_path(1);
+        auto packed = run_check(s, isa, 11, epi64);
+        ASSERT_EQ(swapped.size(), packed.size());
+        EXPECT_EQ(0, std::memcmp(swapped.data(), packed.data(), swapped.size() * 4))
+            << s.M << "x" << s.N << "x" << s.K << (c.ta ? " A^T" : "") << " threads " << threads;
       }
     }
   }

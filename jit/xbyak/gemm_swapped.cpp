@@ -1,0 +1,71 @@
+// xbyak backend: x @ W^T for a few dozen rows of x (gemm.hpp, gemm_swapped), a linear layer at a
+// small batch. B is W [N, K], contiguous along K. The packed path transposes all of W into
+// panels every call and then reuses each panel for only one or two row tiles; the GEMV kernel
+// transposes W in registers, which pays for a few rows only. Here the roles swap instead:
+// C^T = W A^T, computed by the direct microkernels with W as their "A" operand, read in place
+// (each W element broadcast once, each of its rows a sequential stream) and A^T as their "B"
+// operand, packed (a KC-long column of x per k, its rows padded to whole vectors): the packing
+// is of x, which is small, and W is read once, as it is stored.
+//
+// Summation order: every C element is summed per KC block, k ascending from 0 in one register,
+// then added to C in block order, as on the packed path (fma(w, x, acc) is fma(x, w, acc)): the
+// same bits whichever path or thread split computes it.
+#include <algorithm>
+
+#include "gemm.hpp"
+
+namespace kfuse::detail::xb {
+
+int64_t swapped_width(const Ukrs& u, int64_t m) { return (m + u.w - 1) / u.w * u.w; }
+
+int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t KC) {
+  // Whole KC blocks of A^T that take at most half of L2: a chunk is read once per tile of W rows.
+  const int64_t per_block = KC * swapped_width(u, m) * 4;
+  return std::min(K, std::max<int64_t>(1, l2 / 2 / per_block) * KC);
+}
+
+void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
+  const int64_t mp = swapped_width(u, s.m), MR = u.mr, NR = u.nr, W = u.w;
+  const bool one_chunk = s.kb >= s.K;
+  // C'^T tile by tile (rows of W x the padded rows of x): into C at once when K is one chunk,
+  // else kept whole (ct holds n x mp floats) until the last chunk has been added.
+  auto ct_at = [&](int64_t i) { return one_chunk ? s.ct : s.ct + i * mp; };
+  auto to_c = [&](int64_t i, int64_t rows) {
+    const float* t = ct_at(i);
+    for (int64_t r = 0; r < s.m; ++r) {
+      float* c = s.c + r * s.c_rs + i;
+      for (int64_t j = 0; j < rows; ++j) c[j] = t[j * mp + r];
+    }
+  };
+  for (int64_t k0 = 0; k0 < s.K; k0 += s.kb) {
+    const int64_t kn = std::min(s.kb, s.K - k0);
+    for (int64_t r = 0; r < mp; ++r) {  // A^T: xt[k * mp + r] = A[r, k0 + k], zero past m
+      float* d = s.xt + r;
+      if (r >= s.m) {
+        for (int64_t k = 0; k < kn; ++k) d[k * mp] = 0.0f;
+        continue;
+      }
+      const float* a = s.a + r * s.a_rs + k0 * s.a_ks;
+      for (int64_t k = 0; k < kn; ++k) d[k * mp] = a[k * s.a_ks];
+    }
+    for (int64_t i = 0; i < s.n; i += MR) {
+      const int mr = static_cast<int>(std::min(MR, s.n - i));
+      // The tile's rows of W stream once through the chunk; each KC block of them stays in L1
+      // across the vectors of x.
+      for (int64_t pc = k0; pc < k0 + kn; pc += s.KC) {
+        const int64_t kc = std::min(s.KC, k0 + kn - pc);
+        for (int64_t j = 0; j < mp; j += NR) {
+          const int nv = static_cast<int>(std::min(NR, mp - j) / W);
+          UkrArgs g{s.w + i * s.w_rs + pc, s.xt + (pc - k0) * mp + j, ct_at(i) + j, kc, s.w_rs * 4, 4, mp * 4, mp * 4,
+                    pc == 0 ? 0 : 1};
+          u.direct_tile[mr][nv](&g);
+        }
+      }
+      if (one_chunk) to_c(i, mr);
+    }
+  }
+  if (!one_chunk)
+    for (int64_t i = 0; i < s.n; i += MR) to_c(i, std::min(MR, s.n - i));
+}
+
+}  // namespace kfuse::detail::xb
