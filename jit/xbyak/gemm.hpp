@@ -97,18 +97,20 @@ void gemv_t(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_
             float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC);
 
 /// x @ W^T with B contiguous along K (gemm_swapped.cpp): C[r, j] = sum_k A[r, k] * W[j, k] for r
-/// in [0, m), j in [0, n), A (f32) at a + r * a_rs + k * a_ks, W (f32) at w + j * w_rs + k, C at
-/// c + r * c_rs + j; computed as C^T = W A^T by the direct kernels, per KC block as the other
-/// paths sum (the same bits). `xt`: kb * swapped_width(m) floats (A^T, a chunk of kb of K);
-/// `ct`: MR * width floats when kb >= K, else n * width.
+/// in [0, m), j in [0, n), A (f32) at a + r * a_rs + k * a_ks, W (`w_dt`: what gemv_reads takes)
+/// at element j * w_rs + k, C at c + r * c_rs + j; computed as C^T = W A^T by the direct kernels,
+/// per KC block as the other paths sum (the same bits). `xt`: kb * swapped_width(m) floats (A^T,
+/// a chunk of kb of K); `ct`: MR * width floats when kb >= K, else n * width; `wt`: MR * KC
+/// floats (half weights, converted a tile of rows at a time), else unused.
 struct SwappedArgs {
   const float* a;
   int64_t a_rs, a_ks;
-  const float* w;
+  const void* w;
+  DType w_dt;
   int64_t w_rs;
   float* c;
   int64_t c_rs, m, n, K, KC, kb;
-  float *xt, *ct;
+  float *xt, *ct, *wt;
 };
 /// The most rows of x the swapped form takes (past it, packing W pays for itself).
 constexpr int64_t kSwappedRows = 128;

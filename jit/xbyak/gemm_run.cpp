@@ -387,13 +387,13 @@ class GemmKernel final : public CompiledKernel {
       // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
       const bool half = p_.b_dt != DType::F32;
       if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || half))) return Path::GemvT;
-      // More rows, f32 weights past half of L2: C^T = W x^T, W read in place by the direct
-      // kernels and only x packed (gemm_swapped.cpp). The packed path transposed all of W for one
-      // or two row tiles. AMD EPYC (Zen 3, AVX2), 1 thread, [M,4096]x[4096,4096]^T packed ->
-      // swapped: M = 9 12.9 -> 8.2 ms, 16 13.7 -> 8.6, 32 23.6 -> 13.8, 64 42-46 -> 27.5,
-      // 128 63-67 -> 57; 256 lost (136 -> 152), as did W in L2 ([64,256]x[256,256]^T 109 ->
-      // 149 us) and 5 to 8 rows against the GEMV's two sweeps (8.0 -> 10.6 ms).
-      if (plain_ && m <= kSwappedRows && bytes > l2_ / 2) return Path::Swapped;
+      // More rows, weights past half of L2: C^T = W x^T, W read in place by the direct kernels
+      // (half weights converted a tile at a time) and only x packed (gemm_swapped.cpp). The packed path transposed all
+      // of W for one or two row tiles. AMD EPYC (Zen 3, AVX2), 1 thread, [M,4096]x[4096,4096]^T packed -> swapped: M =
+      // 9 12.9 -> 8.2 ms, 16 13.7 -> 8.6, 32 23.6 -> 13.8, 64 42-46 -> 27.5, 128 63-67 -> 57; 256 lost (136 -> 152), as
+      // did W in L2 ([64,256]x[256,256]^T 109 -> 149 us) and 5 to 8 rows against the GEMV's two sweeps (8.0 -> 10.6
+      // ms).
+      if (m <= kSwappedRows && bytes > l2_ / 2) return Path::Swapped;
     }
     return Path::Packed;
   }
@@ -636,7 +636,8 @@ class GemmKernel final : public CompiledKernel {
       SwappedArgs s{af + m0 * sa.row,
                     sa.row,
                     sa.col,
-                    bf + n0 * sb.col,
+                    bb + n0 * sb.col * eb,
+                    p_.b_dt,
                     sb.col,
                     t.c + m0 * t.c_rs + n0,
                     t.c_rs,
@@ -646,7 +647,8 @@ class GemmKernel final : public CompiledKernel {
                     KC,
                     kb,
                     scratch(0, kb * wd),
-                    scratch(1, kb >= K ? u_.mr * wd : n * wd)};
+                    scratch(1, kb >= K ? u_.mr * wd : n * wd),
+                    scratch(2, u_.mr * KC)};
       gemm_swapped(u_, s);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;

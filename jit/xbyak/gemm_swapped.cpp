@@ -7,14 +7,39 @@
 // operand, packed (a KC-long column of x per k, its rows padded to whole vectors): the packing
 // is of x, which is small, and W is read once, as it is stored.
 //
+// f16 and bf16 weights: each KC block of a tile's rows is converted into an f32 block in L1 by
+// the packers' loaders (gemm_loads.hpp), then read by the same kernels: W converted once, not
+// transposed, and the f32 values the packed path sums.
+//
 // Summation order: every C element is summed per KC block, k ascending from 0 in one register,
 // then added to C in block order, as on the packed path (fma(w, x, acc) is fma(x, w, acc)): the
 // same bits whichever path or thread split computes it.
 #include <algorithm>
 
 #include "gemm.hpp"
+#include "gemm_loads.hpp"
 
 namespace kfuse::detail::xb {
+
+namespace {
+
+// Rows [0, rows) x k [0, kc) of W (row stride w_rs) as f32 into dst (row stride kc).
+template <class L>
+__attribute__((target("avx2,f16c"))) void stage_rows(float* dst, const typename L::T* w, int64_t w_rs, int rows,
+                                                     int64_t kc) {
+  for (int r = 0; r < rows; ++r) {
+    const typename L::T* s = w + r * w_rs;
+    float* d = dst + r * kc;
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+      if (k % (64 / sizeof(typename L::T)) == 0) _mm_prefetch(reinterpret_cast<const char*>(s + k + kc), _MM_HINT_T0);
+      _mm256_storeu_ps(d + k, L::load8(s + k));
+    }
+    for (; k < kc; ++k) d[k] = L::one(s + k);
+  }
+}
+
+}  // namespace
 
 int64_t swapped_width(const Ukrs& u, int64_t m) { return (m + u.w - 1) / u.w * u.w; }
 
@@ -54,10 +79,20 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
       // across the vectors of x.
       for (int64_t pc = k0; pc < k0 + kn; pc += s.KC) {
         const int64_t kc = std::min(s.KC, k0 + kn - pc);
+        const float* wf = s.wt;
+        int64_t w_rs = kc;
+        if (s.w_dt == DType::F32) {
+          wf = static_cast<const float*>(s.w) + i * s.w_rs + pc;
+          w_rs = s.w_rs;
+        } else {
+          with_loader(s.w_dt, [&](auto l) {
+            using L = decltype(l);
+            stage_rows<L>(s.wt, static_cast<const typename L::T*>(s.w) + i * s.w_rs + pc, s.w_rs, mr, kc);
+          });
+        }
         for (int64_t j = 0; j < mp; j += NR) {
           const int nv = static_cast<int>(std::min(NR, mp - j) / W);
-          UkrArgs g{s.w + i * s.w_rs + pc, s.xt + (pc - k0) * mp + j, ct_at(i) + j, kc, s.w_rs * 4, 4, mp * 4, mp * 4,
-                    pc == 0 ? 0 : 1};
+          UkrArgs g{wf, s.xt + (pc - k0) * mp + j, ct_at(i) + j, kc, w_rs * 4, 4, mp * 4, mp * 4, pc == 0 ? 0 : 1};
           u.direct_tile[mr][nv](&g);
         }
       }

@@ -604,11 +604,15 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
 // they are loaded, for up to 2 x kGemvRows rows (in two sweeps past 4; along K, a linear layer's
 // W^T, whatever the size): bit for bit what the packed path gives (the same f32 values, the same chains), on 1 and 2
 // threads, and within the K-scaled tolerance of fp64 over the converted values. Edges: K past one
-// KC block and not a multiple of 16, N with a part-vector tail, one and several rows.
+// KC block and not a multiple of 16, N with a part-vector tail, one and several rows. With more
+// rows and W past half of L2 the swapped form (gemm_swapped.cpp) converts W a tile of rows at a
+// time: the same bits too (N not a multiple of MR, rows padded to whole vectors).
 TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
   const Options saved = options();
   for (Isa isa : isas()) {
     const int64_t kc = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa)).kc;
+    const int64_t mr = detail::xb::gemm_ukrs(isa).mr, l2 = probe::cache_sizes().l2;
+    auto past_half_l2 = [&](int64_t K) { return (l2 / 2 / (2 * K) + mr) / mr * mr + 3; };
     for (DType b_dt : {DType::F16, DType::BF16})
       for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 203, 7, false},
                                  {2, 4099, kc + 6, false},
@@ -622,7 +626,9 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
                                  {4, 19, 13, true},
                                  {1, 64, 2 * kc + 16, true},
                                  {6, 203, kc + 6, true},
-                                 {8, 40, 13, true}}) {
+                                 {8, 40, 13, true},
+                                 {16, past_half_l2(kc + 6), kc + 6, true},
+                                 {33, past_half_l2(2 * kc + 3), 2 * kc + 3, true}}) {
         Spec s;
         s.M = M, s.N = N, s.K = K, s.tb = tb;
         Kernel k = build(s);
