@@ -218,8 +218,9 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   for (int64_t s : {int64_t{64}, int64_t{256}, int64_t{512}, rc(1024, 128), rc(2048, 192)}) v.push_back(mm(s, s, s));
   v.push_back(mm(rc(1000, 100), rc(999, 99), rc(1001, 101)));
   v.push_back(mm(1, rc(4096, 512), rc(4096, 512), Kind::Matmul, Target::None, " (GEMV)"));
-  // A linear layer's weight as stored (PyTorch, ONNX): W [N, K], x @ W^T, at batch 1 and 4.
-  for (int64_t m : {1, 4}) {
+  // A linear layer's weight as stored (PyTorch, ONNX): W [N, K], x @ W^T, at batch 1, 4 and 16
+  // (the GEMV kernel, and the swapped form that reads W in place: jit/xbyak/gemm_swapped.cpp).
+  for (int64_t m : {1, 4, 16}) {
     Workload t = mm(m, rc(4096, 512), rc(4096, 512), Kind::Matmul, Target::None, "");
     t.b_t = true;
     t.name = "matmul " + shape2(m, t.inner) + "x" + shape2(t.cols, t.inner) + "^T (linear)";
