@@ -264,6 +264,49 @@ TEST_F(XbyakGemm, BatchedWithBroadcast) {
     }
 }
 
+// Batch dims over which B does not move fold into M (a linear layer over [batch, seq, K]
+// activations): one product over all rows, whose tasks may start and end inside a batch. The
+// epilogue's per-row input (bias by m) must still see m within its batch, and the per-(b, m, n)
+// residual its batch; the results must equal the packed path's on 1 and 2 threads, bit for bit.
+// Cases: rows split over two threads across batch boundaries; x @ W^T whose folded rows reach the
+// swapped form (3 x 8 rows, W past half of L2) and the GEMV (2 x 2 rows).
+TEST_F(XbyakGemm, BatchesFoldIntoM) {
+  const Options saved = options();
+  const int64_t l2 = probe::cache_sizes().l2;
+  auto epi = [](ExprRef a, const std::vector<ExprRef>& in) { return bin(Op::Add, bin(Op::Add, a, in[1]), in[2]); };
+  auto epi64 = [](double a, double, double bm, double r) { return a + bm + r; };
+  for (Isa isa : isas()) {
+    const int64_t kc = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa)).kc;
+    struct Case {
+      std::vector<int64_t> batch;
+      int64_t M, N, K;
+      bool tb;
+    };
+    for (const Case& c : {Case{{4, 3}, 7, 40, 100, false}, Case{{3}, 8, l2 / 2 / (4 * (kc + 6)) + 9, kc + 6, true},
+                          Case{{2}, 2, 300, 37, true}}) {
+      Spec s;
+      s.batch = c.batch, s.M = c.M, s.N = c.N, s.K = c.K, s.tb = c.tb;
+      s.b_bcast.assign(c.batch.size(), true);
+      s.epi = epi;
+      std::vector<float> outs[2][2];
+      for (int path : {0, 1})
+        for (int threads : {1, 2}) {
+          Options o = saved;
+          o.num_threads = threads;
+          set_options(o);
+          set_gemm_path(path);
+          outs[path][threads - 1] = run_check(s, isa, 13, epi64);
+        }
+      set_options(saved);
+      for (const auto* other : {&outs[0][1], &outs[1][0], &outs[1][1]}) {
+        ASSERT_EQ(outs[0][0].size(), other->size());
+        EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), other->size() * 4))
+            << detail::xb::isa_name(isa) << " " << c.M << "x" << c.N << "x" << c.K << (c.tb ? " B^T" : "");
+      }
+    }
+  }
+}
+
 TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
   const Options saved = options();
   for (Isa isa : isas())
