@@ -6,6 +6,7 @@
 //                    strides of A, B and C per launch, and builds the epilogue as a pointwise kernel;
 //   gemm_kernel.cpp  the register-blocked FMA microkernels per ISA (generated once per process);
 //   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls;
+//   gemm_pack.hpp    the packers' sliver copies (8 x 8 register transposes, dtype converters);
 //   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed);
 //   gemm_swapped.cpp x @ W^T for a few dozen rows of x: C^T = W A^T, W read in place.
 #pragma once

@@ -1,5 +1,5 @@
 // xbyak backend: element loaders of a stored operand dtype as f32, shared by the GEMM's packers
-// (gemm_run.cpp) and its GEMV kernels (gemv.cpp), which read f16 and bf16 weights in place: 8 or
+// (gemm_pack.hpp) and its GEMV kernels (gemv.cpp), which read f16 and bf16 weights in place: 8 or
 // 16 consecutive elements (or one) exactly as a Cast to f32 gives them (f16 through F16C or
 // AVX-512's vcvtph2ps, bf16 by a 16-bit shift), so a GEMV over half weights sums the same f32
 // values as the packed path and gives its bits. Private to jit/xbyak/.

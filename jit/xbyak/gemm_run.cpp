@@ -10,8 +10,6 @@
 // Every element of C is summed the same way whatever the task split: per KC block, k ascending
 // from 0 in one register (the microkernel), then added to C in pc order. Tasks therefore split
 // M and N freely over threads and the result is bitwise independent of the thread count.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -22,8 +20,7 @@
 #include "exec_memory.hpp"
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
-#include "transpose8.hpp"
-#include "kfuse/half.hpp"
+#include "gemm_pack.hpp"
 #include "kfuse/profile.hpp"
 
 namespace kfuse::detail::xb {
@@ -57,78 +54,6 @@ struct Strides {
 // Below this a launch runs on one thread. 64^3 (2^19) takes two: on Zen 3 (AVX2) it broke even
 // and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
 constexpr int64_t kParallelFlops = int64_t{1} << 19;
-
-// One full MR-tall sliver of A with unit stride along K (row-major A): 8 x 8 blocks transposed in
-// registers. Column k of a block is stored whole at dst + k * MR + i0; when MR is not a multiple
-// of 8 its last 2..7 lanes land on the next k's first rows, which the next store (k ascending)
-// rewrites, or past the sliver (scratch() keeps slack; the next sliver rewrites them). k past the
-// last multiple of 8 is copied element by element.
-template <class L>
-__attribute__((target("avx2,f16c"))) void pack_a_rows(float* dst, const typename L::T* a, int64_t row, int mr,
-                                                      int64_t kc) {
-  const int64_t kv = kc / 8 * 8;
-  __m256 blk[2][8];
-  const int chunks = (mr + 7) / 8;
-  for (int64_t k0 = 0; k0 < kv; k0 += 8) {
-    for (int c = 0; c < chunks; ++c) {
-      for (int i = 0; i < 8; ++i) {
-        const int r = c * 8 + i;
-        blk[c][i] = r < mr ? L::load8(a + r * row + k0) : _mm256_setzero_ps();
-      }
-      transpose8(blk[c]);
-    }
-    for (int k = 0; k < 8; ++k)
-      for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(dst + (k0 + k) * mr + c * 8, blk[c][k]);
-  }
-  for (int64_t k = kv; k < kc; ++k)
-    for (int i = 0; i < mr; ++i) dst[k * mr + i] = L::one(a + i * row + k);
-}
-
-// One full NR-wide sliver of B with unit stride along K (column-major B, e.g. x @ w.T): 8 x 8
-// blocks transposed in registers, so that each k's NR floats are contiguous.
-template <class L>
-__attribute__((target("avx2,f16c"))) void pack_b_cols(float* dst, const typename L::T* b, int64_t col, int nr,
-                                                      int64_t kc) {
-  const int64_t kv = kc / 8 * 8;
-  __m256 blk[8];
-  for (int j0 = 0; j0 < nr; j0 += 8) {
-    for (int64_t k0 = 0; k0 < kv; k0 += 8) {
-      for (int j = 0; j < 8; ++j) blk[j] = L::load8(b + (j0 + j) * col + k0);
-      transpose8(blk);
-      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (k0 + k) * nr + j0, blk[k]);
-    }
-    for (int64_t k = kv; k < kc; ++k)
-      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = L::one(b + (j0 + j) * col + k);
-  }
-}
-
-// NR elements of B with unit stride along N (row-major B): whole vectors, no library call.
-template <class L>
-__attribute__((target("avx2,f16c"))) inline void copy_row(float* dst, const typename L::T* src, int nr) {
-  for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(dst + j, L::load8(src + j));
-}
-
-// Element i of a buffer of dtype dt as f32, exactly as a Cast to f32 gives it (one rounding
-// for f64 and 64-bit integers, exact otherwise).
-using ToF32 = float (*)(const void*, int64_t);
-template <class T>
-float to_f32(const void* p, int64_t i) {
-  return static_cast<float>(static_cast<const T*>(p)[i]);
-}
-float f16_to_f32(const void* p, int64_t i) { return f16_bits_to_float(static_cast<const uint16_t*>(p)[i]); }
-float bf16_to_f32(const void* p, int64_t i) { return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]); }
-ToF32 converter(DType dt) {
-  switch (dt) {
-    case DType::F64: return to_f32<double>;
-    case DType::F16: return f16_to_f32;
-    case DType::BF16: return bf16_to_f32;
-    case DType::I8: return to_f32<int8_t>;
-    case DType::U8: return to_f32<uint8_t>;
-    case DType::I32: return to_f32<int32_t>;
-    case DType::I64: return to_f32<int64_t>;
-    default: return nullptr;  // f32: the vector paths
-  }
-}
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // xbyak backend: an 8 x 8 float transpose in AVX2 registers, shared by the GEMM's packers
-// (gemm_run.cpp) and its transposed GEMV (gemv.cpp). Private to jit/xbyak/.
+// (gemm_pack.hpp) and its transposed GEMV (gemv.cpp). Private to jit/xbyak/.
 #pragma once
 #include <immintrin.h>
 
