@@ -14,6 +14,8 @@
 // Prints per shape and thread count: the median ms over the runs, GFLOP/s and % of the measured
 // peak for that count at the median, and the spread (fastest and slowest run, % of the median).
 // "^T": B stored N x K (x @ w.T, the layout of a linear layer's weight).
+// The kernels compile with the process's options, so KFUSE_GEMM_PATH (auto | packed | direct) and
+// KFUSE_GEMM_BLOCKING (mc,kc,nc) apply: two runs compare a path or a blocking against the default.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -151,7 +153,7 @@ int run(const std::shared_ptr<detail::Backend>& be, DType dt, const std::vector<
     for (auto& x : A) x = u(rng);
     for (auto& x : B) x = u(rng);
     Kernel k = gemm_kernel(s.M, s.N, s.K, s.tb, dt);
-    auto cr = be->compile(k);
+    auto cr = be->compile(k, options());
     if (!cr.kernel) {
       std::printf("%s: declined: %s\n", name, cr.declined.c_str());
       continue;
