@@ -82,15 +82,18 @@ struct Ukrs {
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
 
-/// GEMV (gemv.cpp): rows 1 .. kGemvRows of A at a + r * a_rs + k * a_ks (f32, in place) against
-/// all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16 (with F16C)
-/// converted as loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
-/// k * b_rs + j); into t[r * n + j] the chain over k in [0, kc) (one KC block; the caller writes
-/// or adds it to C). `gemv_t`: B contiguous along K (element j * b_cs + k, a linear layer's W
-/// [N, K]); all of K, straight into C (c + r * c_rs + j), KC block by KC block as the other paths
-/// add them. `zmm`: the AVX-512 kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give
-/// the same bits.
+/// GEMV (gemv.cpp): rows 1 .. kGemvRows (`gemv` on zmm: kGemvRowsZ) of A at a + r * a_rs + k * a_ks (f32, in place)
+/// against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16 (with F16C) converted as loaded,
+/// exactly as the packers convert them). `gemv`: B contiguous along N (element k * b_rs + j); into t[r * n + j] the
+/// chain over k in [0, kc) (one KC block; the caller writes or adds it to C). `gemv_t`: B contiguous along K (element j
+/// * b_cs + k, a linear layer's W [N, K]); all of K, straight into C (c + r * c_rs + j), KC block by KC block as the
+/// other paths add them. `zmm`: the AVX-512 kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give the same
+/// bits.
 constexpr int kGemvRows = 4;
+/// `gemv` on zmm takes up to 12 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_z).
+constexpr int kGemvRowsZ = 12;
+/// The rows one `gemv` sweep of B takes on the kernel's ISA.
+constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRows; }
 bool gemv_reads(DType b_dt);
 void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,
           float* t, int64_t n, int64_t kc);

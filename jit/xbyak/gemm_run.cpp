@@ -312,7 +312,11 @@ class GemmKernel final : public CompiledKernel {
       // arithmetic. Zen 3, 1 thread, [M,1024]x[1024,1024] (B in L3), packed -> two passes:
       // M = 5 0.42 -> 0.24 ms, 8 0.51 -> 0.35 ms (oneDNN 0.26, 0.55); [8,4096]x[4096,4096] (B in
       // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
-      if (m <= 2 || (m <= 2 * kGemvRows && bytes > l2_ / 2)) return Path::Gemv;
+      // AVX-512 sweeps B once for up to 12 rows (register tiles, gemv.cpp), so up to 24 rows in
+      // two: Intel Xeon (model 207), 1 thread, [M,4096]x[4096,4096], before -> after (oneDNN):
+      // M = 6 5.9 -> 3.3-3.8 ms (3.0), 8 6.3 -> 3.6 (3.3), 12 packed 10.1 -> 4.5 (5.3-5.6), 16
+      // packed 11.4-11.7 -> 7.1 (5.7-6.4), 24 packed 12.5-15.8 -> 9.1 (8.3-9.1).
+      if (m <= 2 || (m <= 2 * gemv_rows_per_sweep(u_.w == 16) && bytes > l2_ / 2)) return Path::Gemv;
       if (!plain_) return Path::Packed;  // (the direct kernels read f32 only)
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
       // AVX-512 with K in one KC block, on AMD: in place up to 3 L2s (each C tile is written
@@ -571,7 +575,7 @@ class GemmKernel final : public CompiledKernel {
     const GemmBlocking& blk = L.blk;
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
-    // GEMV (a few rows): B streamed once per group of up to kGemvRows of them, no packing.
+    // GEMV (a few rows): B streamed once per group of up to kGemvRows of them (8 on zmm), no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when gemv_ok_)
     const float* bf = static_cast<const float*>(t.b);  // (plain_ only)
     const char* bb = static_cast<const char*>(t.b);    // (GEMV: f32, f16 or bf16)
@@ -611,8 +615,10 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
-          gemv(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)),
+        // (as even groups as the sweeps allow: 16 rows as 8 + 8, not 12 + 4)
+        const int64_t most = gemv_rows_per_sweep(u_.w == 16), g = ceil_div(m, ceil_div(m, most));
+        for (int64_t r0 = 0; r0 < m; r0 += g)
+          gemv(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(g, m - r0)),
                af + (m0 + r0) * sa.row + pc * sa.col, sa.row, sa.col, bb + (pc * sb.row + n0) * eb, sb.row,
                sums + r0 * n, n, kc);
         for (int64_t r = 0; r < m; ++r) {

@@ -24,10 +24,10 @@ namespace kfuse::detail::xb {
 namespace {
 
 // Why a few rows of A at once: running the rows one by one streamed B once per row (batch 2 took
-// twice batch 1's time). Why at most kGemvRows: gemv_rows holds 4 x R broadcast A values, which
-// spill past 4 rows (8 rows of [8,1024]x[1024,4096] took 3.3x the packed path's time), and
-// gemv_t_rows spends a broadcast and an 8-wide FMA per product where the packed path's microkernel
-// spends one 16-wide FMA (and a broadcast per 2 FMAs): past 4 rows it is compute bound, and the
+// twice batch 1's time). Why at most kGemvRows (AVX2; AVX-512's register tiles below take up to
+// kGemvRowsZ): gemv_rows holds 4 x R broadcast A values, which spill past 4 rows (8 rows of [8,1024]x[1024,4096]
+// took 3.3x the packed path's time), and gemv_t_rows spends a broadcast and an 8-wide FMA per product where the packed
+// path's microkernel spends one 16-wide FMA (and a broadcast per 2 FMAs): past 4 rows it is compute bound, and the
 // packed path wins once A's rows no longer fit L1 (Zen 4, 1 thread, 8 rows:
 // [8,1024]x[4096,1024]^T 1.55 -> 1.25 ms, but [8,4096]x[1024,4096]^T 1.55 -> 3.35 ms). AVX2 + FMA:
 // the xbyak backend needs them anyway.
@@ -125,6 +125,70 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
         if (q < u) x = _mm512_fmadd_ps(av[r][q], L::load16(tail, bk + q * b_rs + nv), x);
       _mm512_mask_storeu_ps(tr, tail, x);
     }
+  }
+}
+
+// 5 to kGemvRowsZ (12) rows of A on zmm, B contiguous along N, in one sweep of B. gemv_pass_z's
+// broadcasts (R x U registers) do not fit past 4 rows, and two sweeps of B cost twice one (Intel
+// Xeon, 1 thread, [M,4096]x[4096,4096]: 4 rows 3.1 ms, 6 rows 5.9, 8 rows 6.3; oneDNN 3.0-3.4
+// for all three). Here the outputs stay in registers across a block of kGemvKb rows of B
+// instead: a tile of R rows x 32 columns (up to 24 accumulators), per k two loads of B, a
+// broadcast of A per row and 2R FMAs; then the tile goes back to t. The block's rows of B are
+// read along, 128 bytes of each per tile, so B is kGemvKb sequential streams and each row of B is
+// read once. 13 to 16 rows as tiles of 16 columns (16 accumulators: one load of B per 16 FMAs
+// and as many broadcasts) ran slower than two sweeps of 8 (16 rows 7.6 against 7.1 ms). The
+// chains are gemv_pass_z's: x = fma(a_k, b_k, x), k ascending from 0 per KC block (t starts at
+// 0), so the bits are the same.
+constexpr int64_t kGemvKb = 16;
+
+template <class L, int R, int V, bool Masked>
+KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
+                                     float* t, int64_t n, int64_t kn, const __mmask16* mk) {
+  __m512 x[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v)
+      x[r][v] = Masked ? _mm512_maskz_loadu_ps(mk[v], t + r * n + 16 * v) : _mm512_loadu_ps(t + r * n + 16 * v);
+  for (int64_t k = 0; k < kn; ++k) {
+    const typename L::T* bk = b + k * b_rs;
+    __m512 w[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) w[v] = Masked ? L::load16(mk[v], bk + 16 * v) : L::load16(bk + 16 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r * a_rs + k * a_ks]);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) x[r][v] = _mm512_fmadd_ps(ar, w[v], x[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      if (Masked) _mm512_mask_storeu_ps(t + r * n + 16 * v, mk[v], x[r][v]);
+      else _mm512_storeu_ps(t + r * n + 16 * v, x[r][v]);
+    }
+}
+
+template <class L, int R>
+KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
+                                    float* t, int64_t n, int64_t kc) {
+  constexpr int V = 2;  // vectors of columns per tile: R x V <= 24 accumulators
+  constexpr int64_t C = 16 * V;
+  std::fill(t, t + R * n, 0.0f);
+  const int64_t nt = n / C * C, rest = n - nt;
+  __mmask16 mk[V];
+  for (int v = 0; v < V; ++v) {
+    const int64_t e = std::clamp<int64_t>(rest - 16 * v, 0, 16);
+    mk[v] = static_cast<__mmask16>((1u << e) - 1);
+  }
+  for (int64_t k0 = 0; k0 < kc; k0 += kGemvKb) {
+    const int64_t kn = std::min(kGemvKb, kc - k0);
+    const float* ak = a + k0 * a_ks;
+    const typename L::T* bk = b + k0 * b_rs;
+    for (int64_t j = 0; j < nt; j += C) gemv_tile_z<L, R, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, n, kn, mk);
+    if (rest) gemv_tile_z<L, R, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, n, kn, mk);
   }
 }
 
@@ -345,8 +409,19 @@ struct GemvSet {
   using TFn = void (*)(const float*, int64_t, int64_t, const T*, int64_t, float*, int64_t, int64_t, int64_t, int64_t);
   static constexpr Fn ymm[kGemvRows + 1] = {nullptr, gemv_rows<L, 1>, gemv_rows<L, 2>, gemv_rows<L, 3>,
                                             gemv_rows<L, 4>};
-  static constexpr Fn zmm[kGemvRows + 1] = {nullptr, gemv_rows_z<L, 1>, gemv_rows_z<L, 2>, gemv_rows_z<L, 3>,
-                                            gemv_rows_z<L, 4>};
+  static constexpr Fn zmm[kGemvRowsZ + 1] = {nullptr,
+                                             gemv_rows_z<L, 1>,
+                                             gemv_rows_z<L, 2>,
+                                             gemv_rows_z<L, 3>,
+                                             gemv_rows_z<L, 4>,
+                                             gemv_rows_tiled_z<L, 5>,
+                                             gemv_rows_tiled_z<L, 6>,
+                                             gemv_rows_tiled_z<L, 7>,
+                                             gemv_rows_tiled_z<L, 8>,
+                                             gemv_rows_tiled_z<L, 9>,
+                                             gemv_rows_tiled_z<L, 10>,
+                                             gemv_rows_tiled_z<L, 11>,
+                                             gemv_rows_tiled_z<L, 12>};
   static constexpr TFn t_ymm[kGemvRows + 1] = {nullptr, gemv_t_rows<L, 1>, gemv_t_rows<L, 2>, gemv_t_rows<L, 3>,
                                                gemv_t_rows<L, 4>};
   static constexpr TFn t_zmm[kGemvRows + 1] = {nullptr, gemv_t_rows_z<L, 1>, gemv_t_rows_z<L, 2>, gemv_t_rows_z<L, 3>,
