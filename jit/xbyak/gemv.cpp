@@ -128,15 +128,16 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
   }
 }
 
-// 5 to kGemvRowsZ (12) rows of A on zmm, B contiguous along N, in one sweep of B. gemv_pass_z's
+// 5 to kGemvRowsZ (24) rows of A on zmm, B contiguous along N, in one sweep of B. gemv_pass_z's
 // broadcasts (R x U registers) do not fit past 4 rows, and two sweeps of B cost twice one (Intel
 // Xeon, 1 thread, [M,4096]x[4096,4096]: 4 rows 3.1 ms, 6 rows 5.9, 8 rows 6.3; oneDNN 3.0-3.4
 // for all three). Here the outputs stay in registers across a block of kGemvKb rows of B
 // instead: a tile of R rows x 32 columns (up to 24 accumulators), per k two loads of B, a
 // broadcast of A per row and 2R FMAs; then the tile goes back to t. The block's rows of B are
 // read along, 128 bytes of each per tile, so B is kGemvKb sequential streams and each row of B is
-// read once. 13 to 16 rows as tiles of 16 columns (16 accumulators: one load of B per 16 FMAs
-// and as many broadcasts) ran slower than two sweeps of 8 (16 rows 7.6 against 7.1 ms). The
+// read once. Past 12 rows two such tiles of rows (say 8 + 8) share each block of B, its second
+// reads from L1 ([16,4096]x[4096,4096] 6.4-6.5 ms against 7.1 as two sweeps of 8; 13 to 16 rows
+// as one tile of 16 columns, 16 accumulators, had taken 7.6). The
 // chains are gemv_pass_z's: x = fma(a_k, b_k, x), k ascending from 0 per KC block (t starts at
 // 0), so the bits are the same.
 constexpr int64_t kGemvKb = 16;
@@ -176,6 +177,10 @@ KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, 
                                     float* t, int64_t n, int64_t kc) {
   constexpr int V = 2;  // vectors of columns per tile: R x V <= 24 accumulators
   constexpr int64_t C = 16 * V;
+  // Past 12 rows, two tiles of rows per block of columns: the second reads the block's 16 x 128
+  // bytes of B from L1, and B is still read from memory once.
+  constexpr int R1 = R <= 12 ? R : (R + 1) / 2, R2 = R - R1;
+  static_assert(R1 <= 12 && R2 <= 12);
   std::fill(t, t + R * n, 0.0f);
   const int64_t nt = n / C * C, rest = n - nt;
   __mmask16 mk[V];
@@ -187,8 +192,16 @@ KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, 
     const int64_t kn = std::min(kGemvKb, kc - k0);
     const float* ak = a + k0 * a_ks;
     const typename L::T* bk = b + k0 * b_rs;
-    for (int64_t j = 0; j < nt; j += C) gemv_tile_z<L, R, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, n, kn, mk);
-    if (rest) gemv_tile_z<L, R, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, n, kn, mk);
+    for (int64_t j = 0; j < nt; j += C) {
+      gemv_tile_z<L, R1, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, n, kn, mk);
+      if constexpr (R2 > 0)
+        gemv_tile_z<L, R2, V, false>(ak + R1 * a_rs, a_rs, a_ks, bk + j, b_rs, t + R1 * n + j, n, kn, mk);
+    }
+    if (rest) {
+      gemv_tile_z<L, R1, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, n, kn, mk);
+      if constexpr (R2 > 0)
+        gemv_tile_z<L, R2, V, true>(ak + R1 * a_rs, a_rs, a_ks, bk + nt, b_rs, t + R1 * n + nt, n, kn, mk);
+    }
   }
 }
 
@@ -421,7 +434,19 @@ struct GemvSet {
                                              gemv_rows_tiled_z<L, 9>,
                                              gemv_rows_tiled_z<L, 10>,
                                              gemv_rows_tiled_z<L, 11>,
-                                             gemv_rows_tiled_z<L, 12>};
+                                             gemv_rows_tiled_z<L, 12>,
+                                             gemv_rows_tiled_z<L, 13>,
+                                             gemv_rows_tiled_z<L, 14>,
+                                             gemv_rows_tiled_z<L, 15>,
+                                             gemv_rows_tiled_z<L, 16>,
+                                             gemv_rows_tiled_z<L, 17>,
+                                             gemv_rows_tiled_z<L, 18>,
+                                             gemv_rows_tiled_z<L, 19>,
+                                             gemv_rows_tiled_z<L, 20>,
+                                             gemv_rows_tiled_z<L, 21>,
+                                             gemv_rows_tiled_z<L, 22>,
+                                             gemv_rows_tiled_z<L, 23>,
+                                             gemv_rows_tiled_z<L, 24>};
   static constexpr TFn t_ymm[kGemvRows + 1] = {nullptr, gemv_t_rows<L, 1>, gemv_t_rows<L, 2>, gemv_t_rows<L, 3>,
                                                gemv_t_rows<L, 4>};
   static constexpr TFn t_zmm[kGemvRows + 1] = {nullptr, gemv_t_rows_z<L, 1>, gemv_t_rows_z<L, 2>, gemv_t_rows_z<L, 3>,
