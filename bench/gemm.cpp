@@ -246,7 +246,9 @@ int main(int argc, char** argv) {
   std::shared_ptr<detail::Backend> be;
   if (backend == "xbyak") {
     using detail::xb::Isa;
-    be = detail::xb::make_backend(detail::xb::cpu_supports(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2);
+    // KFUSE_ISA=avx2 (Options::isa) runs the AVX2 kernels on an AVX-512 machine.
+    const bool zmm = detail::xb::cpu_supports(Isa::Avx512) && options().isa != "avx2";
+    be = detail::xb::make_backend(zmm ? Isa::Avx512 : Isa::Avx2);
   } else if (backend == "llvm") {
     be = detail::find_backend("llvm", options());
   } else {

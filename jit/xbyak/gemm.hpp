@@ -92,12 +92,14 @@ const Ukrs& gemm_ukrs(Isa isa);
 constexpr int kGemvRows = 4;
 /// `gemv` on zmm takes up to 24 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_z).
 constexpr int kGemvRowsZ = 24;
+/// `gemv` on ymm takes up to 6 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_y).
+constexpr int kGemvRowsY = 6;
 /// The rows one `gemv` sweep of B takes on the kernel's ISA.
-constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRows; }
+constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRowsY; }
 /// The most rows the GEMV path takes with B contiguous along N past half of L2 (in as few, even
-/// sweeps as that allows): AVX2 two sweeps of up to 4; AVX-512 up to 32 (two sweeps of 16 beat
-/// the packed path at 32 rows, 12.8-13.2 against 14.3-14.5 ms for [32,4096]x[4096,4096] on an
-/// Intel Xeon, and lost at 48, 18.4-18.6 against 17.3-18.3).
+/// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 32 (two sweeps
+/// of 16 beat the packed path at 32 rows, 12.8-13.2 against 14.3-14.5 ms for [32,4096]x[4096,4096] on an Intel Xeon,
+/// and lost at 48, 18.4-18.6 against 17.3-18.3).
 constexpr int gemv_rows_limit(bool zmm) { return zmm ? 32 : 2 * kGemvRows; }
 bool gemv_reads(DType b_dt);
 void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,

@@ -329,13 +329,13 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
 }
 
 // GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
-// (gemv_rows) when B is contiguous along N (past half of L2: AVX2 5 to 8 rows in two passes of up
-// to 4; AVX-512 up to 24 rows in one pass, as register tiles over 16 rows of B at a time
-// (gemv_rows_tiled_z; one or two tiles of rows), and up to 32 in two); 8 rows of B transposed in registers
-// (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the microkernels' FMA chain, k
-// ascending per KC block, so both equal the packed path bit for bit: N tails past a vector and past the tiles' 32
-// columns (N mod 32 = 0, 3, 5, 9, 16, 17, 19), K tails past 4, 8 or 16 rows and past KC, one to 32 rows, two threads
-// over the columns, a transposed (strided) A.
+// (gemv_rows) when B is contiguous along N (past half of L2: AVX2 5 and 6 rows in one pass as register
+// tiles (gemv_rows_tiled_y), 7 and 8 in two passes of up to 4; AVX-512 up to 24 rows in one pass, as register tiles
+// over 16 rows of B at a time (gemv_rows_tiled_z; one or two tiles of rows), and up to 32 in two); 8 rows of B
+// transposed in registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the
+// microkernels' FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a vector
+// and past the tiles' 32 columns (N mod 32 = 0, 3, 5, 9, 16, 17, 19), K tails past 4, 8 or 16 rows and past KC, one to
+// 32 rows, two threads over the columns, a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
@@ -348,6 +348,7 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
                                    {5, 4099, kc + 6, false, false},
                                    {7, 2001, 2 * kc + 3, true, false},
                                    {8, 1001, 2 * kc + 3, false, false},
+                                   {6, 1043, kc + 6, true, false},
                                    {9, 1001, kc + 6, false, false},
                                    {10, 1040, kc + 6, true, false},
                                    {11, 1024, 2 * kc + 3, false, false},
@@ -672,6 +673,7 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
                                  {3, 1001, kc + 6, false},
                                  {5, 1001, 2 * kc + 3, false},
                                  {8, 517, kc + 6, false},
+                                 {6, 1043, 2 * kc + 3, false},
                                  {12, 1061, 2 * kc + 3, false},
                                  {14, 1040, 2 * kc + 3, false},
                                  {21, 1045, 2 * kc + 3, false},
