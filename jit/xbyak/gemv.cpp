@@ -91,7 +91,7 @@ constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (g
 
 // gemv_rows_tiled_z's register tiles on ymm (AVX2): 5 or 6 rows x 16 columns (12 of the 16
 // registers), so they take one sweep of B where gemv_rows took two (Intel Xeon, AVX2 kernels, 1
-// thread, [M,4096]x[4096,4096]: 5 rows 7.1 -> 3.5-3.7 ms, 6 rows 7.2 -> 3.8-3.9). 7 and 8 rows
+// thread, [M,4096]x[4096,4096]: 5 rows 5.7-7.1 -> 3.4-3.7 ms, 6 rows 6.1-7.2 -> 3.8-3.9). 7 and 8 rows
 // stay two sweeps of up to 4: as one tile of 8 x 8 columns or as two tiles of 4 rows per block
 // of B they ran 6.1-6.8 against 9.0 ms at 4096 but 0.37-0.48 against 0.30 ms at [8,1024]x[1024,1024]. Columns past the
 // last whole tile are summed one by one (std::fma: the same rounding as the vector FMA), per block of B, k ascending:
