@@ -82,7 +82,7 @@ struct Ukrs {
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
 
-/// GEMV (gemv.cpp): rows 1 .. kGemvRows (`gemv` on zmm: kGemvRowsZ) of A at a + r * a_rs + k * a_ks (f32, in place)
+/// GEMV (gemv.cpp): rows 1 .. kGemvRows (`gemv`: gemv_rows_per_sweep) of A at a + r * a_rs + k * a_ks (f32, in place)
 /// against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16 (with F16C) converted as loaded,
 /// exactly as the packers convert them). `gemv`: B contiguous along N (element k * b_rs + j); into t[r * n + j] the
 /// chain over k in [0, kc) (one KC block; the caller writes or adds it to C). `gemv_t`: B contiguous along K (element j

@@ -576,7 +576,7 @@ class GemmKernel final : public CompiledKernel {
     const GemmBlocking& blk = L.blk;
     const int64_t MR = u_.mr, NR = u_.nr, KC = blk.kc;
     const int64_t m = m1 - m0, n = n1 - n0;
-    // GEMV (a few rows): B streamed once per group of up to kGemvRows of them (8 on zmm), no packing.
+    // GEMV (a few rows): B streamed once per group of up to gemv_rows_per_sweep() of them, no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when gemv_ok_)
     const float* bf = static_cast<const float*>(t.b);  // (plain_ only)
     const char* bb = static_cast<const char*>(t.b);    // (GEMV: f32, f16 or bf16)

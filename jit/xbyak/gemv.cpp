@@ -24,11 +24,11 @@ namespace kfuse::detail::xb {
 namespace {
 
 // Why a few rows of A at once: running the rows one by one streamed B once per row (batch 2 took
-// twice batch 1's time). Why at most kGemvRows (AVX2; AVX-512's register tiles below take up to
-// kGemvRowsZ): gemv_rows holds 4 x R broadcast A values, which spill past 4 rows (8 rows of [8,1024]x[1024,4096]
-// took 3.3x the packed path's time), and gemv_t_rows spends a broadcast and an 8-wide FMA per product where the packed
-// path's microkernel spends one 16-wide FMA (and a broadcast per 2 FMAs): past 4 rows it is compute bound, and the
-// packed path wins once A's rows no longer fit L1 (Zen 4, 1 thread, 8 rows:
+// twice batch 1's time). Why at most kGemvRows here (the register tiles below take up to
+// kGemvRowsY / kGemvRowsZ): gemv_rows holds 4 x R broadcast A values, which spill past 4 rows (8 rows of
+// [8,1024]x[1024,4096] took 3.3x the packed path's time), and gemv_t_rows spends a broadcast and an 8-wide FMA per
+// product where the packed path's microkernel spends one 16-wide FMA (and a broadcast per 2 FMAs): past 4 rows it is
+// compute bound, and the packed path wins once A's rows no longer fit L1 (Zen 4, 1 thread, 8 rows:
 // [8,1024]x[4096,1024]^T 1.55 -> 1.25 ms, but [8,4096]x[1024,4096]^T 1.55 -> 3.35 ms). AVX2 + FMA:
 // the xbyak backend needs them anyway.
 
