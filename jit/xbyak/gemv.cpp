@@ -32,16 +32,16 @@ namespace {
 // [8,1024]x[4096,1024]^T 1.55 -> 1.25 ms, but [8,4096]x[1024,4096]^T 1.55 -> 3.35 ms). AVX2 + FMA:
 // the xbyak backend needs them anyway.
 
-// B contiguous along N (b[k * b_rs + j]): into t[r * n + j] the chain over k in [0, kc). B is
+// B contiguous along N (b[k * b_rs + j]): into t[r * ldt + j] the chain over k in [0, kc). B is
 // read along its rows, four rows at a time (four contiguous streams the prefetchers follow; the
 // register kernel walked a column strip down K, one 16 KiB row stride per k, and ran at half of
 // oneDNN on [1,4096]x[4096,4096]).
 template <class L, int R>
 __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* a, int64_t a_rs, int64_t a_ks,
-                                                        const typename L::T* b, int64_t b_rs, float* t, int64_t n,
-                                                        int64_t kc) {
+                                                        const typename L::T* b, int64_t b_rs, float* t, int64_t ldt,
+                                                        int64_t n, int64_t kc) {
   using T = typename L::T;
-  std::fill(t, t + R * n, 0.0f);
+  std::fill(t, t + R * ldt, 0.0f);
   const int64_t nv = n / 8 * 8;
   int64_t k = 0;
   for (; k + 4 <= kc; k += 4) {
@@ -57,7 +57,7 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* a, int64_t 
     for (int64_t j = 0; j < nv; j += 8) {
       const __m256 v0 = L::load8(b0 + j), v1 = L::load8(b1 + j), v2 = L::load8(b2 + j), v3 = L::load8(b3 + j);
       for (int r = 0; r < R; ++r) {
-        float* tr = t + r * n + j;
+        float* tr = t + r * ldt + j;
         __m256 v = _mm256_loadu_ps(tr);
         v = _mm256_fmadd_ps(av[r][0], v0, v);
         v = _mm256_fmadd_ps(av[r][1], v1, v);
@@ -68,7 +68,7 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* a, int64_t 
     }
     for (int r = 0; r < R; ++r)
       for (int64_t j = nv; j < n; ++j) {
-        float& x = t[r * n + j];
+        float& x = t[r * ldt + j];
         x = std::fma(
             s[r][3], L::one(b3 + j),
             std::fma(s[r][2], L::one(b2 + j), std::fma(s[r][1], L::one(b1 + j), std::fma(s[r][0], L::one(b0 + j), x))));
@@ -79,7 +79,7 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* a, int64_t 
     for (int r = 0; r < R; ++r) {
       const float s0 = a[r * a_rs + k * a_ks];
       const __m256 a0 = _mm256_set1_ps(s0);
-      float* tr = t + r * n;
+      float* tr = t + r * ldt;
       for (int64_t j = 0; j < nv; j += 8)
         _mm256_storeu_ps(tr + j, _mm256_fmadd_ps(a0, L::load8(br + j), _mm256_loadu_ps(tr + j)));
       for (int64_t j = nv; j < n; ++j) tr[j] = std::fma(s0, L::one(br + j), tr[j]);
@@ -87,7 +87,12 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* a, int64_t 
   }
 }
 
-constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (gemv_rows_tiled_z/y)
+constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (gemv_rows_tiled_z/y; zmm, two tiles: 32)
+// How far ahead (in tiles) the tiles prefetch each row of their block of B. The hardware
+// prefetchers do not keep kGemvKb streams 16 KiB apart fed (Zen 4, 1 thread, [M,4096]x[4096,4096]
+// with t unaliased (gemv_sums_stride): zmm 16 rows 8.3-8.9 -> 6.5-7.1 ms, ymm 6 rows 5.5 -> 4.4).
+constexpr int64_t kGemvAheadZ = 3;
+constexpr int64_t kGemvAheadY = 4;
 
 // gemv_rows_tiled_z's register tiles on ymm (AVX2): 5 or 6 rows x 16 columns (12 of the 16
 // registers), so they take one sweep of B where gemv_rows took two (Intel Xeon, AVX2 kernels, 1
@@ -99,17 +104,18 @@ constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (g
 template <class L, int R, int V>
 __attribute__((target("avx2,fma,f16c"))) inline void gemv_tile_y(const float* a, int64_t a_rs, int64_t a_ks,
                                                                  const typename L::T* b, int64_t b_rs, float* t,
-                                                                 int64_t n, int64_t kn) {
+                                                                 int64_t ldt, int64_t n, int64_t kn) {
   __m256 x[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) x[r][v] = _mm256_loadu_ps(t + r * n + 8 * v);
+    for (int v = 0; v < V; ++v) x[r][v] = _mm256_loadu_ps(t + r * ldt + 8 * v);
   for (int64_t k = 0; k < kn; ++k) {
     const typename L::T* bk = b + k * b_rs;
     __m256 w[V];
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) w[v] = L::load8(bk + 8 * v);
+    _mm_prefetch(reinterpret_cast<const char*>(bk + kGemvAheadY * 8 * V), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 ar = _mm256_broadcast_ss(a + r * a_rs + k * a_ks);
@@ -120,28 +126,28 @@ __attribute__((target("avx2,fma,f16c"))) inline void gemv_tile_y(const float* a,
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * n + 8 * v, x[r][v]);
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * ldt + 8 * v, x[r][v]);
 }
 
 template <class L, int R>
 __attribute__((target("avx2,fma,f16c"))) void gemv_rows_tiled_y(const float* a, int64_t a_rs, int64_t a_ks,
                                                                 const typename L::T* b, int64_t b_rs, float* t,
-                                                                int64_t n, int64_t kc) {
+                                                                int64_t ldt, int64_t n, int64_t kc) {
   constexpr int V = 2;
   static_assert(R <= 6);
   constexpr int64_t C = 8 * V;
-  std::fill(t, t + R * n, 0.0f);
+  std::fill(t, t + R * ldt, 0.0f);
   const int64_t nt = n / C * C;
   for (int64_t k0 = 0; k0 < kc; k0 += kGemvKb) {
     const int64_t kn = std::min(kGemvKb, kc - k0);
     const float* ak = a + k0 * a_ks;
     const typename L::T* bk = b + k0 * b_rs;
-    for (int64_t j = 0; j < nt; j += C) gemv_tile_y<L, R, V>(ak, a_rs, a_ks, bk + j, b_rs, t + j, n, kn);
+    for (int64_t j = 0; j < nt; j += C) gemv_tile_y<L, R, V>(ak, a_rs, a_ks, bk + j, b_rs, t + j, ldt, n, kn);
     for (int r = 0; r < R; ++r)
       for (int64_t j = nt; j < n; ++j) {
-        float x = t[r * n + j];
+        float x = t[r * ldt + j];
         for (int64_t k = 0; k < kn; ++k) x = std::fma(ak[r * a_rs + k * a_ks], L::one(bk + k * b_rs + j), x);
-        t[r * n + j] = x;
+        t[r * ldt + j] = x;
       }
   }
 }
@@ -151,7 +157,7 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows_tiled_y(const float* a, 
 // One pass of gemv_rows_z over t for u <= U k from k0: x = fma(a_k, b_k, x), k ascending.
 template <class L, int R, int U>
 KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
-                              float* t, int64_t n, int64_t k0, int u) {
+                              float* t, int64_t ldt, int64_t n, int64_t k0, int u) {
   const int64_t nv = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - nv)) - 1);
   __m512 av[R][U];
@@ -166,7 +172,7 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
     for (int q = 0; q < U; ++q) v[q] = q < u ? L::load16(bk + q * b_rs + j) : _mm512_setzero_ps();
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      float* tr = t + r * n + j;
+      float* tr = t + r * ldt + j;
       __m512 x = _mm512_loadu_ps(tr);
 #pragma GCC unroll 8
       for (int q = 0; q < U; ++q)
@@ -177,7 +183,7 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
   if (tail) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      float* tr = t + r * n + nv;
+      float* tr = t + r * ldt + nv;
       __m512 x = _mm512_maskz_loadu_ps(tail, tr);
 #pragma GCC unroll 8
       for (int q = 0; q < U; ++q)
@@ -195,25 +201,31 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
 // broadcast of A per row and 2R FMAs; then the tile goes back to t. The block's rows of B are
 // read along, 128 bytes of each per tile, so B is kGemvKb sequential streams and each row of B is
 // read once. Past 12 rows two such tiles of rows (say 8 + 8) share each block of B, its second
-// reads from L1 ([16,4096]x[4096,4096] 6.4-6.5 ms against 7.1 as two sweeps of 8; 13 to 16 rows
-// as one tile of 16 columns, 16 accumulators, had taken 7.6). The
+// reading it from L1 or L2 ([16,4096]x[4096,4096] 6.4-6.5 ms against 7.1 as two sweeps of 8; 13
+// to 16 rows as one tile of 16 columns, 16 accumulators, had taken 7.6), and the block is 32 rows
+// of B (Zen 4, 1 thread: 16 rows 7.1 -> 6.7 ms, 32 rows 14.0 -> 12.8; one tile loses with 32,
+// 8 rows 4.4 -> 6.1). The
 // chains are gemv_pass_z's: x = fma(a_k, b_k, x), k ascending from 0 per KC block (t starts at
 // 0), so the bits are the same.
 
 template <class L, int R, int V, bool Masked>
 KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
-                                     float* t, int64_t n, int64_t kn, const __mmask16* mk) {
+                                     float* t, int64_t ldt, int64_t n, int64_t kn, const __mmask16* mk) {
   __m512 x[R][V];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v)
-      x[r][v] = Masked ? _mm512_maskz_loadu_ps(mk[v], t + r * n + 16 * v) : _mm512_loadu_ps(t + r * n + 16 * v);
+      x[r][v] = Masked ? _mm512_maskz_loadu_ps(mk[v], t + r * ldt + 16 * v) : _mm512_loadu_ps(t + r * ldt + 16 * v);
   for (int64_t k = 0; k < kn; ++k) {
     const typename L::T* bk = b + k * b_rs;
     __m512 w[V];
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) w[v] = Masked ? L::load16(mk[v], bk + 16 * v) : L::load16(bk + 16 * v);
+    // This row's bytes of the tile kGemvAheadZ tiles on (past the row's end: a prefetch does not fault).
+    const char* ahead = reinterpret_cast<const char*>(bk + kGemvAheadZ * 16 * V);
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    if constexpr (sizeof(typename L::T) == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r * a_rs + k * a_ks]);
@@ -225,40 +237,41 @@ KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks,
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) {
-      if (Masked) _mm512_mask_storeu_ps(t + r * n + 16 * v, mk[v], x[r][v]);
-      else _mm512_storeu_ps(t + r * n + 16 * v, x[r][v]);
+      if (Masked) _mm512_mask_storeu_ps(t + r * ldt + 16 * v, mk[v], x[r][v]);
+      else _mm512_storeu_ps(t + r * ldt + 16 * v, x[r][v]);
     }
 }
 
 template <class L, int R>
 KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
-                                    float* t, int64_t n, int64_t kc) {
+                                    float* t, int64_t ldt, int64_t n, int64_t kc) {
   constexpr int V = 2;  // vectors of columns per tile: R x V <= 24 accumulators
   constexpr int64_t C = 16 * V;
   // Past 12 rows, two tiles of rows per block of columns: the second reads the block's 16 x 128
   // bytes of B from L1, and B is still read from memory once.
   constexpr int R1 = R <= 12 ? R : (R + 1) / 2, R2 = R - R1;
+  constexpr int64_t Kb = R2 > 0 ? 2 * kGemvKb : kGemvKb;
   static_assert(R1 <= 12 && R2 <= 12);
-  std::fill(t, t + R * n, 0.0f);
+  std::fill(t, t + R * ldt, 0.0f);
   const int64_t nt = n / C * C, rest = n - nt;
   __mmask16 mk[V];
   for (int v = 0; v < V; ++v) {
     const int64_t e = std::clamp<int64_t>(rest - 16 * v, 0, 16);
     mk[v] = static_cast<__mmask16>((1u << e) - 1);
   }
-  for (int64_t k0 = 0; k0 < kc; k0 += kGemvKb) {
-    const int64_t kn = std::min(kGemvKb, kc - k0);
+  for (int64_t k0 = 0; k0 < kc; k0 += Kb) {
+    const int64_t kn = std::min(Kb, kc - k0);
     const float* ak = a + k0 * a_ks;
     const typename L::T* bk = b + k0 * b_rs;
     for (int64_t j = 0; j < nt; j += C) {
-      gemv_tile_z<L, R1, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, n, kn, mk);
+      gemv_tile_z<L, R1, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, ldt, n, kn, mk);
       if constexpr (R2 > 0)
-        gemv_tile_z<L, R2, V, false>(ak + R1 * a_rs, a_rs, a_ks, bk + j, b_rs, t + R1 * n + j, n, kn, mk);
+        gemv_tile_z<L, R2, V, false>(ak + R1 * a_rs, a_rs, a_ks, bk + j, b_rs, t + R1 * ldt + j, ldt, n, kn, mk);
     }
     if (rest) {
-      gemv_tile_z<L, R1, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, n, kn, mk);
+      gemv_tile_z<L, R1, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, ldt, n, kn, mk);
       if constexpr (R2 > 0)
-        gemv_tile_z<L, R2, V, true>(ak + R1 * a_rs, a_rs, a_ks, bk + nt, b_rs, t + R1 * n + nt, n, kn, mk);
+        gemv_tile_z<L, R2, V, true>(ak + R1 * a_rs, a_rs, a_ks, bk + nt, b_rs, t + R1 * ldt + nt, ldt, n, kn, mk);
     }
   }
 }
@@ -270,12 +283,12 @@ KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, 
 // 12.8 us against the ymm kernel; from L3 or memory both are bound by B's stream.
 template <class L, int R>
 KFUSE_XB_ZMM void gemv_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
-                              float* t, int64_t n, int64_t kc) {
+                              float* t, int64_t ldt, int64_t n, int64_t kc) {
   constexpr int U = R == 1 ? 8 : 4;
-  std::fill(t, t + R * n, 0.0f);
+  std::fill(t, t + R * ldt, 0.0f);
   int64_t k = 0;
-  for (; k + U <= kc; k += U) gemv_pass_z<L, R, U>(a, a_rs, a_ks, b, b_rs, t, n, k, U);
-  if (k < kc) gemv_pass_z<L, R, U>(a, a_rs, a_ks, b, b_rs, t, n, k, static_cast<int>(kc - k));
+  for (; k + U <= kc; k += U) gemv_pass_z<L, R, U>(a, a_rs, a_ks, b, b_rs, t, ldt, n, k, U);
+  if (k < kc) gemv_pass_z<L, R, U>(a, a_rs, a_ks, b, b_rs, t, ldt, n, k, static_cast<int>(kc - k));
 }
 
 // B contiguous along K (b[j * b_cs + k]: the weight of a linear layer, x @ W^T, W [N, K]
@@ -476,7 +489,7 @@ KFUSE_XB_ZMM void gemv_t_rows_z(const float* a, int64_t a_rs, int64_t a_ks, cons
 template <class L>
 struct GemvSet {
   using T = typename L::T;
-  using Fn = void (*)(const float*, int64_t, int64_t, const T*, int64_t, float*, int64_t, int64_t);
+  using Fn = void (*)(const float*, int64_t, int64_t, const T*, int64_t, float*, int64_t, int64_t, int64_t);
   using TFn = void (*)(const float*, int64_t, int64_t, const T*, int64_t, float*, int64_t, int64_t, int64_t, int64_t);
   static constexpr Fn ymm[kGemvRowsY + 1] = {
       nullptr,         gemv_rows<L, 1>,         gemv_rows<L, 2>,        gemv_rows<L, 3>,
@@ -521,10 +534,10 @@ bool gemv_reads(DType dt) {
 }
 
 void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,
-          float* t, int64_t n, int64_t kc) {
+          float* t, int64_t ldt, int64_t n, int64_t kc) {
   with_loader(b_dt, [&](auto l) {
     using S = GemvSet<decltype(l)>;
-    (zmm ? S::zmm : S::ymm)[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_rs, t, n, kc);
+    (zmm ? S::zmm : S::ymm)[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_rs, t, ldt, n, kc);
   });
 }
 
