@@ -91,17 +91,18 @@ const Ukrs& gemm_ukrs(Isa isa);
 /// other paths add them. `zmm`: the AVX-512 kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give the same
 /// bits.
 constexpr int kGemvRows = 4;
-/// `gemv` on zmm takes up to 24 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_z).
-constexpr int kGemvRowsZ = 24;
+/// `gemv` on zmm takes up to 32 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_z: tiles of up to 8 rows past 12).
+constexpr int kGemvRowsZ = 32;
 /// `gemv` on ymm takes up to 6 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_y).
 constexpr int kGemvRowsY = 6;
 /// The rows one `gemv` sweep of B takes on the kernel's ISA.
 constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRowsY; }
 /// The most rows the GEMV path takes with B contiguous along N past half of L2 (in as few, even
-/// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 32 (two sweeps
-/// of 16 beat the packed path at 32 rows, 12.8-13.2 against 14.3-14.5 ms for [32,4096]x[4096,4096] on an Intel Xeon,
-/// and lost at 48, 18.4-18.6 against 17.3-18.3).
-constexpr int gemv_rows_limit(bool zmm) { return zmm ? 32 : 2 * kGemvRows; }
+/// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 64 (Zen 4, 1
+/// thread, [M,4096]x[4096,4096] against the packed path: 32 rows 12.5-13.9 against 16.9-18.2 ms, 48 19.4-19.9
+/// against 22.6-22.8, 64 25.3-25.6 against 27.6-28.8; on an Intel Xeon, before the tiles' prefetch and unaliased
+/// rows, two sweeps of 24 had lost at 48 rows, 18.4-18.6 against 17.3-18.3: not measured there since).
+constexpr int gemv_rows_limit(bool zmm) { return zmm ? 64 : 2 * kGemvRows; }
 bool gemv_reads(DType b_dt);
 void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_rs,
           float* t, int64_t ldt, int64_t n, int64_t kc);

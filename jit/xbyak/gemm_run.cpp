@@ -312,8 +312,9 @@ class GemmKernel final : public CompiledKernel {
       // arithmetic. Zen 3, 1 thread, [M,1024]x[1024,1024] (B in L3), packed -> two passes:
       // M = 5 0.42 -> 0.24 ms, 8 0.51 -> 0.35 ms (oneDNN 0.26, 0.55); [8,4096]x[4096,4096] (B in
       // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
-      // AVX-512 sweeps B once for up to 24 rows (register tiles, gemv.cpp), and takes up to 32
-      // in two: Intel Xeon (model 207), 1 thread, [M,4096]x[4096,4096], before -> after (oneDNN):
+      // AVX-512 sweeps B once for up to 32 rows (register tiles, gemv.cpp), and takes up to 64
+      // in two (gemv_rows_limit: Zen 4's figures). Intel Xeon (model 207), 1 thread,
+      // [M,4096]x[4096,4096], when the limit was 32, before -> after (oneDNN):
       // M = 6 5.9 -> 3.3-3.8 ms (3.0), 8 6.3 -> 3.6 (3.3), 12 packed 10.1 -> 4.5 (5.3-5.6), 16
       // packed 11.2-11.7 -> 6.4-6.5 (5.7-6.7), 24 packed 12.2-15.8 -> 9.1-9.3 (8.0-9.4), 32 packed
       // 14.3-14.5 -> 12.8-13.2 (10.7-11.1).

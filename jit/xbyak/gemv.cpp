@@ -7,7 +7,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
@@ -92,6 +94,7 @@ constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (g
 // prefetchers do not keep kGemvKb streams 16 KiB apart fed (Zen 4, 1 thread, [M,4096]x[4096,4096]
 // with t unaliased (gemv_sums_stride): zmm 16 rows 8.3-8.9 -> 6.5-7.1 ms, ymm 6 rows 5.5 -> 4.4).
 constexpr int64_t kGemvAheadZ = 3;
+constexpr int kGemvTileRows = 8;
 constexpr int64_t kGemvAheadY = 4;
 
 // gemv_rows_tiled_z's register tiles on ymm (AVX2): 5 or 6 rows x 16 columns (12 of the 16
@@ -193,22 +196,22 @@ KFUSE_XB_ZMM void gemv_pass_z(const float* a, int64_t a_rs, int64_t a_ks, const 
   }
 }
 
-// 5 to kGemvRowsZ (24) rows of A on zmm, B contiguous along N, in one sweep of B. gemv_pass_z's
+// 5 to kGemvRowsZ (32) rows of A on zmm, B contiguous along N, in one sweep of B. gemv_pass_z's
 // broadcasts (R x U registers) do not fit past 4 rows, and two sweeps of B cost twice one (Intel
 // Xeon, 1 thread, [M,4096]x[4096,4096]: 4 rows 3.1 ms, 6 rows 5.9, 8 rows 6.3; oneDNN 3.0-3.4
 // for all three). Here the outputs stay in registers across a block of kGemvKb rows of B
 // instead: a tile of R rows x 32 columns (up to 24 accumulators), per k two loads of B, a
 // broadcast of A per row and 2R FMAs; then the tile goes back to t. The block's rows of B are
 // read along, 128 bytes of each per tile, so B is kGemvKb sequential streams and each row of B is
-// read once. Past 12 rows two such tiles of rows (say 8 + 8) share each block of B, its second
-// reading it from L1 or L2 ([16,4096]x[4096,4096] 6.4-6.5 ms against 7.1 as two sweeps of 8; 13
-// to 16 rows as one tile of 16 columns, 16 accumulators, had taken 7.6), and the block is 32 rows
-// of B (Zen 4, 1 thread: 16 rows 7.1 -> 6.7 ms, 32 rows 14.0 -> 12.8; one tile loses with 32,
-// 8 rows 4.4 -> 6.1). The
+// read once. Past 12 rows, tiles of up to 8 rows (8 + 8, 8 + 8 + 8, ...) share each block of B,
+// the later ones reading it from L1 or L2 (Intel Xeon, [16,4096]x[4096,4096] 6.4-6.5 ms against
+// 7.1 as two sweeps of 8, and 7.6 as one tile of 16 columns; Zen 4, 24 rows as 8 + 8 + 8 10.1
+// against 10.8 as 12 + 12), and the block is 32 rows of B (Zen 4, 1 thread: 16 rows 7.1 -> 6.7
+// ms, 32 rows 14.0 -> 12.8; a single tile loses with 32, 8 rows 4.4 -> 6.1). The
 // chains are gemv_pass_z's: x = fma(a_k, b_k, x), k ascending from 0 per KC block (t starts at
 // 0), so the bits are the same.
 
-template <class L, int R, int V, bool Masked>
+template <class L, int R, int V, bool Masked, bool Prefetch>
 KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
                                      float* t, int64_t ldt, int64_t n, int64_t kn, const __mmask16* mk) {
   __m512 x[R][V];
@@ -223,9 +226,11 @@ KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks,
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) w[v] = Masked ? L::load16(mk[v], bk + 16 * v) : L::load16(bk + 16 * v);
     // This row's bytes of the tile kGemvAheadZ tiles on (past the row's end: a prefetch does not fault).
-    const char* ahead = reinterpret_cast<const char*>(bk + kGemvAheadZ * 16 * V);
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    if constexpr (sizeof(typename L::T) == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    if constexpr (Prefetch) {
+      const char* ahead = reinterpret_cast<const char*>(bk + kGemvAheadZ * 16 * V);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      if constexpr (sizeof(typename L::T) == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r * a_rs + k * a_ks]);
@@ -242,16 +247,27 @@ KFUSE_XB_ZMM inline void gemv_tile_z(const float* a, int64_t a_rs, int64_t a_ks,
     }
 }
 
+// The tiles of rows NT .. 1 over one block of columns, as even as whole rows allow; the first
+// prefetches B (the others read the block after it).
+template <class L, int R, int NT, int V, bool Masked, bool First = true>
+KFUSE_XB_ZMM inline void gemv_tiles_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
+                                      float* t, int64_t ldt, int64_t n, int64_t kn, const __mmask16* mk) {
+  constexpr int R1 = (R + NT - 1) / NT;
+  static_assert(R1 <= 12);
+  gemv_tile_z<L, R1, V, Masked, First>(a, a_rs, a_ks, b, b_rs, t, ldt, n, kn, mk);
+  if constexpr (NT > 1)
+    gemv_tiles_z<L, R - R1, NT - 1, V, Masked, false>(a + R1 * a_rs, a_rs, a_ks, b, b_rs, t + R1 * ldt, ldt, n, kn, mk);
+}
+
 template <class L, int R>
 KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_rs,
                                     float* t, int64_t ldt, int64_t n, int64_t kc) {
   constexpr int V = 2;  // vectors of columns per tile: R x V <= 24 accumulators
   constexpr int64_t C = 16 * V;
-  // Past 12 rows, two tiles of rows per block of columns: the second reads the block's 16 x 128
-  // bytes of B from L1, and B is still read from memory once.
-  constexpr int R1 = R <= 12 ? R : (R + 1) / 2, R2 = R - R1;
-  constexpr int64_t Kb = R2 > 0 ? 2 * kGemvKb : kGemvKb;
-  static_assert(R1 <= 12 && R2 <= 12);
+  // Past 12 rows, tiles of up to 8 rows per block of columns: the later ones read the block's
+  // bytes of B from L1 or L2, and B is still read from memory once.
+  constexpr int NT = R <= 12 ? 1 : (R + kGemvTileRows - 1) / kGemvTileRows;
+  constexpr int64_t Kb = NT > 1 ? 2 * kGemvKb : kGemvKb;
   std::fill(t, t + R * ldt, 0.0f);
   const int64_t nt = n / C * C, rest = n - nt;
   __mmask16 mk[V];
@@ -263,16 +279,9 @@ KFUSE_XB_ZMM void gemv_rows_tiled_z(const float* a, int64_t a_rs, int64_t a_ks, 
     const int64_t kn = std::min(Kb, kc - k0);
     const float* ak = a + k0 * a_ks;
     const typename L::T* bk = b + k0 * b_rs;
-    for (int64_t j = 0; j < nt; j += C) {
-      gemv_tile_z<L, R1, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, ldt, n, kn, mk);
-      if constexpr (R2 > 0)
-        gemv_tile_z<L, R2, V, false>(ak + R1 * a_rs, a_rs, a_ks, bk + j, b_rs, t + R1 * ldt + j, ldt, n, kn, mk);
-    }
-    if (rest) {
-      gemv_tile_z<L, R1, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, ldt, n, kn, mk);
-      if constexpr (R2 > 0)
-        gemv_tile_z<L, R2, V, true>(ak + R1 * a_rs, a_rs, a_ks, bk + nt, b_rs, t + R1 * ldt + nt, ldt, n, kn, mk);
-    }
+    for (int64_t j = 0; j < nt; j += C)
+      gemv_tiles_z<L, R, NT, V, false>(ak, a_rs, a_ks, bk + j, b_rs, t + j, ldt, n, kn, mk);
+    if (rest) gemv_tiles_z<L, R, NT, V, true>(ak, a_rs, a_ks, bk + nt, b_rs, t + nt, ldt, n, kn, mk);
   }
 }
 
@@ -494,31 +503,16 @@ struct GemvSet {
   static constexpr Fn ymm[kGemvRowsY + 1] = {
       nullptr,         gemv_rows<L, 1>,         gemv_rows<L, 2>,        gemv_rows<L, 3>,
       gemv_rows<L, 4>, gemv_rows_tiled_y<L, 5>, gemv_rows_tiled_y<L, 6>};
-  static constexpr Fn zmm[kGemvRowsZ + 1] = {nullptr,
-                                             gemv_rows_z<L, 1>,
-                                             gemv_rows_z<L, 2>,
-                                             gemv_rows_z<L, 3>,
-                                             gemv_rows_z<L, 4>,
-                                             gemv_rows_tiled_z<L, 5>,
-                                             gemv_rows_tiled_z<L, 6>,
-                                             gemv_rows_tiled_z<L, 7>,
-                                             gemv_rows_tiled_z<L, 8>,
-                                             gemv_rows_tiled_z<L, 9>,
-                                             gemv_rows_tiled_z<L, 10>,
-                                             gemv_rows_tiled_z<L, 11>,
-                                             gemv_rows_tiled_z<L, 12>,
-                                             gemv_rows_tiled_z<L, 13>,
-                                             gemv_rows_tiled_z<L, 14>,
-                                             gemv_rows_tiled_z<L, 15>,
-                                             gemv_rows_tiled_z<L, 16>,
-                                             gemv_rows_tiled_z<L, 17>,
-                                             gemv_rows_tiled_z<L, 18>,
-                                             gemv_rows_tiled_z<L, 19>,
-                                             gemv_rows_tiled_z<L, 20>,
-                                             gemv_rows_tiled_z<L, 21>,
-                                             gemv_rows_tiled_z<L, 22>,
-                                             gemv_rows_tiled_z<L, 23>,
-                                             gemv_rows_tiled_z<L, 24>};
+  template <int R>
+  static constexpr Fn zmm_rows() {
+    if constexpr (R <= kGemvRows) return gemv_rows_z<L, R>;
+    else return gemv_rows_tiled_z<L, R>;
+  }
+  template <size_t... I>
+  static constexpr std::array<Fn, kGemvRowsZ + 1> zmm_table(std::index_sequence<I...>) {
+    return {nullptr, zmm_rows<static_cast<int>(I) + 1>()...};
+  }
+  static constexpr std::array<Fn, kGemvRowsZ + 1> zmm = zmm_table(std::make_index_sequence<kGemvRowsZ>{});
   static constexpr TFn t_ymm[kGemvRows + 1] = {nullptr, gemv_t_rows<L, 1>, gemv_t_rows<L, 2>, gemv_t_rows<L, 3>,
                                                gemv_t_rows<L, 4>};
   static constexpr TFn t_zmm[kGemvRows + 1] = {nullptr, gemv_t_rows_z<L, 1>, gemv_t_rows_z<L, 2>, gemv_t_rows_z<L, 3>,
@@ -537,7 +531,7 @@ void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t 
           float* t, int64_t ldt, int64_t n, int64_t kc) {
   with_loader(b_dt, [&](auto l) {
     using S = GemvSet<decltype(l)>;
-    (zmm ? S::zmm : S::ymm)[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_rs, t, ldt, n, kc);
+    (zmm ? S::zmm.data() : S::ymm)[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_rs, t, ldt, n, kc);
   });
 }
 

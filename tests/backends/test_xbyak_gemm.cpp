@@ -330,12 +330,12 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
 
 // GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
 // (gemv_rows) when B is contiguous along N (past half of L2: AVX2 5 and 6 rows in one pass as register
-// tiles (gemv_rows_tiled_y), 7 and 8 in two passes of up to 4; AVX-512 up to 24 rows in one pass, as register tiles
-// over 16 rows of B at a time (gemv_rows_tiled_z; one or two tiles of rows), and up to 32 in two); 8 rows of B
+// tiles (gemv_rows_tiled_y), 7 and 8 in two passes of up to 4; AVX-512 up to 32 rows in one pass, as register tiles
+// over 16 or 32 rows of B at a time (gemv_rows_tiled_z; one to four tiles of rows), and up to 64 in two); 8 rows of B
 // transposed in registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is still the
 // microkernels' FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a vector
 // and past the tiles' 32 columns (N mod 32 = 0, 3, 5, 9, 16, 17, 19), K tails past 4, 8 or 16 rows and past KC, one to
-// 32 rows, two threads over the columns, a transposed (strided) A.
+// 64 rows, two threads over the columns, a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
@@ -356,6 +356,9 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
                                    {16, 1009, 2 * kc + 3, true, false},
                                    {23, 1027, kc + 6, false, false},
                                    {32, 1043, kc + 6, false, false},
+                                   {29, 1035, kc + 6, true, false},
+                                   {48, 1003, kc + 6, false, false},
+                                   {64, 1001, kc + 6, false, false},
                                    {1, 203, 7, false, true},
                                    {2, 37, kc + 6, true, true},
                                    {3, 1027, 2 * kc + 3, false, true},
@@ -654,7 +657,7 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
 }
 
 // f16 and bf16 weights (A in f32, no prologue) are read in place by the GEMV paths, converted as
-// they are loaded, for up to 2 x kGemvRows rows (AVX-512: up to 32, in two sweeps past 24; AVX2 in two sweeps past 4;
+// they are loaded, for up to 2 x kGemvRows rows (AVX-512: up to 64, in two sweeps past 32; AVX2 in two sweeps past 4;
 // along K, a linear layer's W^T, whatever the size): bit for bit what the packed path gives (the same f32 values, the
 // same chains), on 1 and 2 threads, and within the K-scaled tolerance of fp64 over the converted values. Edges: K past
 // one KC block and not a multiple of 16, N with a part-vector tail, one and several rows. With more rows and W past
@@ -677,6 +680,7 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
                                  {12, 1061, 2 * kc + 3, false},
                                  {14, 1040, 2 * kc + 3, false},
                                  {21, 1045, 2 * kc + 3, false},
+                                 {29, 1037, kc + 6, false},
                                  {1, 203, 7, true},
                                  {2, 37, kc + 6, true},
                                  {3, 1027, 2 * kc + 3, true},
