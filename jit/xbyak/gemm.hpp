@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,8 +116,21 @@ constexpr int64_t gemv_sums_stride(int64_t n) {
   const int64_t lines = (n + 15) / 16;
   return 16 * (lines | 1);
 }
-void gemv_t(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_cs,
-            float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC);
+/// The forms of `gemv_t`: 8 rows of W transposed on ymm (AVX2: 16 registers, up to kGemvRows rows
+/// of A a sweep), 16 rows on zmm (AVX-512 on Intel), and the ymm form compiled for AVX-512VL (32
+/// registers: up to kGemvTRowsVl rows a sweep; AVX-512 on AMD, whose 512-bit shuffles take two
+/// cycles: Zen 4, 1 thread, [1,4096]x[4096,4096]^T zmm 4.1-4.2 ms, ymm 3.2, VL 3.0; 8 rows 10.3
+/// -> 5.4 as one VL sweep). All give the same bits.
+enum class GemvTForm { Ymm, Zmm, YmmVl };
+constexpr int kGemvTRowsVl = 12;
+/// The form for the kernel's ISA (`zmm`: Ukrs::w == 16) on this CPU; tests may force one the CPU
+/// runs (set_gemv_t_form, nullopt: back to the CPU's choice).
+GemvTForm gemv_t_form(bool zmm);
+void set_gemv_t_form(std::optional<GemvTForm> form);
+/// Rows of A one gemv_t sweep of W takes in `form`.
+constexpr int gemv_t_rows_per_sweep(GemvTForm form) { return form == GemvTForm::YmmVl ? kGemvTRowsVl : kGemvRows; }
+void gemv_t(GemvTForm form, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b,
+            int64_t b_cs, float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC);
 
 /// x @ W^T with B contiguous along K (gemm_swapped.cpp): C[r, j] = sum_k A[r, k] * W[j, k] for r
 /// in [0, m), j in [0, n), A (f32) at a + r * a_rs + k * a_ks, W (`w_dt`: what gemv_reads takes)

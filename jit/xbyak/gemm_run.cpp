@@ -336,8 +336,13 @@ class GemmKernel final : public CompiledKernel {
       // sweeps: [8,4096]x[4096,4096]^T f32 13.8 -> 7.9 ms, f16 11.1 -> 5.4 ms; [8,1024]^2 f32
       // 676 -> 438 us; [8,512]x[512,512]^T f16 110 -> 78 us (f32 in L2 even; AVX2 kernels: f32
       // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
+      // The VL form (AMD's AVX-512) takes up to kGemvTRowsVl rows in one sweep: Zen 4, 1 thread,
+      // [M,4096]x[4096,4096]^T, two zmm sweeps or swapped -> one VL sweep (oneDNN sgemm): 6 rows 9.3 ->
+      // 4.4 ms (5.3-5.5), 8 rows 10.3 -> 5.4 (8.0-8.5), 12 rows swapped 9.6-9.7 -> 7.4 (14.2); 16 rows
+      // level with swapped (9.6-9.7).
       const bool half = p_.b_dt != DType::F32;
-      if (m <= kGemvRows || (m <= 2 * kGemvRows && (bytes > l2_ / 2 || half))) return Path::GemvT;
+      const int64_t gemv_t_limit = std::max<int64_t>(2 * kGemvRows, gemv_t_rows_per_sweep(gemv_t_form(u_.w == 16)));
+      if (m <= kGemvRows || (m <= gemv_t_limit && (bytes > l2_ / 2 || half))) return Path::GemvT;
       // More rows, weights past half of L2: C^T = W x^T, W read in place by the direct kernels
       // (half weights converted a tile at a time) and only x packed (gemm_swapped.cpp). The packed path transposed all
       // of W for one or two row tiles. AMD EPYC (Zen 3, AVX2), 1 thread, [M,4096]x[4096,4096]^T packed -> swapped: M =
@@ -584,9 +589,24 @@ class GemmKernel final : public CompiledKernel {
     const int64_t eb = es_[1];
     const Path path = path_for(L, m, n);
     if (path == Path::GemvT) {
-      for (int64_t r0 = 0; r0 < m; r0 += kGemvRows)
-        gemv_t(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(kGemvRows, m - r0)), af + (m0 + r0) * sa.row,
-               sa.row, sa.col, bb + n0 * sb.col * eb, sb.col, t.c + (m0 + r0) * t.c_rs + n0, t.c_rs, n, K, KC);
+      const GemvTForm form = gemv_t_form(u_.w == 16);
+      const int64_t most = gemv_t_rows_per_sweep(form);
+      for (int64_t r0 = 0; r0 < m; r0 += most) {
+        const int rows = static_cast<int>(std::min(most, m - r0));
+        const float* ar = af + (m0 + r0) * sa.row;
+        int64_t a_rs = sa.row, a_ks = sa.col;
+        // Past kGemvRows rows, A is read interleaved (the rows of one k side by side): in place, its
+        // rows a power-of-two apart shared L1 sets with W's (Zen 4, 1 thread, VL form,
+        // [8,4096]x[4096,4096]^T 6.4 -> 5.4 ms; no change up to 4 rows).
+        if (rows > kGemvRows) {
+          float* ai = scratch(0, rows * K);
+          for (int64_t k = 0; k < K; ++k)
+            for (int r = 0; r < rows; ++r) ai[k * rows + r] = ar[r * sa.row + k * sa.col];
+          ar = ai, a_rs = 1, a_ks = rows;
+        }
+        gemv_t(form, p_.b_dt, rows, ar, a_rs, a_ks, bb + n0 * sb.col * eb, sb.col, t.c + (m0 + r0) * t.c_rs + n0,
+               t.c_rs, n, K, KC);
+      }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <utility>
 
@@ -314,9 +315,9 @@ KFUSE_XB_ZMM void gemv_rows_z(const float* a, int64_t a_rs, int64_t a_ks, const 
 // 4096^2), and two KC blocks at once (two chains per output: 143 -> 100 us in cache, but 3.1 ->
 // 4.6 ms for 4096^2 from memory, where the extra streams cost more than the chains).
 template <class L, int R>
-__attribute__((target("avx2,fma,f16c"))) void gemv_t_rows(const float* a, int64_t a_rs, int64_t a_ks,
-                                                          const typename L::T* b, int64_t b_cs, float* c, int64_t c_rs,
-                                                          int64_t n, int64_t K, int64_t KC) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void gemv_t_rows_body(
+    const float* a, int64_t a_rs, int64_t a_ks, const typename L::T* b, int64_t b_cs, float* c, int64_t c_rs, int64_t n,
+    int64_t K, int64_t KC) {
   const int64_t nv = n / 8 * 8;
   for (int64_t j = 0; j < nv; j += 8) {
     const typename L::T* bj = b + j * b_cs;
@@ -353,6 +354,23 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_t_rows(const float* a, int64_
         float& cr = c[r * c_rs + j];
         cr = pc == 0 ? x : cr + x;
       }
+}
+
+template <class L, int R>
+__attribute__((target("avx2,fma,f16c"))) void gemv_t_rows(const float* a, int64_t a_rs, int64_t a_ks,
+                                                          const typename L::T* b, int64_t b_cs, float* c, int64_t c_rs,
+                                                          int64_t n, int64_t K, int64_t KC) {
+  gemv_t_rows_body<L, R>(a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
+}
+
+// The same kernel compiled for AVX-512VL (GemvTForm::YmmVl): ymm0-31 hold up to 12 accumulators
+// beside the 8 transposed rows, so up to kGemvTRowsVl rows of A take one sweep of W.
+template <class L, int R>
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) void gemv_t_rows_vl(const float* a, int64_t a_rs,
+                                                                              int64_t a_ks, const typename L::T* b,
+                                                                              int64_t b_cs, float* c, int64_t c_rs,
+                                                                              int64_t n, int64_t K, int64_t KC) {
+  gemv_t_rows_body<L, R>(a, a_rs, a_ks, b, b_cs, c, c_rs, n, K, KC);
 }
 
 // Transposes 16 rows of 16 floats in place: r[j] becomes column j (four rounds of two-source
@@ -515,6 +533,11 @@ struct GemvSet {
   static constexpr std::array<Fn, kGemvRowsZ + 1> zmm = zmm_table(std::make_index_sequence<kGemvRowsZ>{});
   static constexpr TFn t_ymm[kGemvRows + 1] = {nullptr, gemv_t_rows<L, 1>, gemv_t_rows<L, 2>, gemv_t_rows<L, 3>,
                                                gemv_t_rows<L, 4>};
+  template <size_t... I>
+  static constexpr std::array<TFn, kGemvTRowsVl + 1> t_vl_table(std::index_sequence<I...>) {
+    return {nullptr, gemv_t_rows_vl<L, static_cast<int>(I) + 1>...};
+  }
+  static constexpr std::array<TFn, kGemvTRowsVl + 1> t_vl = t_vl_table(std::make_index_sequence<kGemvTRowsVl>{});
   static constexpr TFn t_zmm[kGemvRows + 1] = {nullptr, gemv_t_rows_z<L, 1>, gemv_t_rows_z<L, 2>, gemv_t_rows_z<L, 3>,
                                                gemv_t_rows_z<L, 4>};
 };
@@ -535,11 +558,27 @@ void gemv(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t 
   });
 }
 
-void gemv_t(bool zmm, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b, int64_t b_cs,
-            float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
+namespace {
+std::atomic<int> g_t_form{-1};  // set_gemv_t_form's forced form, or -1
+}  // namespace
+
+GemvTForm gemv_t_form(bool zmm) {
+  const int forced = g_t_form.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<GemvTForm>(forced);
+  if (!zmm) return GemvTForm::Ymm;
+  return direct_gemm_past_l2() ? GemvTForm::YmmVl : GemvTForm::Zmm;  // (AMD: see GemvTForm)
+}
+
+void set_gemv_t_form(std::optional<GemvTForm> form) {
+  g_t_form.store(form ? static_cast<int>(*form) : -1, std::memory_order_relaxed);
+}
+
+void gemv_t(GemvTForm form, DType b_dt, int rows, const float* a, int64_t a_rs, int64_t a_ks, const void* b,
+            int64_t b_cs, float* c, int64_t c_rs, int64_t n, int64_t K, int64_t KC) {
   with_loader(b_dt, [&](auto l) {
     using S = GemvSet<decltype(l)>;
-    (zmm ? S::t_zmm : S::t_ymm)[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_cs, c, c_rs, n, K, KC);
+    const auto* table = form == GemvTForm::YmmVl ? S::t_vl.data() : form == GemvTForm::Zmm ? S::t_zmm : S::t_ymm;
+    table[rows](a, a_rs, a_ks, static_cast<const typename S::T*>(b), b_cs, c, c_rs, n, K, KC);
   });
 }
 

@@ -167,6 +167,18 @@ std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
   return d.bufs[5];
 }
 
+// The same Spec on two GEMM paths (set_gemm_path's numbers), each checked against fp64 by
+// run_check: bit for bit the same output.
+void expect_paths_agree(const Spec& s, Isa isa, int path, int other, uint64_t seed, const std::string& what,
+                        double (*epi64)(double, double, double, double) = nullptr) {
+  set_gemm_path(path);
+  auto one = run_check(s, isa, seed, epi64);
+  set_gemm_path(other);
+  auto two = run_check(s, isa, seed, epi64);
+  ASSERT_EQ(one.size(), two.size()) << what;
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << what;
+}
+
 class XbyakGemm : public ::testing::Test {
  protected:
   void TearDown() override { g_knobs = Options{}; }
@@ -336,6 +348,17 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
 // microkernels' FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past a vector
 // and past the tiles' 32 columns (N mod 32 = 0, 3, 5, 9, 16, 17, 19), K tails past 4, 8 or 16 rows and past KC, one to
 // 64 rows, two threads over the columns, a transposed (strided) A.
+// The transposed GEMV's forms to run (B contiguous along K): the CPU's choice, then each form
+// this CPU runs (the zmm and AVX-512VL forms need AVX-512, whichever vendor's).
+std::vector<std::optional<detail::xb::GemvTForm>> gemv_t_forms(bool tb) {
+  using detail::xb::GemvTForm;
+  std::vector<std::optional<GemvTForm>> forms{std::nullopt};
+  if (!tb) return forms;
+  forms.push_back(GemvTForm::Ymm);
+  if (detail::xb::cpu_supports(Isa::Avx512)) forms.insert(forms.end(), {GemvTForm::Zmm, GemvTForm::YmmVl});
+  return forms;
+}
+
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
@@ -365,21 +388,23 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
                                    {4, 19, 13, false, true},
                                    {4, 64, 8, true, true},
                                    {6, 1001, 2 * kc + 3, false, true},
-                                   {8, 300, kc + 6, true, true}}) {
+                                   {8, 300, kc + 6, true, true},
+                                   {11, 1003, kc + 6, false, true},
+                                   {12, 1001, 2 * kc + 3, true, true}}) {
       Spec s;
       s.M = M, s.N = N, s.K = K, s.ta = ta, s.tb = tb;
-      for (int threads : {1, 2}) {
-        Options o = saved;
-        o.num_threads = threads;
-        set_options(o);
-        set_gemm_path(0);
-        auto gemv = run_check(s, isa, 9);
-        set_gemm_path(1);
-        auto packed = run_check(s, isa, 9);
-        ASSERT_EQ(gemv.size(), packed.size());
-        EXPECT_EQ(0, std::memcmp(gemv.data(), packed.data(), gemv.size() * 4))
-            << M << "x" << N << "x" << K << (ta ? " A^T" : "") << (tb ? " B^T" : "");
-      }
+      for (auto form : gemv_t_forms(tb))
+        for (int threads : {1, 2}) {
+          detail::xb::set_gemv_t_form(form);
+          Options o = saved;
+          o.num_threads = threads;
+          set_options(o);
+          expect_paths_agree(s, isa, 0, 1, 9,
+                             std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                                 (ta ? " A^T" : "") + (tb ? " B^T" : "") + " form " +
+                                 std::to_string(form ? static_cast<int>(*form) : -1));
+        }
+      detail::xb::set_gemv_t_form(std::nullopt);
     }
   }
   set_options(saved);
@@ -420,13 +445,10 @@ TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
         Options o = saved;
         o.num_threads = threads;
         set_options(o);
-        set_gemm_path(0);
-        auto swapped = run_check(s, isa, 11, epi64);
-        set_gemm_path(1);
-        auto packed = run_check(s, isa, 11, epi64);
-        ASSERT_EQ(swapped.size(), packed.size());
-        EXPECT_EQ(0, std::memcmp(swapped.data(), packed.data(), swapped.size() * 4))
-            << s.M << "x" << s.N << "x" << s.K << (c.ta ? " A^T" : "") << " threads " << threads;
+        expect_paths_agree(s, isa, 0, 1, 11,
+                           std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
+                               (c.ta ? " A^T" : "") + " threads " + std::to_string(threads),
+                           epi64);
       }
     }
   }
@@ -467,13 +489,9 @@ TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
       for (int64_t N : {int64_t{u.w}, int64_t{u.nr}, int64_t{u.nr + u.w}, int64_t{u.nr + u.w + 3}}) {
         Spec s;
         s.M = M + (M == u.mr + 1 ? u.mr : 0), s.N = N, s.K = 13;
-        set_gemm_path(2);
-        auto direct = run_check(s, isa, 5);
-        set_gemm_path(1);
-        auto packed = run_check(s, isa, 5);
-        ASSERT_EQ(direct.size(), packed.size());
-        EXPECT_EQ(0, std::memcmp(direct.data(), packed.data(), direct.size() * 4))
-            << detail::xb::isa_name(isa) << " " << s.M << "x" << s.N;
+        expect_paths_agree(
+            s, isa, 2, 1, 5,
+            std::string(detail::xb::isa_name(isa)) + " " + std::to_string(s.M) + "x" + std::to_string(s.N));
       }
   }
 }
@@ -662,7 +680,8 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
 // same chains), on 1 and 2 threads, and within the K-scaled tolerance of fp64 over the converted values. Edges: K past
 // one KC block and not a multiple of 16, N with a part-vector tail, one and several rows. With more rows and W past
 // half of L2 the swapped form (gemm_swapped.cpp) converts W a tile of rows at a time: the same bits too (N not a
-// multiple of MR, rows padded to whole vectors).
+// multiple of MR, rows padded to whole vectors). Along K, every transposed-GEMV form the CPU runs (gemv_t_forms: up
+// to 12 rows in one sweep in the AVX-512VL form).
 TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
   const Options saved = options();
   for (Isa isa : isas()) {
@@ -688,6 +707,7 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
                                  {1, 64, 2 * kc + 16, true},
                                  {6, 203, kc + 6, true},
                                  {8, 40, 13, true},
+                                 {10, 1003, kc + 6, true},
                                  {16, past_half_l2(kc + 6), kc + 6, true},
                                  {33, past_half_l2(2 * kc + 3), 2 * kc + 3, true}}) {
         Spec s;
@@ -707,29 +727,34 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
           bv[i] = b_dt == DType::F16 ? f16_bits_to_float(b[i]) : bf16_bits_to_float(b[i]);
         }
         std::vector<float> unused(static_cast<size_t>(M * N + N + M + 1), 0.0f), outs[2][2];
-        for (int path : {0, 1}) {
-          set_gemm_path(path);
-          auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
-          ASSERT_TRUE(cr.kernel) << cr.declined;
-          for (int threads : {1, 2}) {
-            Options o = saved;
-            o.num_threads = threads;
-            set_options(o);
-            std::vector<float>& out = outs[path][threads - 1];
-            out.assign(static_cast<size_t>(M * N), NAN);
-            LaunchArgs args;
-            args.buffers = {a.data(), b.data(), unused.data(), unused.data(), unused.data(), out.data()};
-            args.params = k.param_values();
-            cr.kernel->run(args);
-          }
-        }
-        set_options(saved);
         const std::string what = std::string(detail::xb::isa_name(isa)) + " " + dtype_name(b_dt) + " " +
                                  std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
                                  (tb ? " B^T" : "");
-        // by size (GEMV up to its row limits) on 2 threads, packed on 1 and 2: the bits of by size on 1
-        for (const std::vector<float>* other : {&outs[0][1], &outs[1][0], &outs[1][1]})
-          EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), outs[0][0].size() * 4)) << what;
+        for (auto form : gemv_t_forms(tb)) {
+          detail::xb::set_gemv_t_form(form);
+          for (int path : {0, 1}) {
+            set_gemm_path(path);
+            auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
+            ASSERT_TRUE(cr.kernel) << cr.declined;
+            for (int threads : {1, 2}) {
+              Options o = saved;
+              o.num_threads = threads;
+              set_options(o);
+              std::vector<float>& out = outs[path][threads - 1];
+              out.assign(static_cast<size_t>(M * N), NAN);
+              LaunchArgs args;
+              args.buffers = {a.data(), b.data(), unused.data(), unused.data(), unused.data(), out.data()};
+              args.params = k.param_values();
+              cr.kernel->run(args);
+            }
+          }
+          set_options(saved);
+          // by size (GEMV up to its row limits) on 2 threads, packed on 1 and 2: the bits of by size on 1
+          for (const std::vector<float>* other : {&outs[0][1], &outs[1][0], &outs[1][1]})
+            EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), outs[0][0].size() * 4))
+                << what << " form " << (form ? static_cast<int>(*form) : -1);
+        }
+        detail::xb::set_gemv_t_form(std::nullopt);
         int bad = 0;
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
