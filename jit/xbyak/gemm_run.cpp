@@ -595,10 +595,11 @@ class GemmKernel final : public CompiledKernel {
         const int rows = static_cast<int>(std::min(most, m - r0));
         const float* ar = af + (m0 + r0) * sa.row;
         int64_t a_rs = sa.row, a_ks = sa.col;
-        // Past kGemvRows rows, A is read interleaved (the rows of one k side by side): in place, its
-        // rows a power-of-two apart shared L1 sets with W's (Zen 4, 1 thread, VL form,
-        // [8,4096]x[4096,4096]^T 6.4 -> 5.4 ms; no change up to 4 rows).
-        if (rows > kGemvRows) {
+        // Two or more rows of A are read interleaved (the rows of one k side by side): in place,
+        // rows a power-of-two apart shared L1 sets with W's. Zen 4, 1 thread: VL form
+        // [8,4096]x[4096,4096]^T 6.4 -> 5.4 ms; ymm (AVX2) form [4,4096] 4.7-4.8 -> 4.0, [2,4096]
+        // 3.55-3.64 -> 3.36, [4,1024]x[1024,1024]^T 0.206 -> 0.186. (Intel's zmm form: not measured.)
+        if (rows > 1 && form != GemvTForm::Zmm) {
           float* ai = scratch(0, rows * K);
           for (int64_t k = 0; k < K; ++k)
             for (int r = 0; r < rows; ++r) ai[k * rows + r] = ar[r * sa.row + k * sa.col];
