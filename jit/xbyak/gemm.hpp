@@ -99,7 +99,8 @@ constexpr int kGemvRowsY = 6;
 /// The rows one `gemv` sweep of B takes on the kernel's ISA.
 constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRowsY; }
 /// The most rows the GEMV path takes with B contiguous along N past half of L2 (in as few, even
-/// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 64 (Zen 4, 1
+/// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 64, past 32
+/// with B past L3 (gemm_run.cpp, path_for) (Zen 4, 1
 /// thread, [M,4096]x[4096,4096] against the packed path: 32 rows 12.5-13.9 against 16.9-18.2 ms, 48 19.4-19.9
 /// against 22.6-22.8, 64 25.3-25.6 against 27.6-28.8; on an Intel Xeon, before the tiles' prefetch and unaliased
 /// rows, two sweeps of 24 had lost at 48 rows, 18.4-18.6 against 17.3-18.3: not measured there since).

@@ -100,7 +100,8 @@ class GemmKernel final : public CompiledKernel {
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
         path_(force.path),
-        l2_(probe::cache_sizes().l2) {
+        l2_(probe::cache_sizes().l2),
+        l3_(probe::cache_sizes().l3) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
@@ -318,7 +319,14 @@ class GemmKernel final : public CompiledKernel {
       // M = 6 5.9 -> 3.3-3.8 ms (3.0), 8 6.3 -> 3.6 (3.3), 12 packed 10.1 -> 4.5 (5.3-5.6), 16
       // packed 11.2-11.7 -> 6.4-6.5 (5.7-6.7), 24 packed 12.2-15.8 -> 9.1-9.3 (8.0-9.4), 32 packed
       // 14.3-14.5 -> 12.8-13.2 (10.7-11.1).
-      if (m <= 2 || (m <= gemv_rows_limit(u_.w == 16) && bytes > l2_ / 2)) return Path::Gemv;
+      // Past one zmm sweep (33-64 rows) only with B past L3: from L3 the packed path's panels, reused
+      // over more rows, won (Zen 4, 1 thread, tiles against packed: [48,2048]x[2048,2048] 6.3-6.4
+      // against 5.3-5.5 ms, [64,1024]x[1024,1024] 1.6-2.1 against 1.4-1.5; from memory
+      // [48,4096]x[4096,4096] 19.5 against 22.3). Up to 32 rows the one sweep wins from L3 too
+      // ([16,2048]x[2048,2048] 1.6-2.0 against 2.1-2.3, [32,1024]^2 0.70-0.76 against 0.81-0.83).
+      const bool zmm = u_.w == 16, one_sweep = m <= gemv_rows_per_sweep(zmm);
+      if (m <= 2 || (m <= gemv_rows_limit(zmm) && bytes > l2_ / 2 && (one_sweep || !zmm || bytes > l3_)))
+        return Path::Gemv;
       if (!plain_) return Path::Packed;  // (the direct kernels read f32 only)
       if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
       // AVX-512 with K in one KC block, on AMD: in place up to 3 L2s (each C tile is written
@@ -759,7 +767,7 @@ class GemmKernel final : public CompiledKernel {
   const Ukrs& u_;
   GemmBlocking blk_;
   int path_;  ///< GemmForce::path: the path of variant 0
-  int64_t l2_;
+  int64_t l2_, l3_;
   const uint64_t serial_ = next_serial();
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
