@@ -95,8 +95,8 @@ constexpr int64_t kGemvKb = 16;  // rows of B per block of the register tiles (g
 // prefetchers do not keep kGemvKb streams 16 KiB apart fed (Zen 4, 1 thread, [M,4096]x[4096,4096]
 // with t unaliased (gemv_sums_stride): zmm 16 rows 8.3-8.9 -> 6.5-7.1 ms, ymm 6 rows 5.5 -> 4.4).
 constexpr int64_t kGemvAheadZ = 3;
-constexpr int kGemvTileRows = 8;
 constexpr int64_t kGemvAheadY = 4;
+constexpr int kGemvTileRows = 8;  // rows per zmm register tile past 12 rows (gemv_rows_tiled_z)
 
 // gemv_rows_tiled_z's register tiles on ymm (AVX2): 5 or 6 rows x 16 columns (12 of the 16
 // registers), so they take one sweep of B where gemv_rows took two (Intel Xeon, AVX2 kernels, 1
