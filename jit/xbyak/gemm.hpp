@@ -83,14 +83,13 @@ struct Ukrs {
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
 
-/// GEMV (gemv.cpp): rows 1 .. kGemvRows (`gemv`: gemv_rows_per_sweep) of A at a + r * a_rs + k * a_ks (f32, in place)
-/// against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16 (with F16C) converted as loaded,
-/// exactly as the packers convert them). `gemv`: B contiguous along N (element k * b_rs + j); into t[r * ldt + j] (j <
-/// n) the chain over k in [0, kc) (one KC block; the caller writes or adds it to C). `gemv_t`: B contiguous along K
-/// (element j
-/// * b_cs + k, a linear layer's W [N, K]); all of K, straight into C (c + r * c_rs + j), KC block by KC block as the
-/// other paths add them. `zmm`: the AVX-512 kernels (the kernel's ISA, Ukrs::w == 16), else AVX2's; both give the same
-/// bits.
+/// GEMV (gemv.cpp): rows 1 .. gemv_rows_per_sweep (`gemv`) or gemv_t_rows_per_sweep (`gemv_t`) of A at
+/// a + r * a_rs + k * a_ks (f32) against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16
+/// (with F16C) converted as loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
+/// k * b_rs + j); into t[r * ldt + j] (j < n) the chain over k in [0, kc) (one KC block; the caller writes or adds it
+/// to C). `gemv_t`: B contiguous along K (element j * b_cs + k, a linear layer's W [N, K]); all of K, straight into C
+/// (c + r * c_rs + j), KC block by KC block as the other paths add them. `zmm` (gemv) and `form` (gemv_t) pick the
+/// kernels' registers (the kernel's ISA, Ukrs::w == 16, and for gemv_t the vendor); every choice gives the same bits.
 constexpr int kGemvRows = 4;
 /// `gemv` on zmm takes up to 32 rows in one sweep of B (gemv.cpp, gemv_rows_tiled_z: tiles of up to 8 rows past 12).
 constexpr int kGemvRowsZ = 32;

@@ -340,16 +340,8 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
   set_options(saved);
 }
 
-// GEMV (M <= 4) streams B once for all its rows: along B's rows into rows of partial sums
-// (gemv_rows) when B is contiguous along N (past half of L2: AVX2 5 and 6 rows in one pass as register
-// tiles (gemv_rows_tiled_y), 7 and 8 in two passes of up to 4; AVX-512 up to 32 rows in one pass, as register tiles
-// over 16 or 32 rows of B at a time (gemv_rows_tiled_z; one to four tiles of rows), and up to 64 in two past L3); 8
-// rows of B transposed in registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]). Every element is
-// still the microkernels' FMA chain, k ascending per KC block, so both equal the packed path bit for bit: N tails past
-// a vector and past the tiles' 32 columns (N mod 32 = 0, 3, 5, 9, 16, 17, 19), K tails past 4, 8 or 16 rows and past
-// KC, one to 64 rows, two threads over the columns, a transposed (strided) A. The transposed GEMV's forms to run (B
-// contiguous along K): the CPU's choice, then each form this CPU runs (the zmm and AVX-512VL forms need AVX-512,
-// whichever vendor's).
+// The transposed GEMV's forms to run (B contiguous along K): the CPU's choice, then each form
+// this CPU runs (the zmm and AVX-512VL forms need AVX-512, whichever vendor's).
 std::vector<std::optional<detail::xb::GemvTForm>> gemv_t_forms(bool tb) {
   using detail::xb::GemvTForm;
   std::vector<std::optional<GemvTForm>> forms{std::nullopt};
@@ -359,6 +351,15 @@ std::vector<std::optional<detail::xb::GemvTForm>> gemv_t_forms(bool tb) {
   return forms;
 }
 
+// GEMV (a few rows) streams B once for all its rows: along B's rows into rows of partial sums
+// (gemv_rows) when B is contiguous along N (past half of L2: AVX2 5 and 6 rows in one pass as register
+// tiles (gemv_rows_tiled_y), 7 and 8 in two passes of up to 4; AVX-512 up to 32 rows in one pass, as register tiles
+// over 16 or 32 rows of B at a time (gemv_rows_tiled_z; one to four tiles of rows), and up to 64 in two past L3); 8
+// rows of B transposed in registers (gemv_t_rows) when B is contiguous along K (x @ W^T, W [N, K]), in every form the
+// CPU runs (gemv_t_forms). Every element is still the microkernels' FMA chain, k ascending per KC block, so both equal
+// the packed path bit for bit: N tails past a vector and past the tiles' 32 columns (N mod 32 = 0, 3, 5, 9, 16, 17,
+// 19), K tails past 4, 8 or 16 rows and past KC, one to 32 rows (48 rows: whichever path the size picks, the GEMV's
+// two sweeps only where this B passes L3), two threads over the columns, a transposed (strided) A.
 TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
   const Options saved = options();
   for (Isa isa : isas()) {
