@@ -10,6 +10,7 @@
 //   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed);
 //   gemm_swapped.cpp x @ W^T for a few dozen rows of x: C^T = W A^T, W read in place.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -65,20 +66,34 @@ using UkrFn = void (*)(const UkrArgs*);
 /// The microkernels of one ISA: `packed` reads packed panels (A: MR floats per k, B: NR floats
 /// per k); `direct` reads A and B through their strides (B contiguous along N). (A few rows of A
 /// take the GEMV path instead, gemv below, which streams B along its rows.)
+///
+/// The full tiles are generated with the set; every smaller tile the first time a launch asks for
+/// it (a shape uses a few: 64 rows on AVX-512 take the 8-row edge only). Generating all 56 of
+/// AVX-512's kernels up front had made the first contraction of a process take 0.9-1.4 ms to
+/// compile (Zen 4), over the 1 ms an emit may take.
 struct Ukrs {
   static constexpr int kMaxMr = 14, kMaxNv = 2;
   int mr = 0, nr = 0;
   int w = 0;  ///< floats per vector (NR = w * vectors per row)
   UkrFn packed = nullptr, direct = nullptr;
-  /// Direct kernels of smaller tiles, [rows][vectors per row] (1..mr, 1..nr / w; [mr][nr / w] is
+  /// The direct kernel of a tile of `rows` x `nv` vectors (1..mr, 1..nr / w; (mr, nr / w) is
   /// `direct`): the edges of a small problem run in place too instead of through packed scratch
   /// tiles (at 64^3 the 4 edge rows' packing was a fifth of the call).
-  UkrFn direct_tile[kMaxMr + 1][kMaxNv + 1] = {};
-  /// Packed kernels of smaller tiles over full-size slivers ([mr][nr / w] is `packed`): the M
+  UkrFn direct_tile(int rows, int nv) const { return tile(false, rows, nv); }
+  /// The packed kernel of a smaller tile over full-size slivers ((mr, nr / w) is `packed`): the M
   /// edge and the whole-vector N edge of the packed path store into C directly instead of
   /// computing a full tile into a scratch tile and copying its live part (for 512 rows and
   /// AVX-512's 14-row tile, the last 8 rows of every panel went through scratch).
-  UkrFn packed_tile[kMaxMr + 1][kMaxNv + 1] = {};
+  UkrFn packed_tile(int rows, int nv) const { return tile(true, rows, nv); }
+
+ private:
+  UkrFn tile(bool packed_form, int rows, int nv) const {
+    const UkrFn f = tiles_[packed_form][rows][nv].load(std::memory_order_acquire);
+    return f ? f : generate(packed_form, rows, nv);
+  }
+  /// Generates the kernel (gemm_kernel.cpp), once per process whichever threads ask.
+  UkrFn generate(bool packed_form, int rows, int nv) const;
+  mutable std::atomic<UkrFn> tiles_[2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);

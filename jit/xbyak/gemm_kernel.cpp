@@ -15,9 +15,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "exec_memory.hpp"
 #include "gemm.hpp"
+#include "kfuse/error.hpp"
 
 namespace kfuse::detail::xb {
 
@@ -156,86 +160,71 @@ class UkrGen : public Xbyak::CodeGenerator {
   int mr_, nv_;
 };
 
-struct UkrSet {
-  Ukrs u;
-  std::unique_ptr<ExecMem> mem;  // every kernel of the set, one block
-};
+// Every kernel is generated into one reused buffer, under gen_mutex, then copied to its own
+// executable pages (ExecMem's arena: a memcpy and an mprotect). The buffer is page-aligned and
+// not zero-filled (xbyak writes what it emits): a CodeGenerator of its own had cost each kernel a
+// 68 KiB zero-filled buffer. The kernels, the buffer and the lock are kept for the process
+// (leaked on purpose: contractions held by static objects may run after this TU's statics die).
+constexpr size_t kGenBytes = 1 << 16;
 
-// The kernels of a set are generated one after another into one reused buffer, their bytes
-// appended to one blob that becomes one executable block (the code is position independent:
-// relative jumps only). A block per kernel had cost each of AVX-512's 56 kernels a 68 KiB
-// zero-filled buffer and an mprotect: the first contraction compiled in a process took 1.2 ms.
-template <class Vmm>
-class SetBuilder {
- public:
-  // Generates a kernel, returns its offset in the blob.
-  size_t add(int mr, int nv, bool packed, int sliver_mr, int sliver_nv) {
-    UkrGen<Vmm> g(gen_, kBytes, mr, nv, packed, sliver_mr, sliver_nv);
-    g.ready();
-    const size_t off = (blob_.size() + 63) / 64 * 64;  // (each kernel starts on a cache line)
-    blob_.resize(off + g.getSize(), 0xcc);             // (padding: int3)
-    std::copy(g.getCode(), g.getCode() + g.getSize(), blob_.begin() + static_cast<std::ptrdiff_t>(off));
-    names_.push_back({off, g.getSize(),
-                      std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") + std::to_string(mr) +
-                          "x" + std::to_string(nv) + (sliver_mr != mr || sliver_nv != nv ? "_edge" : "")});
-    return off;
-  }
-  // The executable block; each kernel named in the perf map.
-  std::unique_ptr<ExecMem> finish() {
-    auto mem = std::make_unique<ExecMem>(blob_.data(), blob_.size(), "");
-    for (const auto& [off, n, name] : names_) perf_map_note(static_cast<const uint8_t*>(mem->entry()) + off, n, name);
-    return mem;
-  }
+std::mutex& gen_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
 
- private:
-  static constexpr size_t kBytes = 1 << 16;
-  // (page-aligned, not zero-filled: xbyak writes what it emits)
-  std::unique_ptr<uint8_t[]> raw_{new uint8_t[kBytes + 4096]};
-  uint8_t* gen_ = raw_.get() + (4096 - reinterpret_cast<uintptr_t>(raw_.get()) % 4096) % 4096;
-  std::vector<uint8_t> blob_;
-  struct Name {
-    size_t off, n;
-    std::string name;
-  };
-  std::vector<Name> names_;
-};
+uint8_t* gen_buffer() {
+  static uint8_t* raw = new uint8_t[kGenBytes + 4096];
+  return raw + (4096 - reinterpret_cast<uintptr_t>(raw) % 4096) % 4096;
+}
 
 template <class Vmm>
-UkrSet* make_set(int mr, int nv) {
-  auto* s = new UkrSet;  // kept for the process
-  constexpr int W = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
-  s->u.mr = mr;
-  s->u.nr = nv * W;
-  s->u.w = W;
-  SetBuilder<Vmm> b;
-  size_t direct[Ukrs::kMaxMr + 1][Ukrs::kMaxNv + 1], packed[Ukrs::kMaxMr + 1][Ukrs::kMaxNv + 1];
-  for (int r = 1; r <= mr; ++r)
-    for (int v = 1; v <= nv; ++v) {
-      direct[r][v] = b.add(r, v, false, r, v);
-      packed[r][v] = b.add(r, v, true, mr, nv);  // (full-size slivers; [mr][nv] is the main kernel)
-    }
-  s->mem = b.finish();
-  const auto* base = static_cast<const uint8_t*>(s->mem->entry());
-  auto fn = [&](size_t off) { return reinterpret_cast<UkrFn>(const_cast<uint8_t*>(base + off)); };
-  for (int r = 1; r <= mr; ++r)
-    for (int v = 1; v <= nv; ++v) {
-      s->u.direct_tile[r][v] = fn(direct[r][v]);
-      s->u.packed_tile[r][v] = fn(packed[r][v]);
-    }
-  s->u.direct = s->u.direct_tile[mr][nv];
-  s->u.packed = s->u.packed_tile[mr][nv];
-  return s;
+UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv) {
+  static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
+  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv);
+  g.ready();
+  const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
+                           std::to_string(mr) + "x" + std::to_string(nv) +
+                           (sliver_mr != mr || sliver_nv != nv ? "_edge" : "");
+  mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
+  return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
+}
+
+template <class Vmm>
+const Ukrs& make_ukrs(int mr, int nv) {
+  auto* u = new Ukrs;
+  u->w = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
+  u->mr = mr;
+  u->nr = nv * u->w;
+  u->packed = u->packed_tile(mr, nv);
+  u->direct = u->direct_tile(mr, nv);
+  return *u;
 }
 
 }  // namespace
 
+UkrFn Ukrs::generate(bool packed_form, int rows, int nv) const {
+  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w)
+    throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
+                       " vectors (internal error)");
+  std::lock_guard<std::mutex> lock(gen_mutex());
+  std::atomic<UkrFn>& slot = tiles_[packed_form][rows][nv];
+  if (UkrFn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
+  // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
+  // vectors of B per k); a direct one reads through strides, its tile's own size.
+  const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
+  const UkrFn f = w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv)
+                          : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv);
+  slot.store(f, std::memory_order_release);
+  return f;
+}
+
 const Ukrs& gemm_ukrs(Isa isa) {
   if (isa == Isa::Avx512) {
-    static const UkrSet* s = make_set<Xbyak::Zmm>(14, 2);
-    return s->u;
+    static const Ukrs& u = make_ukrs<Xbyak::Zmm>(14, 2);
+    return u;
   }
-  static const UkrSet* s = make_set<Xbyak::Ymm>(6, 2);
-  return s->u;
+  static const Ukrs& u = make_ukrs<Xbyak::Ymm>(6, 2);
+  return u;
 }
 
 }  // namespace kfuse::detail::xb

@@ -481,14 +481,14 @@ class GemmKernel final : public CompiledKernel {
                          int64_t kc, bool first) const {
     const int64_t W = u_.w, whole = nr / W, rest = nr % W;
     UkrArgs a{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1};
-    if (whole > 0) u_.packed_tile[mr][whole](&a);
+    if (whole > 0) u_.packed_tile(static_cast<int>(mr), static_cast<int>(whole))(&a);
     if (rest == 0) return;
     float* tile = scratch(2, static_cast<int64_t>(u_.mr) * W);
     a.b = bp + whole * W;
     a.c = tile;
     a.c_rs = W * 4;
     a.accumulate = 0;
-    u_.packed_tile[mr][1](&a);
+    u_.packed_tile(static_cast<int>(mr), 1)(&a);
     for (int64_t i = 0; i < mr; ++i) {
       float* c = t.c + (m + i) * t.c_rs + n + whole * W;
       const float* s = tile + i * W;
@@ -685,7 +685,7 @@ class GemmKernel final : public CompiledKernel {
                       sb.row * 4,
                       t.c_rs * 4,
                       first ? 0 : 1};
-            u_.direct_tile[mr][nv](&a);
+            u_.direct_tile(mr, nv)(&a);
           }
         }
         if (nvec < n1) edge_tiles(t, sa, sb, m0, m1, nvec, n1, pc, kc, first);

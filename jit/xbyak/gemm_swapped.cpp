@@ -93,7 +93,7 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
         for (int64_t j = 0; j < mp; j += NR) {
           const int nv = static_cast<int>(std::min(NR, mp - j) / W);
           UkrArgs g{wf, s.xt + (pc - k0) * mp + j, ct_at(i) + j, kc, w_rs * 4, 4, mp * 4, mp * 4, pc == 0 ? 0 : 1};
-          u.direct_tile[mr][nv](&g);
+          u.direct_tile(mr, nv)(&g);
         }
       }
       if (one_chunk) to_c(i, mr);
