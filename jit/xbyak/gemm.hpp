@@ -60,6 +60,7 @@ struct UkrArgs {
   float* c;
   int64_t kc, a_rs, a_ks, b_ks, c_rs;
   int64_t accumulate;  ///< 0: C = acc; 1: C = C + acc
+  int64_t tail = 0;    ///< tail kernels (one vector): the columns of C (1 .. w - 1) read and written
 };
 using UkrFn = void (*)(const UkrArgs*);
 
@@ -85,15 +86,20 @@ struct Ukrs {
   /// computing a full tile into a scratch tile and copying its live part (for 512 rows and
   /// AVX-512's 14-row tile, the last 8 rows of every panel went through scratch).
   UkrFn packed_tile(int rows, int nv) const { return tile(true, rows, nv); }
+  /// One vector of `rows` rows of which only the first UkrArgs::tail columns are C's, read and
+  /// written in place through masks (the last part-vector of columns; the direct form loads only
+  /// those columns of B, the packed form reads its zero-padded sliver at b).
+  UkrFn direct_tail(int rows) const { return tile(false, rows, 1, true); }
+  UkrFn packed_tail(int rows) const { return tile(true, rows, 1, true); }
 
  private:
-  UkrFn tile(bool packed_form, int rows, int nv) const {
-    const UkrFn f = tiles_[packed_form][rows][nv].load(std::memory_order_acquire);
-    return f ? f : generate(packed_form, rows, nv);
+  UkrFn tile(bool packed_form, int rows, int nv, bool tail = false) const {
+    const UkrFn f = tiles_[tail][packed_form][rows][nv].load(std::memory_order_acquire);
+    return f ? f : generate(packed_form, rows, nv, tail);
   }
   /// Generates the kernel (gemm_kernel.cpp), once per process whichever threads ask.
-  UkrFn generate(bool packed_form, int rows, int nv) const;
-  mutable std::atomic<UkrFn> tiles_[2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
+  UkrFn generate(bool packed_form, int rows, int nv, bool tail) const;
+  mutable std::atomic<UkrFn> tiles_[2][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);

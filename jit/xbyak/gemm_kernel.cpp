@@ -31,7 +31,8 @@ using Xbyak::Reg64;
 
 static_assert(offsetof(UkrArgs, a) == 0 && offsetof(UkrArgs, b) == 8 && offsetof(UkrArgs, c) == 16 &&
                   offsetof(UkrArgs, kc) == 24 && offsetof(UkrArgs, a_rs) == 32 && offsetof(UkrArgs, a_ks) == 40 &&
-                  offsetof(UkrArgs, b_ks) == 48 && offsetof(UkrArgs, c_rs) == 56 && offsetof(UkrArgs, accumulate) == 64,
+                  offsetof(UkrArgs, b_ks) == 48 && offsetof(UkrArgs, c_rs) == 56 &&
+                  offsetof(UkrArgs, accumulate) == 64 && offsetof(UkrArgs, tail) == 72,
               "UkrArgs layout");
 
 template <class Vmm>
@@ -44,12 +45,28 @@ class UkrGen : public Xbyak::CodeGenerator {
   // packed: constant strides (sliver_mr floats of A, sliver_nv vectors of B per k), k unrolled
   // by 4. A packed kernel of fewer rows or vectors than its slivers computes an edge tile of
   // whole vectors straight into C: the first mr rows and nv vectors of full-size slivers.
-  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv)
+  // tail (one vector, nv = 1): only the first UkrArgs::tail columns of C are read and written
+  // (an opmask, or AVX2's masked moves), and a direct kernel loads only those of B: C's last
+  // part-vector of columns is computed in place, with no scratch tile and no packing.
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail)
       : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
     const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
+    if (tail) {  // the mask of the first `tail` lanes: k1 (AVX-512), else the sign bits of kMaskReg
+      mov(rcx, qword[rdi + 72]);
+      if constexpr (Z) {
+        mov(edx, 1);
+        shl(edx, cl);
+        dec(edx);
+        kmovw(k1, edx);
+      } else {
+        mov(rdx, reinterpret_cast<uintptr_t>(kTailMasks + 8));
+        neg(rcx);
+        vmovups(mask(), ptr[rdx + rcx * 4]);
+      }
+    }
     mov(rax, qword[rdi + 0]);
     mov(rsi, qword[rdi + 8]);
     mov(rcx, qword[rdi + 24]);
@@ -79,7 +96,7 @@ class UkrGen : public Xbyak::CodeGenerator {
       if (i + 1 < mr) add(rdx, r8);
     }
     for (int i = 0; i < mr * nv_; ++i) vxorps(acc(i), acc(i), acc(i));
-    Xbyak::Label tail, tail_top, store;
+    Xbyak::Label k_rest, k_rest_top, store_c;
     auto a_addr = [&](int i, int u) -> Xbyak::Address {
       if (packed) return ptr[rax + (u * smr + i) * 4];
       const Reg64& b = bases[i / 3];
@@ -88,7 +105,12 @@ class UkrGen : public Xbyak::CodeGenerator {
     };
     auto body = [&](int u) {
       const int boff = packed ? u * snv * VB : 0;
-      for (int v = 0; v < nv_; ++v) vmovups(bvec(v), ptr[rsi + boff + v * VB]);
+      for (int v = 0; v < nv_; ++v) {
+        const Xbyak::Address b = ptr[rsi + boff + v * VB];
+        if (!tail || packed) vmovups(bvec(v), b);  // (packed slivers are zero-padded)
+        else if constexpr (Z) vmovups(bvec(v) | k1 | T_z, b);
+        else vmaskmovps(bvec(v), mask(), b);
+      }
       for (int i = 0; i < mr; ++i) {
         Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
         vbroadcastss(bc, a_addr(i, u));
@@ -109,7 +131,7 @@ class UkrGen : public Xbyak::CodeGenerator {
       shr(rdx, 2);
       and_(rcx, 3);
       test(rdx, rdx);
-      jz(tail, T_NEAR);
+      jz(k_rest, T_NEAR);
       Xbyak::Label top;
       L(top);
       // the A sliver streams from L2 (B's sliver stays in L1): 8 k ahead, two lines per 4 k
@@ -120,16 +142,16 @@ class UkrGen : public Xbyak::CodeGenerator {
       dec(rdx);
       jnz(top, T_NEAR);
     }
-    L(tail);
+    L(k_rest);
     test(rcx, rcx);
-    jle(store, T_NEAR);
-    L(tail_top);
+    jle(store_c, T_NEAR);
+    L(k_rest_top);
     body(0);
     advance(1);
     dec(rcx);
-    jnz(tail_top, T_NEAR);
+    jnz(k_rest_top, T_NEAR);
 
-    L(store);  // C (+)= acc, row by row
+    L(store_c);  // C (+)= acc, row by row
     Xbyak::Label overwrite, done;
     mov(rdx, qword[rdi + 16]);
     mov(r8, qword[rdi + 56]);
@@ -137,15 +159,22 @@ class UkrGen : public Xbyak::CodeGenerator {
     je(overwrite, T_NEAR);
     for (int i = 0; i < mr; ++i) {
       for (int v = 0; v < nv_; ++v) {
-        vaddps(acc(i * nv_ + v), acc(i * nv_ + v), ptr[rdx + v * VB]);
-        vmovups(ptr[rdx + v * VB], acc(i * nv_ + v));
+        const Xbyak::Address c = ptr[rdx + v * VB];
+        if (tail) {  // (B's registers are free after the loop)
+          if constexpr (Z) vmovups(bvec(0) | k1 | T_z, c);
+          else vmaskmovps(bvec(0), mask(), c);
+          vaddps(acc(i * nv_ + v), acc(i * nv_ + v), bvec(0));
+        } else {
+          vaddps(acc(i * nv_ + v), acc(i * nv_ + v), c);
+        }
+        store(c, acc(i * nv_ + v), tail);
       }
       add(rdx, r8);
     }
     jmp(done, T_NEAR);
     L(overwrite);
     for (int i = 0; i < mr; ++i) {
-      for (int v = 0; v < nv_; ++v) vmovups(ptr[rdx + v * VB], acc(i * nv_ + v));
+      for (int v = 0; v < nv_; ++v) store(ptr[rdx + v * VB], acc(i * nv_ + v), tail);
       add(rdx, r8);
     }
     L(done);
@@ -155,8 +184,16 @@ class UkrGen : public Xbyak::CodeGenerator {
   }
 
  private:
+  // Lanes 0 .. t - 1 of the 8 floats at kTailMasks + 8 - t are all ones (AVX2's masks).
+  static constexpr int32_t kTailMasks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  void store(const Xbyak::Address& c, const Vmm& v, bool tail) {
+    if (!tail) vmovups(c, v);
+    else if constexpr (Z) vmovups(c | k1, v);
+    else vmaskmovps(c, mask(), v);
+  }
   Vmm acc(int i) const { return Vmm(i); }
   Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
+  Vmm mask() const { return Vmm(15); }  // (AVX2 tails: one vector of up to 6 rows leaves it free)
   int mr_, nv_;
 };
 
@@ -178,13 +215,13 @@ uint8_t* gen_buffer() {
 }
 
 template <class Vmm>
-UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv) {
+UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail) {
   static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
-  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv);
+  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
-                           (sliver_mr != mr || sliver_nv != nv ? "_edge" : "");
+                           (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "");
   mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
 }
@@ -202,18 +239,18 @@ const Ukrs& make_ukrs(int mr, int nv) {
 
 }  // namespace
 
-UkrFn Ukrs::generate(bool packed_form, int rows, int nv) const {
-  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w)
+UkrFn Ukrs::generate(bool packed_form, int rows, int nv, bool tail) const {
+  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   std::lock_guard<std::mutex> lock(gen_mutex());
-  std::atomic<UkrFn>& slot = tiles_[packed_form][rows][nv];
+  std::atomic<UkrFn>& slot = tiles_[tail][packed_form][rows][nv];
   if (UkrFn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
   // vectors of B per k); a direct one reads through strides, its tile's own size.
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
-  const UkrFn f = w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv)
-                          : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv);
+  const UkrFn f = w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail)
+                          : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail);
   slot.store(f, std::memory_order_release);
   return f;
 }

@@ -473,30 +473,20 @@ class GemmKernel final : public CompiledKernel {
     }
   }
 
-  // C(m.., n..) (+)= the tile of packed slivers ap x bp, mr x nr of it. Whole vectors of columns
-  // run in place (the tile's own kernel); a last part-vector through a one-vector scratch tile
-  // (a whole 32-column scratch tile for N = 1001's last 9 columns cost 5%: 1024^2 x 1001 took
-  // 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
+  // C(m.., n..) (+)= the tile of packed slivers ap x bp, mr x nr of it, in place: whole vectors
+  // of columns by the tile's own kernel, a last part-vector by the masked tail kernel (it had
+  // gone through a scratch tile and a copy; a whole 32-column scratch tile for N = 1001's last 9
+  // columns had cost 5%: 1024^2 x 1001 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
   void tile_from_slivers(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
                          int64_t kc, bool first) const {
-    const int64_t W = u_.w, whole = nr / W, rest = nr % W;
+    const int64_t W = u_.w, whole = nr / W;
     UkrArgs a{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1};
     if (whole > 0) u_.packed_tile(static_cast<int>(mr), static_cast<int>(whole))(&a);
-    if (rest == 0) return;
-    float* tile = scratch(2, static_cast<int64_t>(u_.mr) * W);
-    a.b = bp + whole * W;
-    a.c = tile;
-    a.c_rs = W * 4;
-    a.accumulate = 0;
-    u_.packed_tile(static_cast<int>(mr), 1)(&a);
-    for (int64_t i = 0; i < mr; ++i) {
-      float* c = t.c + (m + i) * t.c_rs + n + whole * W;
-      const float* s = tile + i * W;
-      if (first)
-        for (int64_t j = 0; j < rest; ++j) c[j] = s[j];
-      else
-        for (int64_t j = 0; j < rest; ++j) c[j] = c[j] + s[j];
-    }
+    if (nr % W == 0) return;
+    a.b += whole * W;
+    a.c += whole * W;
+    a.tail = nr % W;
+    u_.packed_tail(static_cast<int>(mr))(&a);
   }
 
   // Runs the epilogue over rows [m0, m1) x columns [n0, n1) of this task's batch.
@@ -669,11 +659,12 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        // Whole vectors of columns run in place, in tiles of up to MR rows and NR columns (the
-        // edge tiles by the smaller direct kernels); only a last part-vector of columns is packed.
-        const int64_t W = u_.w, nvec = n0 + n / W * W;
-        for (int64_t j = n0; j < nvec; j += NR) {
-          const int nv = static_cast<int>(std::min(NR, nvec - j) / W);
+        // Everything runs in place, in tiles of up to MR rows and NR columns: the edge tiles by
+        // the smaller direct kernels, a last part-vector of columns by the masked tail kernels
+        // (it had been packed, A included: [100,100]^3 took 23 us against OpenBLAS's 18, Zen 4).
+        const int64_t W = u_.w;
+        for (int64_t j = n0; j < n1; j += NR) {
+          const int64_t nr = std::min(NR, n1 - j), whole = nr / W;
           for (int64_t i = m0; i < m1; i += MR) {
             const int mr = static_cast<int>(std::min(MR, m1 - i));
             UkrArgs a{af + i * sa.row + pc * sa.col,
@@ -685,10 +676,14 @@ class GemmKernel final : public CompiledKernel {
                       sb.row * 4,
                       t.c_rs * 4,
                       first ? 0 : 1};
-            u_.direct_tile(mr, nv)(&a);
+            if (whole > 0) u_.direct_tile(mr, static_cast<int>(whole))(&a);
+            if (nr % W == 0) continue;
+            a.b += whole * W;
+            a.c += whole * W;
+            a.tail = nr % W;
+            u_.direct_tail(mr)(&a);
           }
         }
-        if (nvec < n1) edge_tiles(t, sa, sb, m0, m1, nvec, n1, pc, kc, first);
       }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
@@ -734,23 +729,6 @@ class GemmKernel final : public CompiledKernel {
             }
           }
         }
-      }
-    }
-  }
-
-  // Rows [ma, mb) x columns [na, nb) for one KC block through packed edge tiles.
-  void edge_tiles(const Task& t, const Strides& sa, const Strides& sb, int64_t ma, int64_t mb, int64_t na, int64_t nb,
-                  int64_t pc, int64_t kc, bool first) const {
-    if (ma >= mb || na >= nb) return;
-    float* ap = scratch(0, u_.mr * kc);
-    float* bp = scratch(1, u_.nr * kc);
-    for (int64_t j = na; j < nb; j += u_.nr) {
-      const int64_t nr = std::min<int64_t>(u_.nr, nb - j);
-      pack_b(bp, t.b, sb, pc, kc, j, nr);
-      for (int64_t i = ma; i < mb; i += u_.mr) {
-        const int64_t mr = std::min<int64_t>(u_.mr, mb - i);
-        pack_a(ap, t.a, sa, i, mr, pc, kc);
-        tile_from_slivers(t, ap, bp, i, j, mr, nr, kc, first);
       }
     }
   }

@@ -482,17 +482,24 @@ TEST_F(XbyakGemm, EpilogueFollowsColumnGroups) {
   }
 }
 
+// Part-vector tails (1 and w - 1 columns, masked kernels on both paths) also across KC blocks,
+// where the tail kernels add to C (K = 40 over blocks of 16).
 TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
   for (Isa isa : isas()) {
     const auto& u = detail::xb::gemm_ukrs(isa);
-    for (int64_t M = 1; M <= u.mr + 1; ++M)
-      for (int64_t N : {int64_t{u.w}, int64_t{u.nr}, int64_t{u.nr + u.w}, int64_t{u.nr + u.w + 3}}) {
-        Spec s;
-        s.M = M + (M == u.mr + 1 ? u.mr : 0), s.N = N, s.K = 13;
-        expect_paths_agree(
-            s, isa, 2, 1, 5,
-            std::string(detail::xb::isa_name(isa)) + " " + std::to_string(s.M) + "x" + std::to_string(s.N));
-      }
+    for (int64_t K : {13, 40}) {
+      if (K == 40) set_gemm_blocking(4 * u.mr, 16, 4 * u.nr);
+      for (int64_t M = 1; M <= u.mr + 1; ++M)
+        for (int64_t N : {int64_t{u.w}, int64_t{u.nr}, int64_t{u.nr + u.w}, int64_t{u.nr + u.w + 3}, int64_t{u.nr + 1},
+                          int64_t{2 * u.nr - 1}}) {
+          Spec s;
+          s.M = M + (M == u.mr + 1 ? u.mr : 0), s.N = N, s.K = K;
+          expect_paths_agree(s, isa, 2, 1, 5,
+                             std::string(detail::xb::isa_name(isa)) + " " + std::to_string(s.M) + "x" +
+                                 std::to_string(s.N) + "x" + std::to_string(K));
+        }
+      set_gemm_blocking(0, 0, 0);
+    }
   }
 }
 
