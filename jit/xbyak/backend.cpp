@@ -2,6 +2,7 @@
 #include <xbyak/xbyak_util.h>
 
 #include <atomic>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -32,6 +33,16 @@ const Xbyak::util::Cpu& host_cpu() {
 
 bool stream_alias_check() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
 bool direct_gemm_past_l2() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
+namespace {
+std::atomic<int> g_narrow_tails{-1};  // set_narrow_gemm_tails' forced answer, or -1
+}  // namespace
+bool narrow_gemm_tails() {
+  const int forced = g_narrow_tails.load(std::memory_order_relaxed);
+  return forced >= 0 ? forced == 1 : host_cpu().has(Xbyak::util::Cpu::tAMD);
+}
+void set_narrow_gemm_tails(std::optional<bool> on) {
+  g_narrow_tails.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed);
+}
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;

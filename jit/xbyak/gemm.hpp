@@ -89,17 +89,20 @@ struct Ukrs {
   /// One vector of `rows` rows of which only the first UkrArgs::tail columns are C's, read and
   /// written in place through masks (the last part-vector of columns; the direct form loads only
   /// those columns of B, the packed form reads its zero-padded sliver at b).
-  UkrFn direct_tail(int rows) const { return tile(false, rows, 1, true); }
-  UkrFn packed_tail(int rows) const { return tile(true, rows, 1, true); }
+  /// `narrow` (AVX-512 only, tail <= 8): the same on 8-float ymm registers, EVEX-encoded (32
+  /// registers, opmasks): half the FMA work where a 512-bit FMA costs two 256-bit ones (AMD).
+  UkrFn direct_tail(int rows, bool narrow = false) const { return tile(false, rows, 1, narrow ? 2 : 1); }
+  UkrFn packed_tail(int rows, bool narrow = false) const { return tile(true, rows, 1, narrow ? 2 : 1); }
 
  private:
-  UkrFn tile(bool packed_form, int rows, int nv, bool tail = false) const {
-    const UkrFn f = tiles_[tail][packed_form][rows][nv].load(std::memory_order_acquire);
-    return f ? f : generate(packed_form, rows, nv, tail);
+  /// kind: 0 a tile of whole vectors, 1 a masked tail, 2 a narrow masked tail.
+  UkrFn tile(bool packed_form, int rows, int nv, int kind = 0) const {
+    const UkrFn f = tiles_[kind][packed_form][rows][nv].load(std::memory_order_acquire);
+    return f ? f : generate(packed_form, rows, nv, kind);
   }
   /// Generates the kernel (gemm_kernel.cpp), once per process whichever threads ask.
-  UkrFn generate(bool packed_form, int rows, int nv, bool tail) const;
-  mutable std::atomic<UkrFn> tiles_[2][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
+  UkrFn generate(bool packed_form, int rows, int nv, int kind) const;
+  mutable std::atomic<UkrFn> tiles_[3][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
@@ -190,6 +193,13 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 /// in one KC block (gemm_run.cpp, path_for): on AMD (Zen 4), not on Intel (a Sapphire Rapids
 /// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.
 bool direct_gemm_past_l2();
+/// Whether AVX-512's last part-vector of up to 8 columns runs through the narrow (ymm) tail
+/// kernels rather than a masked zmm tile (gemm_run.cpp, tail_tile): on AMD, whose 512-bit FMA
+/// takes the issue slots of two 256-bit ones, so a 16-wide tail of 3 columns cost as much as 16
+/// columns. Not on Intel, whose cores issue 512-bit FMAs at the 256-bit rate (not measured there).
+bool narrow_gemm_tails();
+/// Tests force either answer (nullopt: back to the CPU's); both give the same bits.
+void set_narrow_gemm_tails(std::optional<bool> on);
 
 /// The forms of a contraction that KFUSE_TUNE chooses between (CompiledKernel::variants):
 /// "by size" (the static choice), "packed", "direct"; a variant's index is its path below.

@@ -48,15 +48,16 @@ class UkrGen : public Xbyak::CodeGenerator {
   // tail (one vector, nv = 1): only the first UkrArgs::tail columns of C are read and written
   // (an opmask, or AVX2's masked moves), and a direct kernel loads only those of B: C's last
   // part-vector of columns is computed in place, with no scratch tile and no packing.
-  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail)
-      : CodeGenerator(size, buf), mr_(mr), nv_(nv) {
+  // vl (Ymm only): EVEX encoding, for AVX-512's narrow tails: 32 registers and opmasks.
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl)
+      : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl) {
     const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
     if (tail) {  // the mask of the first `tail` lanes: k1 (AVX-512), else the sign bits of kMaskReg
       mov(rcx, qword[rdi + 72]);
-      if constexpr (Z) {
+      if (evex_) {
         mov(edx, 1);
         shl(edx, cl);
         dec(edx);
@@ -108,7 +109,7 @@ class UkrGen : public Xbyak::CodeGenerator {
       for (int v = 0; v < nv_; ++v) {
         const Xbyak::Address b = ptr[rsi + boff + v * VB];
         if (!tail || packed) vmovups(bvec(v), b);  // (packed slivers are zero-padded)
-        else if constexpr (Z) vmovups(bvec(v) | k1 | T_z, b);
+        else if (evex_) vmovups(bvec(v) | k1 | T_z, b);
         else vmaskmovps(bvec(v), mask(), b);
       }
       for (int i = 0; i < mr; ++i) {
@@ -161,7 +162,7 @@ class UkrGen : public Xbyak::CodeGenerator {
       for (int v = 0; v < nv_; ++v) {
         const Xbyak::Address c = ptr[rdx + v * VB];
         if (tail) {  // (B's registers are free after the loop)
-          if constexpr (Z) vmovups(bvec(0) | k1 | T_z, c);
+          if (evex_) vmovups(bvec(0) | k1 | T_z, c);
           else vmaskmovps(bvec(0), mask(), c);
           vaddps(acc(i * nv_ + v), acc(i * nv_ + v), bvec(0));
         } else {
@@ -188,13 +189,14 @@ class UkrGen : public Xbyak::CodeGenerator {
   static constexpr int32_t kTailMasks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
   void store(const Xbyak::Address& c, const Vmm& v, bool tail) {
     if (!tail) vmovups(c, v);
-    else if constexpr (Z) vmovups(c | k1, v);
+    else if (evex_) vmovups(c | k1, v);
     else vmaskmovps(c, mask(), v);
   }
   Vmm acc(int i) const { return Vmm(i); }
   Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
   Vmm mask() const { return Vmm(15); }  // (AVX2 tails: one vector of up to 6 rows leaves it free)
   int mr_, nv_;
+  bool evex_;  ///< opmask tails; (Ymm) registers past 15
 };
 
 // Every kernel is generated into one reused buffer, under gen_mutex, then copied to its own
@@ -215,13 +217,14 @@ uint8_t* gen_buffer() {
 }
 
 template <class Vmm>
-UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail) {
+UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl = false) {
   static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
-  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail);
+  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
-                           (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "");
+                           (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "") +
+                           (vl ? "_ymm" : "");
   mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
 }
@@ -239,18 +242,21 @@ const Ukrs& make_ukrs(int mr, int nv) {
 
 }  // namespace
 
-UkrFn Ukrs::generate(bool packed_form, int rows, int nv, bool tail) const {
-  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1))
+UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
+  const bool tail = kind > 0, narrow = kind == 2;
+  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   std::lock_guard<std::mutex> lock(gen_mutex());
-  std::atomic<UkrFn>& slot = tiles_[tail][packed_form][rows][nv];
+  std::atomic<UkrFn>& slot = tiles_[kind][packed_form][rows][nv];
   if (UkrFn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
   // vectors of B per k); a direct one reads through strides, its tile's own size.
+  // A narrow tail counts its sliver of B in 8-float vectors (twice as many).
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
-  const UkrFn f = w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail)
-                          : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail);
+  const UkrFn f = narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true)
+                  : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail)
+                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail);
   slot.store(f, std::memory_order_release);
   return f;
 }

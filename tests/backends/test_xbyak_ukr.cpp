@@ -45,6 +45,9 @@ TEST(XbyakMicrokernels, EveryTileAssembles) {
         EXPECT_TRUE(direct && packed && direct != packed) << r << " x " << v;
         EXPECT_EQ(u.direct_tile(r, v), direct) << "generated again";
       }
+    for (int r = 1; r <= u.mr; ++r)  // the masked tails of a part-vector, narrow ones on AVX-512
+      for (bool narrow : {false, isa == Isa::Avx512})
+        EXPECT_TRUE(u.direct_tail(r, narrow) && u.packed_tail(r, narrow)) << r << (narrow ? " narrow" : "");
   }
   // A tile past the set's rows is an internal error, never a call through a null pointer.
   EXPECT_THROW(detail::xb::gemm_ukrs(Isa::Avx2).direct_tile(7, 1), BackendError);

@@ -1,0 +1,188 @@
+// The xbyak GEMM tests' checker (test_xbyak_gemm.cpp, test_xbyak_gemv.cpp): a contraction kernel
+// built by hand from a Spec, run on xbyak (the GEMM path must take it) and checked against fp64
+// loops with a K-scaled tolerance; the GEMM knobs it compiles with; path-against-path bitwise checks.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../jit/xbyak/gemm.hpp"
+#include "kfuse/options.hpp"
+#include "test_xbyak_util.hpp"
+
+namespace kfuse::xbt {
+
+// The options run_check compiles with: the GEMM knobs Options::gemm_path and gemm_blocking,
+// which a kernel keeps from its compile.
+inline Options g_knobs;
+inline void set_gemm_path(int path) { g_knobs.gemm_path = path == 0 ? "auto" : path == 1 ? "packed" : "direct"; }
+inline void set_gemm_blocking(int64_t mc, int64_t kc, int64_t nc) { g_knobs.gemm_blocking = {mc, kc, nc}; }
+
+struct Spec {
+  std::vector<int64_t> batch;  // batch extents
+  int64_t M = 1, N = 1, K = 1;
+  bool ta = false, tb = false;         // A stored K x M, B stored N x K
+  std::vector<bool> a_bcast, b_bcast;  // per batch dim: the operand does not move along it
+  // epilogue: out = f(acc, bias_n[n], bias_m[m], res[m, n]) (inputs 2, 3, 4 when used)
+  std::function<ExprRef(ExprRef acc, const std::vector<ExprRef>& in)> epi;
+  int extra_outputs = 0;  // more stores of epi2(acc) (temp C path)
+};
+
+inline int64_t prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+// Element strides of an operand's batch dims (0 where broadcast), its matrix of `mat` elements.
+inline std::vector<int64_t> batch_strides(const Spec& s, const std::vector<bool>& bc, int64_t mat) {
+  std::vector<int64_t> st(s.batch.size(), 0);
+  int64_t run = mat;
+  for (size_t d = s.batch.size(); d-- > 0;) {
+    bool b = d < bc.size() && bc[d];
+    st[d] = b ? 0 : run;
+    if (!b) run *= s.batch[d];
+  }
+  return st;
+}
+inline int64_t operand_size(const Spec& s, const std::vector<bool>& bc, int64_t mat) {
+  int64_t n = mat;
+  for (size_t d = 0; d < s.batch.size(); ++d)
+    if (!(d < bc.size() && bc[d])) n *= s.batch[d];
+  return n;
+}
+
+// Builds the contraction. Buffers: in0 A, in1 B, in2 bias_n [N], in3 bias_m [M], in4 res [batch, M, N], outputs.
+inline Kernel build(const Spec& s) {
+  const int nb = static_cast<int>(s.batch.size());
+  Kernel k = skeleton("k_gemm", ir::KernelKind::Contraction, 5, 1 + s.extra_outputs);
+  for (int d = 0; d < nb; ++d) {
+    k.params.push_back({"outer" + std::to_string(d), s.batch[d]});
+    k.outer.push_back(param(d));
+  }
+  k.params.push_back({"outer" + std::to_string(nb), s.M});
+  k.params.push_back({"outer" + std::to_string(nb + 1), s.N});
+  const ExprRef M = param(nb), N = param(nb + 1);
+  k.outer.push_back(M);
+  k.outer.push_back(N);
+  k.reduce.push_back(s.K);
+  const ExprRef m = var(Space::Outer, nb), n = var(Space::Outer, nb + 1), kk = var(Space::Reduce, 0);
+  auto boff = [&](const std::vector<int64_t>& st) {
+    ExprRef e = iconst(0);
+    for (int d = 0; d < nb; ++d) e = iadd(e, imul(var(Space::Outer, d), iconst(st[d])));
+    return e;
+  };
+  const auto sa = batch_strides(s, s.a_bcast, s.M * s.K), sb = batch_strides(s, s.b_bcast, s.K * s.N),
+             sc = batch_strides(s, {}, s.M * s.N);
+  ExprRef ai = iadd(boff(sa), s.ta ? iadd(imul(kk, M), m) : iadd(imul(m, iconst(s.K)), kk));
+  ExprRef bi = iadd(boff(sb), s.tb ? iadd(imul(n, iconst(s.K)), kk) : iadd(imul(kk, N), n));
+  ExprRef ci = iadd(boff(sc), iadd(imul(m, N), n));
+  k.accs.push_back({AccKind::Sum, DType::F32, bin(Op::Mul, load(0, DType::F32, ai), load(1, DType::F32, bi))});
+  k.phases.push_back(reduce_phase({0}));
+  Phase once;
+  ExprRef a = acc(0, DType::F32);
+  std::vector<ExprRef> in = {load(2, DType::F32, n), load(3, DType::F32, m), load(4, DType::F32, ci)};
+  once.stores.push_back({5, ci, s.epi ? s.epi(a, in) : a});
+  for (int o = 0; o < s.extra_outputs; ++o) once.stores.push_back({6 + o, ci, bin(Op::Mul, a, f32c(o + 2.0))});
+  k.phases.push_back(once);
+  return k;
+}
+
+struct Data {
+  std::vector<std::vector<float>> bufs;
+};
+
+inline Data make_data(const Spec& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto fill = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 1)));
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  const int64_t c = prod(s.batch) * s.M * s.N;
+  Data d;
+  d.bufs.push_back(fill(operand_size(s, s.a_bcast, s.M * s.K)));
+  d.bufs.push_back(fill(operand_size(s, s.b_bcast, s.K * s.N)));
+  d.bufs.push_back(fill(s.N));
+  d.bufs.push_back(fill(s.M));
+  d.bufs.push_back(fill(c));
+  for (int o = 0; o <= s.extra_outputs; ++o) d.bufs.push_back(std::vector<float>(std::max<int64_t>(c, 1), NAN));
+  return d;
+}
+
+// Runs on xbyak (the GEMM path must take it) and checks against fp64 loops; returns output 0.
+inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
+                                    double (*epi64)(double, double, double, double) = nullptr) {
+  Kernel k = build(s);
+  auto be = detail::xb::make_backend(isa);
+  auto cr = be->compile(k, g_knobs);
+  EXPECT_TRUE(cr.kernel) << cr.declined;
+  if (!cr.kernel) return {};
+  Data d = make_data(s, seed);
+  LaunchArgs args;
+  for (auto& b : d.bufs) args.buffers.push_back(b.data());
+  args.params = k.param_values();
+  cr.kernel->run(args);
+  const int nb = static_cast<int>(s.batch.size());
+  const auto sa = batch_strides(s, s.a_bcast, s.M * s.K), sb = batch_strides(s, s.b_bcast, s.K * s.N);
+  const int64_t nbat = prod(s.batch);
+  int bad = 0;
+  for (int64_t bi = 0; bi < nbat; ++bi) {
+    int64_t ao = 0, bo = 0, rest = bi;
+    for (int dd = nb; dd-- > 0;) {
+      ao += rest % s.batch[dd] * sa[dd];
+      bo += rest % s.batch[dd] * sb[dd];
+      rest /= s.batch[dd];
+    }
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        double acc = 0, mag = 0;
+        for (int64_t kk = 0; kk < s.K; ++kk) {
+          double a = d.bufs[0][ao + (s.ta ? kk * s.M + m : m * s.K + kk)];
+          double b = d.bufs[1][bo + (s.tb ? n * s.K + kk : kk * s.N + n)];
+          acc += a * b;
+          mag += std::fabs(a * b);
+        }
+        const int64_t ci = (bi * s.M + m) * s.N + n;
+        double want = epi64 ? epi64(acc, d.bufs[2][n], d.bufs[3][m], d.bufs[4][ci]) : acc;
+        double tol = 4.0 * (s.K + 2) * 6e-8 * (mag + std::fabs(want) + 1.0);
+        float got = d.bufs[5][ci];
+        if (!(std::fabs(got - want) <= tol) && bad++ < 5)
+          ADD_FAILURE() << detail::xb::isa_name(isa) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta
+                        << " tb=" << s.tb << " batch " << bi << " [" << m << "," << n << "]: got " << got << " want "
+                        << want;
+        for (int o = 0; o < s.extra_outputs; ++o) {
+          float g2 = d.bufs[6 + o][ci];
+          if (!(std::fabs(g2 - acc * (o + 2.0)) <= tol * (o + 2)) && bad++ < 5)
+            ADD_FAILURE() << "extra output " << o << " [" << m << "," << n << "]: got " << g2 << " want "
+                          << acc * (o + 2);
+        }
+      }
+  }
+  return d.bufs[5];
+}
+
+// The same Spec on two GEMM paths (set_gemm_path's numbers), each checked against fp64 by
+// run_check: bit for bit the same output.
+inline void expect_paths_agree(const Spec& s, Isa isa, int path, int other, uint64_t seed, const std::string& what,
+                               double (*epi64)(double, double, double, double) = nullptr) {
+  set_gemm_path(path);
+  auto one = run_check(s, isa, seed, epi64);
+  set_gemm_path(other);
+  auto two = run_check(s, isa, seed, epi64);
+  ASSERT_EQ(one.size(), two.size()) << what;
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << what;
+}
+
+class XbyakGemm : public ::testing::Test {
+ protected:
+  void TearDown() override { g_knobs = Options{}; }
+};
+
+}  // namespace kfuse::xbt
