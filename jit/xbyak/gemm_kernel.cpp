@@ -10,7 +10,10 @@
 // that is a load per FMA (30 loads per 28 FMAs), more than the two 512-bit loads a cycle an
 // Intel core with two FMA ports can feed (Sapphire Rapids class Xeon, 1 thread: 1024^3 13.96 ->
 // 13.2-13.35 ms, 2048^3 116 -> 109 ms; on Zen 4, which runs one zmm FMA a cycle, both forms
-// measured the same).
+// measured the same). A tile one vector wide (EVEX: AVX-512, and its narrow ymm tails) is the
+// exception: each A value feeds one FMA, so the broadcast costs the same load either way, and
+// folded into the FMA it saves an instruction per FMA (Zen 4, 1 thread, kfuse_gemm: the 14 x 16
+// tile of [14,512]x[512,16] 80-84 -> 111-112 GFLOP/s, 48^3 97 -> 107-108, 80^3 93-105 -> 105-111).
 #include <xbyak/xbyak.h>
 
 #include <cstddef>
@@ -113,6 +116,10 @@ class UkrGen : public Xbyak::CodeGenerator {
         else vmaskmovps(bvec(v), mask(), b);
       }
       for (int i = 0; i < mr; ++i) {
+        if (evex_ && nv_ == 1) {  // (one FMA per A value: its broadcast rides in the FMA)
+          vfmadd231ps(acc(i), bvec(0), ptr_b[a_addr(i, u).getRegExp()]);
+          continue;
+        }
         Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
         vbroadcastss(bc, a_addr(i, u));
         for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), bc);
