@@ -2,10 +2,10 @@
 #include <xbyak/xbyak_util.h>
 
 #include <atomic>
-#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backend/thread_pool.hpp"

@@ -58,7 +58,7 @@ class UkrGen : public Xbyak::CodeGenerator {
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
-    if (tail) {  // the mask of the first `tail` lanes: k1 (AVX-512), else the sign bits of kMaskReg
+    if (tail) {  // the mask of the first `tail` lanes: k1 (EVEX), else the sign bits of mask()
       mov(rcx, qword[rdi + 72]);
       if (evex_) {
         mov(edx, 1);

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/thread_pool.hpp"
@@ -211,19 +213,8 @@ class GemmKernel final : public CompiledKernel {
     const int64_t flops = 2 * M * N * std::max<int64_t>(K, 1);
     const int64_t threads = flops * batches < kParallelFlops ? 1 : num_threads();
     int64_t gm = 1, gn = 1;
-    if (batches < threads) {
-      const int64_t want = ceil_div(threads, batches);
-      const int64_t tm = ceil_div(M, u_.mr), tn = ceil_div(N, u_.nr);
-      if (N >= M) {
-        gn = std::min(want, tn);
-        gm = std::min(ceil_div(want, gn), tm);
-      } else {
-        gm = std::min(want, tm);
-        gn = std::min(ceil_div(want, gm), tn);
-      }
-    }
-    L.per_m = ceil_div(ceil_div(M, u_.mr), gm) * u_.mr;
-    L.per_n = ceil_div(ceil_div(N, u_.nr), gn) * u_.nr;
+    L.per_m = M, L.per_n = N;
+    if (batches < threads) std::tie(L.per_m, L.per_n) = task_block(M, N, ceil_div(threads, batches));
     gm = ceil_div(M, L.per_m);
     gn = ceil_div(N, L.per_n);
     const int64_t tasks = batches * gm * gn;
@@ -246,6 +237,33 @@ class GemmKernel final : public CompiledKernel {
     int64_t ext[kMaxOuterDims] = {};
     Strides a, b, c;
   };
+  // The block of C per task (rows, columns) for `want` tasks: M in whole micro-tiles of rows and N in whole NR
+  // blocks, N first when N >= M; unless splitting M in rows and N in vectors leaves the largest
+  // task (rows x columns padded to vectors) over 10% less work. Whole tiles had split 67 columns
+  // as 64 + 3 and 80 as 64 + 16 (Zen 4, 2 threads, kfuse_gemm, whole tiles -> this, GFLOP/s:
+  // 67^3 108 -> 167-169, 80^3 100-133 -> 199-201, 100^3 117-158 -> 188-196, 150^3 170-173 ->
+  // 200-215; 200x200x197, 256^3 and [1000,999]x[999,1001] keep their split).
+  std::pair<int64_t, int64_t> task_block(int64_t M, int64_t N, int64_t want) const {
+    const int64_t W = u_.w, vn = ceil_div(N, W);
+    int64_t gm, gn;
+    const int64_t tm = ceil_div(M, u_.mr), tn = ceil_div(N, u_.nr);
+    if (N >= M) {
+      gn = std::min(want, tn);
+      gm = std::min(ceil_div(want, gn), tm);
+    } else {
+      gm = std::min(want, tm);
+      gn = std::min(ceil_div(want, gm), tn);
+    }
+    std::pair<int64_t, int64_t> block{ceil_div(tm, gm) * u_.mr, ceil_div(tn, gn) * u_.nr};
+    auto largest = [&](int64_t pm, int64_t pn) { return std::min(pm, M) * std::min(pn, vn * W); };
+    int64_t best = largest(block.first, block.second) * 9 / 10;
+    for (int64_t g = 1; g <= std::min(want, vn); ++g) {  // g blocks of N, the rest of M
+      const int64_t pn = ceil_div(vn, g) * W, pm = ceil_div(M, std::min(ceil_div(want, g), M));
+      if (const int64_t c = largest(pm, pn); c < best) best = c, block = {pm, pn};
+    }
+    return block;
+  }
+
   // Whether every batch dim folds into M (run_variant): B broadcast over it, A and C (in place)
   // stepping over it as over the rows it holds.
   bool folds_into_m(const Geometry& g) const {

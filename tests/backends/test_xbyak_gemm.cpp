@@ -158,17 +158,21 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
     for (int path = 0; path < 3; ++path) {
       set_gemm_path(path);
       set_gemm_blocking(path == 1 ? 24 : 0, path == 1 ? 32 : 0, path == 1 ? 64 : 0);
-      Spec s;
-      s.M = 150, s.N = 140, s.K = 70;  // above the one-thread threshold
-      Options o = saved;
-      o.num_threads = 1;
-      set_options(o);
-      auto one = run_check(s, isa, 3);
-      o.num_threads = 2;
-      set_options(o);
-      auto two = run_check(s, isa, 3);
-      ASSERT_EQ(one.size(), two.size());
-      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << "path " << path;
+      // Above the one-thread threshold: M split in rows (75 + 75, not whole tiles), N split in
+      // vectors (48 + 32 columns).
+      for (auto [M, N, K] : {std::tuple{150, 140, 70}, std::tuple{20, 80, 200}}) {
+        Spec s;
+        s.M = M, s.N = N, s.K = K;
+        Options o = saved;
+        o.num_threads = 1;
+        set_options(o);
+        auto one = run_check(s, isa, 3);
+        o.num_threads = 2;
+        set_options(o);
+        auto two = run_check(s, isa, 3);
+        ASSERT_EQ(one.size(), two.size());
+        EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << "path " << path << " M " << M;
+      }
     }
   set_options(saved);
 }
