@@ -212,11 +212,9 @@ class GemmKernel final : public CompiledKernel {
     // had not separated from the host's noise; it was removed.
     const int64_t flops = 2 * M * N * std::max<int64_t>(K, 1);
     const int64_t threads = flops * batches < kParallelFlops ? 1 : num_threads();
-    int64_t gm = 1, gn = 1;
     L.per_m = M, L.per_n = N;
     if (batches < threads) std::tie(L.per_m, L.per_n) = task_block(M, N, ceil_div(threads, batches));
-    gm = ceil_div(M, L.per_m);
-    gn = ceil_div(N, L.per_n);
+    const int64_t gm = ceil_div(M, L.per_m), gn = ceil_div(N, L.per_n);
     const int64_t tasks = batches * gm * gn;
     const int64_t grain = std::max<int64_t>(1, kParallelFlops / (flops / (gm * gn) + 1));
     parallel_for(tasks, grain, [&](int64_t b, int64_t e) {
@@ -497,21 +495,23 @@ class GemmKernel final : public CompiledKernel {
   // columns had cost 5%: 1024^2 x 1001 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
   void tile_from_slivers(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
                          int64_t kc, bool first) const {
+    run_tile(UkrArgs{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1}, static_cast<int>(mr), nr,
+             true);
+  }
+
+  // An mr x nr tile at a (packed slivers or operands in place): its whole vectors of columns by
+  // the tile's kernel, a last part-vector by the masked tail kernel, the narrow (ymm) one for up
+  // to 8 columns where narrow_gemm_tails() says so (Zen 4, 1 thread, kfuse_gemm, zmm -> narrow
+  // tails: 67^3 85-88 -> 92-94 GFLOP/s, 100^3 94 -> 99-102).
+  void run_tile(UkrArgs a, int mr, int64_t nr, bool packed) const {
     const int64_t W = u_.w, whole = nr / W;
-    UkrArgs a{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1};
-    if (whole > 0) u_.packed_tile(static_cast<int>(mr), static_cast<int>(whole))(&a);
+    if (whole > 0)
+      (packed ? u_.packed_tile(mr, static_cast<int>(whole)) : u_.direct_tile(mr, static_cast<int>(whole)))(&a);
     if (nr % W == 0) return;
     a.b += whole * W;
     a.c += whole * W;
     a.tail = nr % W;
-    tail_tile(a, static_cast<int>(mr), true);
-  }
-
-  // The last part-vector of columns of an mr-row tile, a.tail of them, through the tile's masked
-  // kernel: the narrow (ymm) one for up to 8 columns where narrow_gemm_tails() says so (Zen 4, 1
-  // thread, kfuse_gemm, zmm -> narrow tails: 67^3 85-88 -> 92-94 GFLOP/s, 100^3 94 -> 99-102).
-  void tail_tile(const UkrArgs& a, int mr, bool packed) const {
-    const bool narrow = u_.w == 16 && a.tail <= 8 && narrow_gemm_tails();
+    const bool narrow = W == 16 && a.tail <= 8 && narrow_gemm_tails();
     (packed ? u_.packed_tail(mr, narrow) : u_.direct_tail(mr, narrow))(&a);
   }
 
@@ -688,28 +688,11 @@ class GemmKernel final : public CompiledKernel {
         // Everything runs in place, in tiles of up to MR rows and NR columns: the edge tiles by
         // the smaller direct kernels, a last part-vector of columns by the masked tail kernels
         // (it had been packed, A included: [100,100]^3 took 23 us against OpenBLAS's 18, Zen 4).
-        const int64_t W = u_.w;
-        for (int64_t j = n0; j < n1; j += NR) {
-          const int64_t nr = std::min(NR, n1 - j), whole = nr / W;
-          for (int64_t i = m0; i < m1; i += MR) {
-            const int mr = static_cast<int>(std::min(MR, m1 - i));
-            UkrArgs a{af + i * sa.row + pc * sa.col,
-                      bf + pc * sb.row + j,
-                      t.c + i * t.c_rs + j,
-                      kc,
-                      sa.row * 4,
-                      sa.col * 4,
-                      sb.row * 4,
-                      t.c_rs * 4,
-                      first ? 0 : 1};
-            if (whole > 0) u_.direct_tile(mr, static_cast<int>(whole))(&a);
-            if (nr % W == 0) continue;
-            a.b += whole * W;
-            a.c += whole * W;
-            a.tail = nr % W;
-            tail_tile(a, mr, false);
-          }
-        }
+        for (int64_t j = n0; j < n1; j += NR)
+          for (int64_t i = m0; i < m1; i += MR)
+            run_tile(UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
+                             sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
+                     static_cast<int>(std::min(MR, m1 - i)), std::min(NR, n1 - j), false);
       }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
