@@ -194,7 +194,7 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 /// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.
 bool direct_gemm_past_l2();
 /// Whether AVX-512's last part-vector of up to 8 columns runs through the narrow (ymm) tail
-/// kernels rather than a masked zmm tile (gemm_run.cpp, tail_tile): on AMD, whose 512-bit FMA
+/// kernels rather than a masked zmm tile (gemm_run.cpp, run_tile): on AMD, whose 512-bit FMA
 /// takes the issue slots of two 256-bit ones, so a 16-wide tail of 3 columns cost as much as 16
 /// columns. Not on Intel, whose cores issue 512-bit FMAs at the 256-bit rate (not measured there).
 bool narrow_gemm_tails();
