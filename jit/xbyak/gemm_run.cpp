@@ -658,8 +658,9 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     if (path == Path::Gemv) {
-      const int64_t ld = gemv_sums_stride(n);
-      float* sums = scratch(2, m * ld);
+      // (sums_ld, not ld: the epilogue below reads a temp C at the task's stride ld)
+      const int64_t sums_ld = gemv_sums_stride(n);
+      float* sums = scratch(2, m * sums_ld);
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
@@ -668,10 +669,10 @@ class GemmKernel final : public CompiledKernel {
         for (int64_t r0 = 0; r0 < m; r0 += g)
           gemv(u_.w == 16, p_.b_dt, static_cast<int>(std::min<int64_t>(g, m - r0)),
                af + (m0 + r0) * sa.row + pc * sa.col, sa.row, sa.col, bb + (pc * sb.row + n0) * eb, sb.row,
-               sums + r0 * ld, ld, n, kc);
+               sums + r0 * sums_ld, sums_ld, n, kc);
         for (int64_t r = 0; r < m; ++r) {
           float* c = t.c + (m0 + r) * t.c_rs + n0;
-          const float* s = sums + r * ld;
+          const float* s = sums + r * sums_ld;
           if (first) std::copy(s, s + n, c);
           else
             for (int64_t j = 0; j < n; ++j) c[j] = c[j] + s[j];

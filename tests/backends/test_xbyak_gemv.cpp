@@ -128,6 +128,42 @@ TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
   set_options(saved);
 }
 
+// A contraction with several outputs sums into a scratch C (row stride: the task's columns), which
+// the epilogue then reads: on every path, GEMV ones included, with N off any stride the paths use
+// internally. The GEMV path along N had passed the epilogue its partial sums' stride (N rounded up
+// to an odd number of lines) instead of the scratch C's: with 1 or 2 rows and N not 16, both
+// outputs read the wrong rows (found by the random-DAG sweep, seed 100167).
+TEST_F(XbyakGemm, SeveralOutputsOnEveryPath) {
+  const Options saved = options();
+  const int64_t l2 = probe::cache_sizes().l2;
+  for (Isa isa : isas()) {
+    const auto& u = detail::xb::gemm_ukrs(isa);
+    const int64_t kc = detail::xb::gemm_blocking(u).kc;
+    const int64_t swapped_n = (l2 / 2 / (4 * (kc + 6)) + u.mr) / u.mr * u.mr + 5;              // W past half of L2
+    for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 29, 19, false},  // GEMV along N
+                               {2, 203, kc + 6, false},
+                               {5, 1001, kc + 6, false},
+                               {1, 29, 19, true},  // GEMV along K (x @ W^T)
+                               {3, 37, kc + 6, true},
+                               {16, swapped_n, kc + 6, true},  // swapped
+                               {4, 29, 19, false},             // direct
+                               {37, 45, 2 * kc + 3, false}}) {
+      Spec s;
+      s.M = M, s.N = N, s.K = K, s.tb = tb;
+      s.extra_outputs = 1;
+      for (int threads : {1, 2}) {
+        Options o = saved;
+        o.num_threads = threads;
+        set_options(o);
+        expect_paths_agree(s, isa, 0, 1, 13,
+                           std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (tb ? " B^T" : "") +
+                               " threads " + std::to_string(threads));
+      }
+    }
+  }
+  set_options(saved);
+}
+
 // f16 and bf16 weights (A in f32, no prologue) are read in place by the GEMV paths, converted as
 // they are loaded, for up to 2 x kGemvRows rows (AVX-512: up to 64, in two sweeps past 32; AVX2 in two sweeps past 4;
 // along K, a linear layer's W^T, whatever the size): bit for bit what the packed path gives (the same f32 values, the
