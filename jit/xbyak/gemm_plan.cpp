@@ -263,9 +263,13 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     epi->outer = k.outer;
     ExprRef acc_idx = plan.c_idx;
     if (plan.c_buf < 0) {
+      // The scratch C's rows are the flat outer rows (batch dims, then M: how a launch whose
+      // batch dims fold into M counts them), acc_ld apart. Indexed by M alone, every batch of a
+      // folded launch had read the first batch's rows.
       epi->params.push_back({"acc_ld", 0});
-      acc_idx = ir::iadd(ir::imul(ir::var(ir::Space::Outer, mdim), ir::param(static_cast<int>(k.params.size()))),
-                         ir::var(ir::Space::Outer, ndim));
+      ExprRef row = ir::var(ir::Space::Outer, 0);
+      for (int d = 1; d <= mdim; ++d) row = ir::iadd(ir::imul(row, k.outer[d]), ir::var(ir::Space::Outer, d));
+      acc_idx = ir::iadd(ir::imul(row, ir::param(static_cast<int>(k.params.size()))), ir::var(ir::Space::Outer, ndim));
     }
     plan.epi_acc = nin;
     ExprRef accv = ir::load(nin, DType::F32, acc_idx);

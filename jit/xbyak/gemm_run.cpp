@@ -594,7 +594,8 @@ class GemmKernel final : public CompiledKernel {
       float* tmp = scratch(3, (m1 - m0) * ld);
       t.c = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(tmp) - static_cast<uintptr_t>((m0 * ld + n0) * 4));
       t.c_rs = ld;
-      t.acc_ptr = t.c;
+      // The epilogue counts the rows of every batch before this one (gemm_plan.cpp).
+      t.acc_ptr = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(t.c) - static_cast<uintptr_t>(t.brow * ld * 4));
     }
     const int64_t K = p_.K;
     if (K == 0) {

@@ -49,6 +49,7 @@ std::vector<std::pair<std::string, std::vector<Tensor>>> graphs() {
   Tensor a = t({37, 70}, 1), b = t({37, 70}, 2), c = t({70}, 3), w = t({70, 29}, 4), bias = t({29}, 5);
   Tensor ids = make_tensor({3, 0, 5, 5, 1, 2}, {6}, DType::I64), offs = make_tensor({0, 2, 2}, {3}, DType::I64);
   Tensor table = t({7, 12}, 6);
+  Tensor m3 = matmul(t({2, 19, 70}, 8), w);                // batches fold into M; two outputs: a scratch C
   QuantizedTable q4 = quantize_rowwise(t({7, 13}, 7), 4);  // (stored first: the bag is then one kernel)
   eval({q4.values, q4.scale_bias});
   return {
@@ -60,6 +61,7 @@ std::vector<std::pair<std::string, std::vector<Tensor>>> graphs() {
       {"sum axis 0", {sum(a, 0)}},
       {"centre columns", {a - mean(a, 0, true)}},
       {"matmul bias relu", {relu(matmul(a, w) + bias)}},
+      {"batched matmul, two outputs", {m3, m3 * 0.5}},
       {"embedding_bag", {embedding_bag(table, ids, offs, BagMode::Mean)}},
       {"embedding_bag 4-bit", {embedding_bag(dequantize_rowwise(q4), ids, offs, BagMode::Sum)}},
       {"rand", {rand(Shape{37, 70}, 42) * a}},

@@ -130,34 +130,47 @@ TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
 
 // A contraction with several outputs sums into a scratch C (row stride: the task's columns), which
 // the epilogue then reads: on every path, GEMV ones included, with N off any stride the paths use
-// internally. The GEMV path along N had passed the epilogue its partial sums' stride (N rounded up
-// to an odd number of lines) instead of the scratch C's: with 1 or 2 rows and N not 16, both
-// outputs read the wrong rows (found by the random-DAG sweep, seed 100167).
+// internally, and with batches, folded into M (B broadcast) or one task each. Two bugs found by
+// sweeping the random-DAG property test and a matmul fuzzer past their CI seeds: the GEMV path
+// along N passed the epilogue its partial sums' stride (N rounded up to an odd number of lines)
+// instead of the scratch C's, so with 1 or 2 rows and N not 16 both outputs read the wrong rows;
+// and the epilogue indexed the scratch C by M alone, so every batch of a folded launch read the
+// first batch's rows.
 TEST_F(XbyakGemm, SeveralOutputsOnEveryPath) {
   const Options saved = options();
   const int64_t l2 = probe::cache_sizes().l2;
   for (Isa isa : isas()) {
     const auto& u = detail::xb::gemm_ukrs(isa);
     const int64_t kc = detail::xb::gemm_blocking(u).kc;
-    const int64_t swapped_n = (l2 / 2 / (4 * (kc + 6)) + u.mr) / u.mr * u.mr + 5;              // W past half of L2
-    for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 29, 19, false},  // GEMV along N
-                               {2, 203, kc + 6, false},
-                               {5, 1001, kc + 6, false},
-                               {1, 29, 19, true},  // GEMV along K (x @ W^T)
-                               {3, 37, kc + 6, true},
-                               {16, swapped_n, kc + 6, true},  // swapped
-                               {4, 29, 19, false},             // direct
-                               {37, 45, 2 * kc + 3, false}}) {
+    const int64_t swapped_n = (l2 / 2 / (4 * (kc + 6)) + u.mr) / u.mr * u.mr + 5;  // W past half of L2
+    struct Case {
+      int64_t M, N, K;
+      bool tb;
+      std::vector<int64_t> batch;
+      bool b_bcast;
+    };
+    for (const Case& c :
+         {Case{1, 29, 19, false, {}, false},  // GEMV along N
+          Case{2, 203, kc + 6, false, {}, false}, Case{5, 1001, kc + 6, false, {}, false},
+          Case{1, 29, 19, true, {}, false},                                                    // GEMV along K (x @ W^T)
+          Case{3, 37, kc + 6, true, {}, false}, Case{16, swapped_n, kc + 6, true, {}, false},  // swapped
+          Case{4, 29, 19, false, {}, false},                                                   // direct
+          Case{37, 45, 2 * kc + 3, false, {}, false}, Case{1, 29, 19, false, {3}, true},       // batches folded into M
+          Case{7, 45, 19, false, {2, 3}, true}, Case{3, 37, 19, true, {2}, true},
+          Case{7, 45, 19, false, {3}, false},  // a task per batch
+          Case{2, 29, 19, false, {2}, false}}) {
       Spec s;
-      s.M = M, s.N = N, s.K = K, s.tb = tb;
+      s.M = c.M, s.N = c.N, s.K = c.K, s.tb = c.tb, s.batch = c.batch;
+      s.b_bcast.assign(c.batch.size(), c.b_bcast);
       s.extra_outputs = 1;
       for (int threads : {1, 2}) {
         Options o = saved;
         o.num_threads = threads;
         set_options(o);
         expect_paths_agree(s, isa, 0, 1, 13,
-                           std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (tb ? " B^T" : "") +
-                               " threads " + std::to_string(threads));
+                           std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
+                               (c.tb ? " B^T" : "") + " batches " + std::to_string(prod(c.batch)) +
+                               (c.b_bcast ? " B broadcast" : "") + " threads " + std::to_string(threads));
       }
     }
   }
