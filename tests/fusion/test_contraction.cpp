@@ -162,6 +162,27 @@ TEST_P(Contraction, FusedEpilogues) {
   EXPECT_TRUE(matmul_close(matmul(-x, w * 2.0), s * 2.0, 33));
 }
 
+// The product and an epilogue of it, both results: one kernel with two outputs (the GEMM
+// backends sum into a scratch C, which the epilogue reads). Rows for each of xbyak's paths (1
+// and 2 rows: GEMV), batches folded into M (B broadcast) and a batch per task.
+TEST_P(Contraction, ProductAndItsEpilogueAsTwoResults) {
+  struct Case {
+    Shape a, b;
+  };
+  uint64_t seed = 60;
+  for (const Case& c : {Case{{1, 7}, {7, 29}}, Case{{2, 5}, {5, 19}}, Case{{2, 3, 5}, {5, 7}}, Case{{3, 1, 9}, {9, 21}},
+                        Case{{2, 2, 9}, {9, 21}}, Case{{2, 19, 13}, {2, 13, 23}}, Case{{3, 37, 11}, {11, 45}}}) {
+    SCOPED_TRACE(shape_str(c.a) + " @ " + shape_str(c.b));
+    Tensor a = rnd(c.a, ++seed), b = rnd(c.b, ++seed), bias = rnd({c.b.back()}, ++seed);
+    Tensor y = matmul(a, b), z = relu(y + bias);
+    eval({y, z});
+    const int64_t K = c.b[c.b.size() - 2];
+    Tensor bound = matmul(abs(a), abs(b));
+    EXPECT_TRUE(matmul_close(y, bound, K));
+    EXPECT_TRUE(matmul_close(z, bound + abs(bias), K));
+  }
+}
+
 TEST_P(Contraction, OneAndTwoThreadsAgreeBitwise) {
   auto run = [&](int threads) {
     Options o = options();
