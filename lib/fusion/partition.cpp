@@ -439,7 +439,7 @@ class Partitioner {
       out_shape = n->shape;
       have_out = true;
     }
-    if (first_red && post_full) {
+    if (first_red && post_full && !first_red->attrs.ints.empty()) {  // (a 0-d input reduces over no axis)
       // 9. rows across memory: a normalisation (values derived from the reduction stored back at
       //    the full shape: softmax, layer_norm) of a permuted kernel input whose reduced axis is
       //    not the input's innermost would read every row across memory and store it so, one

@@ -185,6 +185,19 @@ TEST(Reduce, BracedEmptyAxesMeanAllAxes) {
   EXPECT_EQ(sum(x, std::vector<int64_t>{}).shape(), none);
 }
 
+// A 0-d tensor reduces over no axis (its one element), and what follows the reduction fuses with
+// it. The partitioner's rows-across-memory rule took the largest reduced axis of an empty list
+// (a wild read: a segfault in planning, found by a fuzzer of hostile op chains).
+TEST(Reduce, ZeroDimensionalInputsThenElementwise) {
+  for (bool stored : {true, false}) {
+    Tensor x = stored ? make_tensor({1.5}, {}) : full({}, 1.5);
+    expect_tensor(sum(x, Axes{}) * 2.0, {}, DType::F32, {3.0});
+    expect_tensor(mean(x, Axes{}, true).cast(DType::F64), {}, DType::F64, {1.5});
+    expect_tensor(max(x) + 1.0, {}, DType::F32, {2.5});
+    expect_tensor(exp(x - logsumexp(x, {})), {}, DType::F32, {1.0}, 0, 1e-6);
+  }
+}
+
 TEST(Reduce, ArgExtremesTakeTheFirstAndCountRowMajorOverTheReducedAxes) {
   Tensor t = make_tensor({3, 1, 3, 1, 0, 0}, {6});
   expect_tensor(argmax(t), {}, DType::I64, {0});
