@@ -299,14 +299,14 @@ void Lowerer::tiled_range(Value* begin, Value* end, const std::vector<Value*>& e
             Value* kn = smin(per, b_.CreateSub(full, k0));
             counted_loop(groups, true, {}, [&](Value* g, const Carried&) {
               Value* q = b_.CreateAdd(qb, b_.CreateMul(g, eight));
-              Value* rows = smin(eight, b_.CreateSub(nr, b_.CreateMul(g, eight)));
+              Value* live = smin(eight, b_.CreateSub(nr, b_.CreateMul(g, eight)));  // rows of the group
               std::vector<Value*> idx = unravel(q, extents, nd - 1);
-              Value* fits = b_.CreateAnd(b_.CreateICmpEQ(rows, eight),
+              Value* fits = b_.CreateAnd(b_.CreateICmpEQ(live, eight),
                                          b_.CreateICmpSLE(b_.CreateAdd(idx[nd - 2], eight), extents[nd - 2]));
               counted_loop(kn, true, {}, [&](Value* ci, const Carried&) {
                 Value* c0 = b_.CreateMul(b_.CreateAdd(k0, ci), tw);
                 if_else(
-                    fits, [&] { tile8(idx, c0); }, [&] { tile(q, c0, rows, tw); });
+                    fits, [&] { tile8(idx, c0); }, [&] { tile(q, c0, live, tw); });
                 return Carried{};
               });
               return Carried{};

@@ -139,11 +139,11 @@ ClDevice make_device(int index) {
       cl_context ctx = d.ctx;
       d.mem = std::make_unique<gpu::BlockCache>(
           [ctx](size_t bytes) -> void* {
-            cl_int rc = CL_SUCCESS;
-            cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, nullptr, &rc);
-            if (rc == CL_MEM_OBJECT_ALLOCATION_FAILURE || rc == CL_OUT_OF_RESOURCES || rc == CL_OUT_OF_HOST_MEMORY)
+            cl_int err = CL_SUCCESS;
+            cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, nullptr, &err);
+            if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY)
               return nullptr;
-            check(rc, "clCreateBuffer");
+            check(err, "clCreateBuffer");
             return m;
           },
           [](void* m) { clReleaseMemObject(static_cast<cl_mem>(m)); },

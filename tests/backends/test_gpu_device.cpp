@@ -155,18 +155,19 @@ TEST_P(GpuDevice, NarrowDtypesRoundAsOnTheHost) {
                  y = make_tensor(random_values(n, 71, 0.5, 2), s),
                  u = make_tensor(random_ints(n, 72, 0, 255), s, DType::U8),
                  i8 = make_tensor(random_ints(n, 73, -128, 127), s, DType::I8);
-    auto ops = [](const Tensor& h, const Tensor& b, const Tensor& y, const Tensor& u, const Tensor& i8) {
-      return std::vector<Tensor>{h + h * 0.5,
-                                 relu(b) * 3.0,
-                                 h.cast(DType::F32) * y,
-                                 b.cast(DType::F32) + y,
-                                 u.cast(DType::F32) * 0.5 + y,
-                                 i8.cast(DType::F32) - y,
-                                 (y * 3.0).cast(DType::F16),
-                                 (y - 1.0).cast(DType::BF16),
-                                 h.cast(DType::BF16),
-                                 b.cast(DType::F16),
-                                 u.cast(DType::F16) + h};
+    // (its own names: the host tensors above are passed to it, and so are their device copies)
+    auto ops = [](const Tensor& hh, const Tensor& bb, const Tensor& yy, const Tensor& uu, const Tensor& ii) {
+      return std::vector<Tensor>{hh + hh * 0.5,
+                                 relu(bb) * 3.0,
+                                 hh.cast(DType::F32) * yy,
+                                 bb.cast(DType::F32) + yy,
+                                 uu.cast(DType::F32) * 0.5 + yy,
+                                 ii.cast(DType::F32) - yy,
+                                 (yy * 3.0).cast(DType::F16),
+                                 (yy - 1.0).cast(DType::BF16),
+                                 hh.cast(DType::BF16),
+                                 bb.cast(DType::F16),
+                                 uu.cast(DType::F16) + hh};
     };
     std::vector<Tensor> host = ops(h, b, y, u, i8),
                         on = ops(h.to(dev()), b.to(dev()), y.to(dev()), u.to(dev()), i8.to(dev()));
