@@ -136,9 +136,7 @@ TEST_F(XbyakGemm, BatchesFoldIntoM) {
       std::vector<float> outs[2][2];
       for (int path : {0, 1})
         for (int threads : {1, 2}) {
-          Options o = saved;
-          o.num_threads = threads;
-          set_options(o);
+          set_threads(saved, threads);
           set_gemm_path(path);
           outs[path][threads - 1] = run_check(s, isa, 13, epi64);
         }
@@ -163,12 +161,9 @@ TEST_F(XbyakGemm, BitwiseIndependentOfThreads) {
       for (auto [M, N, K] : {std::tuple{150, 140, 70}, std::tuple{20, 80, 200}}) {
         Spec s;
         s.M = M, s.N = N, s.K = K;
-        Options o = saved;
-        o.num_threads = 1;
-        set_options(o);
+        set_threads(saved, 1);
         auto one = run_check(s, isa, 3);
-        o.num_threads = 2;
-        set_options(o);
+        set_threads(saved, 2);
         auto two = run_check(s, isa, 3);
         ASSERT_EQ(one.size(), two.size());
         EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << "path " << path << " M " << M;
@@ -377,9 +372,7 @@ TEST_F(XbyakGemm, ProloguesAndStoredDtypes) {
       std::vector<float> unused(static_cast<size_t>(std::max<int64_t>(c.M, c.N) * c.M * c.N + 1), 0.0f);
       std::vector<float> outs[2];
       for (int threads : {1, 2}) {
-        Options o = saved;
-        o.num_threads = threads;
-        set_options(o);
+        set_threads(saved, threads);
         std::vector<float>& out = outs[threads - 1];
         out.assign(static_cast<size_t>(c.M * c.N), NAN);
         LaunchArgs args;

@@ -69,9 +69,7 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
       for (auto form : gemv_t_forms(tb))
         for (int threads : {1, 2}) {
           detail::xb::set_gemv_t_form(form);
-          Options o = saved;
-          o.num_threads = threads;
-          set_options(o);
+          set_threads(saved, threads);
           expect_paths_agree(s, isa, 0, 1, 9,
                              std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
                                  (ta ? " A^T" : "") + (tb ? " B^T" : "") + " form " +
@@ -115,9 +113,7 @@ TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
         epi64 = [](double a, double bn, double, double) { return std::max(a + bn, 0.0); };
       }
       for (int threads : {1, 2}) {
-        Options o = saved;
-        o.num_threads = threads;
-        set_options(o);
+        set_threads(saved, threads);
         expect_paths_agree(s, isa, 0, 1, 11,
                            std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
                                (c.ta ? " A^T" : "") + " threads " + std::to_string(threads),
@@ -164,9 +160,7 @@ TEST_F(XbyakGemm, SeveralOutputsOnEveryPath) {
       s.b_bcast.assign(c.batch.size(), c.b_bcast);
       s.extra_outputs = 1;
       for (int threads : {1, 2}) {
-        Options o = saved;
-        o.num_threads = threads;
-        set_options(o);
+        set_threads(saved, threads);
         expect_paths_agree(s, isa, 0, 1, 13,
                            std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
                                (c.tb ? " B^T" : "") + " batches " + std::to_string(prod(c.batch)) +
@@ -240,9 +234,7 @@ TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
             auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
             ASSERT_TRUE(cr.kernel) << cr.declined;
             for (int threads : {1, 2}) {
-              Options o = saved;
-              o.num_threads = threads;
-              set_options(o);
+              set_threads(saved, threads);
               std::vector<float>& out = outs[path][threads - 1];
               out.assign(static_cast<size_t>(M * N), NAN);
               LaunchArgs args;

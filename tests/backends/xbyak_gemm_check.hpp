@@ -168,6 +168,13 @@ inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
   return d.bufs[5];
 }
 
+// The options `base` with `threads` pool threads (tests comparing 1 and 2 threads).
+inline void set_threads(const Options& base, int threads) {
+  Options o = base;
+  o.num_threads = threads;
+  set_options(o);
+}
+
 // The same Spec on two GEMM paths (set_gemm_path's numbers), each checked against fp64 by
 // run_check: bit for bit the same output.
 inline void expect_paths_agree(const Spec& s, Isa isa, int path, int other, uint64_t seed, const std::string& what,
