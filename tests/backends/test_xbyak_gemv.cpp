@@ -105,7 +105,7 @@ TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
       // K = 0: long enough for A^T to take more than one chunk of K
       s.K = c.K > 0 ? c.K : 3 * detail::xb::swapped_chunk(u, l2, c.M, int64_t{1} << 40, kc) + 5;
       if (c.K == 0) { ASSERT_GT(s.K, detail::xb::swapped_chunk(u, l2, c.M, s.K, kc)); }
-      s.N = (l2 / 2 / (4 * s.K) + u.mr) / u.mr * u.mr + 5;  // W past half of L2, N % MR != 0
+      s.N = swapped_w_rows(u, l2, s.K);
       if (c.batched) s.batch = {2}, s.b_bcast = {true};
       double (*epi64)(double, double, double, double) = nullptr;
       if (c.epi) {
@@ -138,7 +138,7 @@ TEST_F(XbyakGemm, SeveralOutputsOnEveryPath) {
   for (Isa isa : isas()) {
     const auto& u = detail::xb::gemm_ukrs(isa);
     const int64_t kc = detail::xb::gemm_blocking(u).kc;
-    const int64_t swapped_n = (l2 / 2 / (4 * (kc + 6)) + u.mr) / u.mr * u.mr + 5;  // W past half of L2
+    const int64_t swapped_n = swapped_w_rows(u, l2, kc + 6);
     struct Case {
       int64_t M, N, K;
       bool tb;

@@ -168,6 +168,12 @@ inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
   return d.bufs[5];
 }
 
+// Rows of an f32 W [N, K] that take it past half of L2 (the swapped form's threshold), N not a
+// multiple of the microkernel's MR (so its row tiles have an edge).
+inline int64_t swapped_w_rows(const detail::xb::Ukrs& u, int64_t l2, int64_t K) {
+  return (l2 / 2 / (4 * K) + u.mr) / u.mr * u.mr + 5;
+}
+
 // The options `base` with `threads` pool threads (tests comparing 1 and 2 threads).
 inline void set_threads(const Options& base, int threads) {
   Options o = base;
