@@ -8,11 +8,13 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kfuse/kfuse.hpp>
@@ -28,6 +30,20 @@ inline constexpr double kF32Eps = 1.2e-7;
 inline const std::vector<DType>& all_dtypes() {
   static const std::vector<DType> v = {DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64};
   return v;
+}
+
+/// The seeds a randomised test runs: [first, first + count) by default, or those the environment
+/// variable `var` names, `<first>` (that one seed) or `<first>:<count>`. One process then runs
+/// them all, so a sweep also checks what the kernel and plan caches carry from one graph to the
+/// next (a sweep of one process per seed would not).
+inline std::pair<uint64_t, uint64_t> seed_range(const char* var, uint64_t first, uint64_t count) {
+  if (const char* s = std::getenv(var)) {
+    const std::string v = s;
+    const size_t colon = v.find(':');
+    first = std::strtoull(v.c_str(), nullptr, 10);
+    count = colon == std::string::npos ? 1 : std::strtoull(v.c_str() + colon + 1, nullptr, 10);
+  }
+  return {first, first + count};
 }
 
 /// `n` uniform values in [lo, hi) from a fixed seed (never all zero).

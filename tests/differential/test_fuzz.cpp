@@ -33,13 +33,7 @@ namespace {
 
 // The seeds to run: [first, first + count), `count` by default, or KFUSE_FUZZ_SEEDS.
 std::pair<uint64_t, uint64_t> seeds(uint64_t first, uint64_t count) {
-  if (const char* s = std::getenv("KFUSE_FUZZ_SEEDS")) {
-    const std::string v = s;
-    const size_t colon = v.find(':');
-    first = std::strtoull(v.c_str(), nullptr, 10);
-    count = colon == std::string::npos ? 1 : std::strtoull(v.c_str() + colon + 1, nullptr, 10);
-  }
-  return {first, first + count};
+  return seed_range("KFUSE_FUZZ_SEEDS", first, count);
 }
 
 Tensor stored_randn(std::mt19937_64& r, const Shape& s) {

@@ -49,11 +49,12 @@ std::string check_partition(const std::vector<const Node*>& roots) {
   return {};
 }
 
-// Checks seeds [first, first + count); KFUSE_TEST_SEED=<n> reruns one seed instead.
+// Checks seeds [first, first + count); KFUSE_TEST_SEED=<n> reruns one seed instead, and
+// KFUSE_TEST_SEED=<n>:<count> sweeps others in one process.
 void check_seeds(uint64_t first, uint64_t count, const std::vector<DType>& input_dtypes = {DType::F32}) {
-  if (const char* one = std::getenv("KFUSE_TEST_SEED")) first = std::strtoull(one, nullptr, 10), count = 1;
+  const auto [begin, end] = seed_range("KFUSE_TEST_SEED", first, count);
   int failures = 0;
-  for (uint64_t seed = first; seed < first + count && failures < 3; ++seed) {
+  for (uint64_t seed = begin; seed < end && failures < 3; ++seed) {
     Dag d = random_dag(seed, input_dtypes);
     std::vector<const Node*> raw;
     std::vector<NodeRef> refs;

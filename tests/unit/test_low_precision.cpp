@@ -357,14 +357,11 @@ TEST_P(LowPrecisionOn, ReductionsAccumulateInTheComputeType) {
 
 // The random-DAG property: inputs of every new dtype (and f32), results within the storage
 // type's tolerance of the fp64 reference (integers exactly where no float is involved).
-// KFUSE_TEST_SEED=<n> runs seed n instead (sweeps over many seeds, one process each).
+// KFUSE_TEST_SEED=<n> runs seed n instead, KFUSE_TEST_SEED=<n>:<count> a sweep of others.
 TEST_P(LowPrecisionOn, RandomDagsWithNarrowInputsMatchTheReference) {
-  uint64_t first = 2000, count = 6;  // ~1 s per seed of LLVM compiles
-  if (const char* one = std::getenv("KFUSE_TEST_SEED")) {
-    first = std::strtoull(one, nullptr, 10), count = 1;
-    expect_kernels_ = false;
-  }
-  for (uint64_t seed = first; seed < first + count; ++seed) {
+  const auto [first, end] = seed_range("KFUSE_TEST_SEED", 2000, 6);  // ~1 s per seed of LLVM compiles
+  if (std::getenv("KFUSE_TEST_SEED")) expect_kernels_ = false;
+  for (uint64_t seed = first; seed < end; ++seed) {
     Dag d = random_dag(seed, {DType::F16, DType::BF16, DType::U8, DType::I8, DType::F32});
     eval(d.roots);
     auto ref = reference_values(d.roots);
