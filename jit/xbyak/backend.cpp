@@ -31,7 +31,13 @@ const Xbyak::util::Cpu& host_cpu() {
 }
 }  // namespace
 
-bool stream_alias_check() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
+namespace {
+// AMD cores with AVX-512: Zen 4 and later (the AVX2-only EPYCs are Zen 2 and 3).
+bool amd_with_avx512() { return host_cpu().has(Xbyak::util::Cpu::tAMD) && host_cpu().has(Xbyak::util::Cpu::tAVX512F); }
+}  // namespace
+
+bool stream_alias_check() { return host_cpu().has(Xbyak::util::Cpu::tAMD) && !amd_with_avx512(); }
+bool interleave_streaming_rows() { return !amd_with_avx512(); }
 bool direct_gemm_past_l2() { return host_cpu().has(Xbyak::util::Cpu::tAMD); }
 namespace {
 std::atomic<int> g_narrow_tails{-1};  // set_narrow_gemm_tails' forced answer, or -1
@@ -101,7 +107,11 @@ constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
 // (another phase of the host 84 -> 81; 2 threads 41 -> 37), layer_norm 512 96 -> 69 (2 threads
 // 49 -> 36), softmax 512 82 -> 77, log_softmax 2048 83 -> 76, 1024 76 -> 74, 4096 80 -> 85.
 // Ways 2 and 8 measured between; prefetching the row 1 or 3 rows later, or the cursor's own row
-// two rows down, less.
+// two rows down, less. On Zen 4 the rows go in order (interleave_streaming_rows): there 4 ways
+// lost on every row kernel (2-vCPU EPYC with AVX-512, 1 thread, 64 MiB in and out, input at 0,
+// 16 and 64 mod 4 KiB, streaming without the alias check, ms: layer_norm [16K,1024]
+// 6.7-7.4 -> 4.5-4.9, [32K,512] 5.1-6.2 -> 4.5-4.8, log_softmax [16K,1024] 5.3-5.7 -> 4.7-5.0,
+// softmax [32K,512] 5.1-7.4 -> 4.8-5.2).
 constexpr int64_t kRowWaysMaxReduce = 2048;
 constexpr int64_t kRowWays = 4;
 
@@ -138,7 +148,9 @@ class XbyakKernel final : public CompiledKernel {
   int64_t row_ways(const Frame& base) const {
     if (row_ways_force_ >= 0) return row_ways_force_;
     // (rows across lanes run their own loop, which takes groups of rows in order)
-    if (plan_.lanes || !(base.stream & kStreamStores) || plan_.reduce_n > kRowWaysMaxReduce) return 1;
+    if (plan_.lanes || !(base.stream & kStreamStores) || plan_.reduce_n > kRowWaysMaxReduce ||
+        !interleave_streaming_rows())
+      return 1;
     return kRowWays;
   }
 

@@ -238,11 +238,19 @@ static_assert(offsetof(Frame, cursors) == frame_off::cursors && sizeof(RowCursor
 /// waits for the streaming store (stream_alias_check below).
 inline constexpr int64_t kStreamStores = 1, kStreamAliasCheck = 2;
 
-/// Whether this CPU's loads stall behind streaming stores they 4K-alias: AMD (measured on a Zen 2
-/// EPYC: y = 2x over 16M floats 8 -> 19 ms); not Intel (measured on a Xeon with AVX-512: a load
-/// stream 16-256 bytes behind the store stream streams at the same 18 GB/s as any other offset,
-/// regular stores 14 GB/s at every offset). Options::xbyak_alias_check overrides it per kernel.
+/// Whether this CPU's loads stall behind streaming stores they 4K-alias: AMD's AVX2-only cores
+/// (measured on a Zen 2 EPYC: y = 2x over 16M floats 8 -> 19 ms); not Intel (measured on a Xeon
+/// with AVX-512: a load stream 16-256 bytes behind the store stream streams at the same 18 GB/s as
+/// any other offset, regular stores 14 GB/s at every offset) and not AMD's cores with AVX-512
+/// (Zen 4, 1 thread: y = 2x over 16M floats with the input 64 bytes behind the output modulo
+/// 4 KiB 3.6 ms streaming, 5.7 ms with the check's regular stores; AVX2 code 3.2 / 4.7 ms; the
+/// row kernels of 64 MiB in streaming 1.0-1.7x faster without the check, at every input offset
+/// measured). Options::xbyak_alias_check overrides it per kernel.
 bool stream_alias_check();
+/// Whether row kernels whose output streams take their rows from several sub-ranges in turn
+/// (backend.cpp, kRowWays): measured to pay on Intel's AVX-512 Xeon, to lose on Zen 4; AMD's
+/// AVX2-only cores keep it (not measured there). Options::xbyak_row_ways overrides it.
+bool interleave_streaming_rows();
 inline constexpr int kMaxAccs = 64;
 /// Frame::accs holds 2 * kMaxAccs floats: this row's accumulators, then (Plan::pipeline) the
 /// previous row's.
