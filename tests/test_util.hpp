@@ -34,8 +34,8 @@ inline const std::vector<DType>& all_dtypes() {
 
 /// The seeds a randomised test runs: [first, first + count) by default, or those the environment
 /// variable `var` names, `<first>` (that one seed) or `<first>:<count>`. One process then runs
-/// them all, so a sweep also checks what the kernel and plan caches carry from one graph to the
-/// next (a sweep of one process per seed would not).
+/// them all, so a sweep also checks what the kernel cache, and the plan cache where the test
+/// keeps its options (set_options starts it afresh), carry from one graph to the next.
 inline std::pair<uint64_t, uint64_t> seed_range(const char* var, uint64_t first, uint64_t count) {
   if (const char* s = std::getenv(var)) {
     const std::string v = s;

@@ -29,9 +29,6 @@ const Xbyak::util::Cpu& host_cpu() {
   static const Xbyak::util::Cpu cpu;
   return cpu;
 }
-}  // namespace
-
-namespace {
 // AMD cores with AVX-512: Zen 4 and later (the AVX2-only EPYCs are Zen 2 and 3).
 bool amd_with_avx512() { return host_cpu().has(Xbyak::util::Cpu::tAMD) && host_cpu().has(Xbyak::util::Cpu::tAVX512F); }
 }  // namespace
