@@ -16,8 +16,9 @@
 // rms_norm, var, logsumexp, cross-entropy); 3e-6 (K + 1) absolute + 1e-4 relative for a
 // contraction or bag over K terms (K + 1: the rounding of each of K products and additions, in
 // any order), 3e-5 (K + 1) + 1e-3 after a layer_norm; 1e-2 for values that pass through f16 or
-// bf16. These are a few times the largest errors of sweeps of 60,000 seeds: a wrong element, row,
-// stride or launch parameter is off by O(1). Arg-reductions and integer results are exact.
+// bf16. Sweeps of 12,000 seeds (AVX-512 and AVX2) stayed at or below 0.11 of them (bags; 0.03 for
+// contractions, 0.06 for sums), and a wrong element, row, stride or launch parameter is off by
+// O(1), far past them. Arg-reductions and integer results are exact.
 #include <kfuse/index_ops.hpp>
 
 #include <algorithm>
