@@ -140,6 +140,7 @@ struct KernelLaunch {
   double seconds = 0;                      ///< device events on GPUs, the host clock around the call on CPUs
   double read_bytes = 0, write_bytes = 0;  ///< the plan's minimum traffic
   double flops = 0;                        ///< from the kernel IR
+  int threads = 1;                         ///< CPU threads it could use (the pool's at launch): its roofs
   double bound_seconds = 0;                ///< the roofline bound of this launch (0: no roofs for its device)
   std::string bound_by;                    ///< "memory" or "compute": the roof that gives bound_seconds
 };
@@ -151,9 +152,10 @@ struct CompileEvent {
   double start_us = 0, seconds = 0;
 };
 
-/// Launches of one kernel (same stem, backend, device and shapes) summed.
+/// Launches of one kernel (same stem, backend, device, shapes and thread count) summed.
 struct KernelSummary {
   std::string kernel, kind, backend, device, shape;
+  int threads = 1;
   int64_t launches = 0;
   double seconds = 0, read_bytes = 0, write_bytes = 0, flops = 0, bound_seconds = 0;
   double gbps() const { return seconds > 0 ? (read_bytes + write_bytes) / seconds / 1e9 : 0; }
@@ -170,9 +172,13 @@ struct Profile {
   int64_t evaluations = 0;
   double eval_seconds = 0;    ///< wall time inside evaluations (eval() to the published values)
   double region_seconds = 0;  ///< wall time of the whole region
-  int threads = 1;            ///< CPU threads of the roofs
+  int threads = 1;            ///< CPU threads when the region started (each launch keeps its own)
   MachineModel machine;
 
+  /// The CPU thread counts of the roofs the launches were bounded by, ascending: one per count
+  /// the pool had at a CPU launch (set_options can change it inside a region); `threads` when
+  /// no CPU kernel ran.
+  std::vector<int> cpu_thread_counts() const;
   /// Time inside evaluations not spent in kernels or compiling: recording is outside, planning,
   /// hashing, cache lookups, allocation and dispatch are in.
   double host_overhead_seconds() const;

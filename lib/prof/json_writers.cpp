@@ -18,6 +18,7 @@ std::string Profile::json() const {
   j["region_seconds"] = region_seconds;
   j["host_overhead_seconds"] = host_overhead_seconds();
   j["threads"] = threads;
+  j["cpu_thread_counts"] = cpu_thread_counts();
   j["machine"] = nlohmann::json::parse(machine.to_json());
   j["kernels"] = nlohmann::json::array();
   for (const KernelSummary& s : summary())
@@ -26,6 +27,7 @@ std::string Profile::json() const {
                             {"backend", s.backend},
                             {"device", s.device},
                             {"shape", s.shape},
+                            {"threads", s.threads},
                             {"launches", s.launches},
                             {"seconds", s.seconds},
                             {"read_bytes", s.read_bytes},
@@ -43,6 +45,7 @@ std::string Profile::json() const {
                              {"backend", l.backend},
                              {"device", l.device},
                              {"shape", l.shape},
+                             {"threads", l.threads},
                              {"eval", l.eval},
                              {"start_us", l.start_us},
                              {"seconds", l.seconds},
@@ -88,6 +91,7 @@ std::string Profile::chrome_trace() const {
                   {"dur", l.seconds * 1e6},
                   {"args",
                    {{"shape", l.shape},
+                    {"threads", l.threads},
                     {"read_bytes", l.read_bytes},
                     {"write_bytes", l.write_bytes},
                     {"flops", l.flops},

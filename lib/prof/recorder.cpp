@@ -30,7 +30,7 @@ double us_since(double t0, double t) { return (t - t0) * 1e6; }
 
 }  // namespace
 
-void record_launch(const StepInfo& info, const std::string& backend, double t0, double seconds) {
+void record_launch(const StepInfo& info, const std::string& backend, double t0, double seconds, int threads) {
   Active& a = active();
   std::lock_guard<std::mutex> lk(a.mu);
   if (!a.running) return;
@@ -47,7 +47,8 @@ void record_launch(const StepInfo& info, const std::string& backend, double t0, 
   l.read_bytes = info.read_bytes;
   l.write_bytes = info.write_bytes;
   l.flops = info.flops;
-  const Roof r = roof_for(a.p.machine, info.dev, info.dt, a.p.threads);
+  l.threads = std::max(1, threads);
+  const Roof r = roof_for(a.p.machine, info.dev, info.dt, l.threads);
   l.bound_seconds = r.seconds(l.read_bytes, l.write_bytes, l.flops);  // Explanation::bound_seconds adds the same
   l.bound_by = r.compute_seconds(l.flops) > r.memory_seconds(l.read_bytes, l.write_bytes) ? "compute" : "memory";
   a.p.launches.push_back(std::move(l));

@@ -30,8 +30,9 @@ void start_recording(const MachineModel& m);
 /// Stops it and returns what it recorded.
 Profile finish_recording();
 
-/// One launch that took `seconds` from host time `t0` (now_s()).
-void record_launch(const StepInfo& info, const std::string& backend, double t0, double seconds);
+/// One launch that took `seconds` from host time `t0` (now_s()), with `threads` CPU threads
+/// available to it (its roofs: the count can change between launches of one region).
+void record_launch(const StepInfo& info, const std::string& backend, double t0, double seconds, int threads);
 /// A compile (or disk load when `disk_load`) of `kernel` by `backend`.
 void record_compile(const std::string& kernel, const std::string& backend, bool disk_load, double t0, double seconds);
 /// An evaluation (top-level execute()) from t0 to t1.

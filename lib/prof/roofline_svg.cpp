@@ -35,10 +35,15 @@ std::string Profile::roofline_svg() const {
     double gbps, gflops;
   };
   std::vector<Line> roofs;
-  const Roof cpu = roof_for(machine, Device::cpu(), DType::F32, threads);
-  // The drawn memory roof is the bound of a kernel that reads as much as it writes.
-  if (cpu.read_gbps > 0)
-    roofs.push_back({"cpu " + std::to_string(threads) + "T", "#1f6fb2", cpu.gbps(1, 1), cpu.peak_gflops});
+  // One CPU roof per thread count the launches ran at. The drawn memory roof is the bound of a
+  // kernel that reads as much as it writes.
+  const std::vector<int> counts = cpu_thread_counts();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const Roof cpu = roof_for(machine, Device::cpu(), DType::F32, counts[i]);
+    if (cpu.read_gbps > 0)
+      roofs.push_back(
+          {"cpu " + std::to_string(counts[i]) + "T", i == 0 ? "#1f6fb2" : "#5b9bd5", cpu.gbps(1, 1), cpu.peak_gflops});
+  }
   std::set<std::string> devs;
   for (const KernelLaunch& l : launches) devs.insert(l.device);
   for (const DeviceRoofs& d : machine.devices)

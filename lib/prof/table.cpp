@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -16,16 +17,25 @@ double Profile::host_overhead_seconds() const {
   return std::max(0.0, eval_seconds - k - c);
 }
 
+std::vector<int> Profile::cpu_thread_counts() const {
+  std::set<int> counts;
+  for (const KernelLaunch& l : launches)
+    if (l.device == Device::cpu().str()) counts.insert(l.threads);
+  if (counts.empty()) return {threads};
+  return {counts.begin(), counts.end()};
+}
+
 std::vector<KernelSummary> Profile::summary() const {
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, KernelSummary> by;
+  std::map<std::tuple<std::string, std::string, std::string, std::string, int>, KernelSummary> by;
   for (const KernelLaunch& l : launches) {
-    KernelSummary& s = by[{l.kernel, l.backend, l.device, l.shape}];
+    KernelSummary& s = by[{l.kernel, l.backend, l.device, l.shape, l.threads}];
     if (s.launches == 0) {
       s.kernel = l.kernel;
       s.kind = l.kind;
       s.backend = l.backend;
       s.device = l.device;
       s.shape = l.shape;
+      s.threads = l.threads;
       s.bound_by = l.bound_by;
     }
     ++s.launches;
@@ -66,18 +76,30 @@ std::string fmt_bytes(double v) {
 std::string Profile::table() const {
   std::ostringstream os;
   char b[512];
-  std::snprintf(b, sizeof b, "%-26s %-9s %-22s %6s %10s %9s %9s %9s %8s %8s %6s %6s\n", "kernel", "backend", "shape",
-                "calls", "time", "read", "write", "GFLOP", "GB/s", "GFLOP/s", "roof%", "bound");
+  // A thread column only when the region ran at several thread counts (each row's roof% is over
+  // the roofs of its own count).
+  const std::vector<int> counts = cpu_thread_counts();
+  const bool by_threads = counts.size() > 1;
+  std::snprintf(b, sizeof b, "%-26s %-9s ", "kernel", "backend");
+  os << b << (by_threads ? "thr " : "");
+  std::snprintf(b, sizeof b, "%-22s %6s %10s %9s %9s %9s %8s %8s %6s %6s\n", "shape", "calls", "time", "read", "write",
+                "GFLOP", "GB/s", "GFLOP/s", "roof%", "bound");
   os << b;
   double total = 0;
   for (const KernelSummary& s : summary()) {
     total += s.seconds;
     std::string roof = s.bound_seconds > 0 ? std::to_string(static_cast<int>(s.roof_fraction() * 100 + 0.5)) : "-";
     std::string shape = s.shape.size() > 22 ? s.shape.substr(0, 21) + "~" : s.shape;
-    std::snprintf(b, sizeof b, "%-26s %-9s %-22s %6lld %10s %9s %9s %9.3f %8.1f %8.1f %6s %6s\n", s.kernel.c_str(),
-                  s.backend.c_str(), shape.c_str(), static_cast<long long>(s.launches), fmt_time(s.seconds).c_str(),
-                  fmt_bytes(s.read_bytes).c_str(), fmt_bytes(s.write_bytes).c_str(), s.flops / 1e9, s.gbps(),
-                  s.gflops(), roof.c_str(), s.bound_seconds > 0 ? s.bound_by.c_str() : "-");
+    std::snprintf(b, sizeof b, "%-26s %-9s ", s.kernel.c_str(), s.backend.c_str());
+    os << b;
+    if (by_threads) {
+      std::snprintf(b, sizeof b, "%3d ", s.threads);
+      os << b;
+    }
+    std::snprintf(b, sizeof b, "%-22s %6lld %10s %9s %9s %9.3f %8.1f %8.1f %6s %6s\n", shape.c_str(),
+                  static_cast<long long>(s.launches), fmt_time(s.seconds).c_str(), fmt_bytes(s.read_bytes).c_str(),
+                  fmt_bytes(s.write_bytes).c_str(), s.flops / 1e9, s.gbps(), s.gflops(), roof.c_str(),
+                  s.bound_seconds > 0 ? s.bound_by.c_str() : "-");
     os << b;
   }
   double compile = 0, load = 0;
@@ -92,11 +114,13 @@ std::string Profile::table() const {
                 fmt_time(evaluations ? host_overhead_seconds() / static_cast<double>(evaluations) : 0).c_str(),
                 fmt_time(region_seconds).c_str());
   os << b;
-  const CpuRoofs& c = machine.cpu_at(threads);
-  std::snprintf(b, sizeof b, "roofs (%d thread%s): read %.1f GB/s, write %.1f GB/s, FMA f32 %.1f GFLOP/s; %s\n",
-                threads, threads == 1 ? "" : "s", c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps),
-                c.fma_f32_gflops, machine.cpu.c_str());
-  os << b;
+  for (int t : counts) {
+    const CpuRoofs& c = machine.cpu_at(t);
+    std::snprintf(b, sizeof b, "roofs (%d thread%s): read %.1f GB/s, write %.1f GB/s, FMA f32 %.1f GFLOP/s; %s\n", t,
+                  t == 1 ? "" : "s", c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps), c.fma_f32_gflops,
+                  machine.cpu.c_str());
+    os << b;
+  }
   return os.str();
 }
 

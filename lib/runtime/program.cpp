@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "../eval/reference_eval.hpp"
+#include "backend/thread_pool.hpp"
 #include "fusion/pattern_registry.hpp"
 #include "fusion/traffic.hpp"
 #include "ir/in_place.hpp"
@@ -327,7 +328,7 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
       if (prof::on()) [[unlikely]] {
         double t0 = prof::now_s();
         double s = st.kernel->run_timed(args);
-        prof::record_launch(*st.info, st.backend, t0, s);
+        prof::record_launch(*st.info, st.backend, t0, s, num_threads());
       } else {
         st.kernel->run(args);
       }
@@ -342,7 +343,7 @@ void run_program(const Program& p, const GraphSignature& sig, std::shared_ptr<St
       const Program::Temp& tp = p.temps[st.outputs[0]];
       auto host = values_storage(evaluate_node(*st.host_node, ins), tp.dtype);
       temps[st.outputs[0]] = tp.device == Device::cpu() ? host : copy_storage(*host, tp.device);
-      if (timed) prof::record_launch(*st.info, st.backend, t0, prof::now_s() - t0);
+      if (timed) prof::record_launch(*st.info, st.backend, t0, prof::now_s() - t0, num_threads());
     }
     bump(global_counters().kernels_launched);
     for (uint32_t t : st.release) temps[t].reset();

@@ -155,6 +155,46 @@ TEST(Profile, CompilesAndHostOverheadAreRecorded) {
   set_options(Options::from_env());
 }
 
+// set_options can change the thread count inside a profiled region (KFUSE_PROFILE=run starts
+// before main): each launch is bounded by the roofs of the count it ran with, not the start's.
+TEST(Profile, EachLaunchKeepsTheRoofsOfItsThreadCount) {
+  set_machine(fake_machine());
+  Options o = options();
+  o.num_threads = 2;
+  set_options(o);
+  Tensor x = test::make_tensor(test::random_values(4096, 8), {64, 64}, DType::F32);
+  Profiler prof;
+  o.num_threads = 1;
+  set_options(o);
+  Tensor a = softmax(x * 2.0f);
+  const double bound1 = explain(a).bound_seconds(roof_for(fake_machine(), Device::cpu(), DType::F32, 1));
+  a.eval();
+  o.num_threads = 2;
+  set_options(o);
+  Tensor b = softmax(x * 3.0f);
+  const double bound2 = explain(b).bound_seconds(roof_for(fake_machine(), Device::cpu(), DType::F32, 2));
+  b.eval();
+  Profile p = prof.stop();
+  set_options(Options::from_env());
+  ASSERT_EQ(p.launches.size(), 2u);
+  EXPECT_EQ(p.threads, 2);  // when the region started
+  EXPECT_EQ(p.launches[0].threads, 1);
+  EXPECT_EQ(p.launches[1].threads, 2);
+  EXPECT_DOUBLE_EQ(p.launches[0].bound_seconds, bound1);
+  EXPECT_DOUBLE_EQ(p.launches[1].bound_seconds, bound2);
+  EXPECT_EQ(p.cpu_thread_counts(), (std::vector<int>{1, 2}));
+  ASSERT_EQ(p.summary().size(), 2u);  // one row per thread count
+  const std::string table = p.table();
+  EXPECT_NE(table.find("thr "), std::string::npos) << table;
+  EXPECT_NE(table.find("roofs (1 thread)"), std::string::npos) << table;
+  EXPECT_NE(table.find("roofs (2 threads)"), std::string::npos) << table;
+  auto j = nlohmann::json::parse(p.json());
+  EXPECT_EQ(j["launches"][0]["threads"], 1);
+  EXPECT_EQ(j["cpu_thread_counts"], nlohmann::json::array({1, 2}));
+  EXPECT_NE(p.roofline_svg().find("cpu 1T"), std::string::npos);
+  EXPECT_NE(p.roofline_svg().find("cpu 2T"), std::string::npos);
+}
+
 TEST(Profile, OffRecordsNothingAndProfilesDoNotNest) {
   set_machine(fake_machine());
   Tensor x = test::make_tensor(test::random_values(64, 5), {64}, DType::F32);
