@@ -57,6 +57,9 @@ struct Strides {
 // and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
 constexpr int64_t kParallelFlops = int64_t{1} << 19;
 
+// Columns of a task up to which AVX-512's direct kernel runs on AMD whatever M and K (path_for).
+constexpr int64_t kDirectNarrowColumns = 256;
+
 }  // namespace
 
 GemmBlocking gemm_blocking(const Ukrs& u) {
@@ -353,6 +356,14 @@ class GemmKernel final : public CompiledKernel {
       // 1024x512x512 4.5-5.5 vs 3.4-3.6 ms (interleaved A/B, medians). (AVX2's rule above is the
       // one measured on Zen 3.)
       if (u_.w == 16 && direct_gemm_past_l2() && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
+      // Narrow B (attention's P @ V, N = 64), any K and M: in place too. The direct kernel
+      // re-reads A once per NR columns, cheap for a few slivers, where packing A costs as much
+      // per element whatever N is; unless A's rows share an L1 set (4 KiB apart: K = 1024).
+      // Zen 4, 1 thread, packed -> direct: [1024,1000]x[1000,64] 97 -> 115 GFLOP/s, N = 256
+      // 109 -> 114, N = 300 lost (docs/performance.md, "Narrow matmuls read A in place").
+      if (u_.w == 16 && direct_gemm_past_l2() && n <= kDirectNarrowColumns && L.a.col == 1 &&
+          !gemm_rows_share_l1_sets(L.a.row * es_[0], u_.mr, probe::cache_sizes().l1d))
+        return Path::Direct;
     } else if (L.b.row == 1) {
       // B along K (x @ W^T): up to kGemvRows rows in one sweep of W; up to twice that in two
       // sweeps past half of L2, or whatever the size for half weights: packing W^T transposes
@@ -690,11 +701,25 @@ class GemmKernel final : public CompiledKernel {
         // Everything runs in place, in tiles of up to MR rows and NR columns: the edge tiles by
         // the smaller direct kernels, a last part-vector of columns by the masked tail kernels
         // (it had been packed, A included: [100,100]^3 took 23 us against OpenBLAS's 18, Zen 4).
+        auto tile = [&](int64_t i, int64_t j) {
+          run_tile(UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
+                           sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
+                   static_cast<int>(std::min(MR, m1 - i)), std::min(NR, n1 - j), false);
+        };
+        // Narrow blocks (AVX-512 on AMD) by rows of tiles: each row of A's tiles is read once,
+        // and the epilogue follows it on the last k block while its C is in L1 (not after the
+        // task, from L3). In L2 the column order, B's sliver in L1 across rows, won on AVX2.
+        if (u_.w == 16 && direct_gemm_past_l2() && n1 - n0 <= kDirectNarrowColumns) {
+          const bool last = pc + kc == K;
+          for (int64_t i = m0; i < m1; i += MR) {
+            for (int64_t j = n0; j < n1; j += NR) tile(i, j);
+            if (last) epilogue(L, t, i, std::min(m1, i + MR), n0, n1, ld);
+          }
+          if (last) return;
+          continue;
+        }
         for (int64_t j = n0; j < n1; j += NR)
-          for (int64_t i = m0; i < m1; i += MR)
-            run_tile(UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
-                             sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
-                     static_cast<int>(std::min(MR, m1 - i)), std::min(NR, n1 - j), false);
+          for (int64_t i = m0; i < m1; i += MR) tile(i, j);
       }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;

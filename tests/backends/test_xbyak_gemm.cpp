@@ -231,6 +231,39 @@ TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
   detail::xb::set_narrow_gemm_tails(std::nullopt);
 }
 
+// Narrow B past L2 (attention's P @ V, N = 64): by size, AVX-512 on AMD reads A in place
+// whatever K (gemm_run.cpp, path_for), unless A's rows fall into one L1 set; either way with
+// the packed path's bits. K one block past KC (rows 4 * K bytes apart, spread over the sets) and
+// K = 1024 (rows 4 KiB apart: one set, packed).
+TEST_F(XbyakGemm, NarrowColumnsPastL2MatchPackedBitwise) {
+  using detail::xb::gemm_rows_share_l1_sets;
+  EXPECT_TRUE(gemm_rows_share_l1_sets(4096, 14, 32 << 10));  // all 14 rows in one set of 8 ways
+  EXPECT_TRUE(gemm_rows_share_l1_sets(8192, 14, 32 << 10));
+  EXPECT_TRUE(gemm_rows_share_l1_sets(-4096, 14, 32 << 10));  // (a flipped A)
+  EXPECT_FALSE(gemm_rows_share_l1_sets(4000, 14, 32 << 10));
+  EXPECT_FALSE(gemm_rows_share_l1_sets(2048, 14, 32 << 10));  // two sets, 7 rows each: one way left
+  EXPECT_TRUE(gemm_rows_share_l1_sets(2048, 14, 16 << 10));   // ... of 4 ways: none
+  EXPECT_FALSE(gemm_rows_share_l1_sets(4096, 6, 32 << 10));   // AVX2's 6-row tile
+  for (Isa isa : isas()) {
+    const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
+    for (int64_t K : {blk.kc + 37, int64_t{1024}}) {
+      Spec s;
+      s.M = 400, s.N = 69, s.K = K;  // 0.9-1.8 MB: past half of a 1 MiB L2
+      const std::string what = std::string(detail::xb::isa_name(isa)) + " K " + std::to_string(K);
+      expect_paths_agree(s, isa, 0, 1, 9, what);
+      // The epilogue after each row of tiles on the last k block (by rows), and the temp-C form.
+      s.epi = [](ExprRef a, const std::vector<ExprRef>& in) {
+        return un(Op::Relu, bin(Op::Add, bin(Op::Mul, a, f32c(0.5)), in[0]));
+      };
+      expect_paths_agree(s, isa, 0, 1, 10, what + " epilogue",
+                         [](double a, double bn, double, double) { return std::max(0.5 * a + bn, 0.0); });
+      s.epi = nullptr;
+      s.extra_outputs = 1;
+      expect_paths_agree(s, isa, 0, 1, 11, what + " two outputs");
+    }
+  }
+}
+
 TEST_F(XbyakGemm, Epilogues) {
   for (Isa isa : isas())
     for (int path = 0; path < 2; ++path) {
