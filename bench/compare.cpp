@@ -231,6 +231,14 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
   Workload mlp = mm(bm, bk, bn, Kind::Mlp, Target::Epilogue5pct);
   mlp.bare = v.back().name;
   v.push_back(mlp);
+  // Attention without a mask, [batch x heads, T, 64]: two batched products and a softmax between
+  // (P @ V has N = 64). T = 1024 puts K's rows 4 KiB apart.
+  for (const auto& [b, t] : {std::pair<int64_t, int64_t>{rc(64, 4), rc(256, 64)}, {rc(16, 2), rc(1024, 128)}}) {
+    Workload a = wl("", Kind::Attention, t, 64);
+    a.batch = b;
+    a.name = "attention softmax(q@k^T/8)@v [" + std::to_string(b) + "," + std::to_string(t) + ",64]";
+    v.push_back(a);
+  }
   // Embedding bags (sum) over a table beyond the L3, its rows stored as f32, f16, 8-bit and 4-bit
   // (as quantize_rowwise's two tensors, and in PyTorch's fused rows; bench/bag_problem.hpp), bags
   // of 20-100 ids drawn uniformly and Zipf-like. Rows of 64 and of 128 columns (the two widths of
@@ -616,7 +624,7 @@ int main(int argc, char** argv) {
       std::printf(
           "   %.3g GFLOP per call; fp64 reference (%zu of %lld rows) in %s; FMA peak %s\n"
           "   (GEMM: the GB/s column is GFLOP/s, %%ceil is %% of the FMA peak)\n",
-          w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows), fmt_time(now_s() - t0).c_str(),
+          w.flops * 1e-9, ref.rows.size(), static_cast<long long>(w.rows * w.batch), fmt_time(now_s() - t0).c_str(),
           ceil_txt.c_str());
     else
       std::printf("   compulsory %s; fp64 reference in %s; ceiling %s\n", fmt_bytes(w.compulsory_bytes).c_str(),

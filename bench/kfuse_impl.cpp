@@ -5,6 +5,7 @@
 #include <kfuse/index_ops.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <set>
@@ -44,6 +45,12 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
         kfuse::Tensor::borrow(const_cast<int64_t*>(p.offsets.data()), {static_cast<int64_t>(p.offsets.size())}));
     return in;
   }
+  if (w.kind == Kind::Attention) {  // q, k, v [batch, T, D]
+    for (size_t i = 0; i < 3; ++i)
+      in.push_back(
+          kfuse::Tensor::borrow(const_cast<float*>(w.inputs[i].data()), kfuse::Shape{w.batch, w.rows, w.cols}));
+    return in;
+  }
   if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
     auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };
     in.push_back(kfuse::Tensor::borrow(p(0), kfuse::Shape{w.rows, w.inner}));
@@ -81,6 +88,8 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
       return layer_norm(gelu(matmul(in[0], in[1]) + in[2], /*approximate_tanh=*/true), Shape{w.cols}, {}, {},
                         kLayerNormEps);
     case Kind::Chain10: return sqrt(sigmoid(log(relu(square(tanh(in[0] * 1.5 + 0.5)) - 0.25) + 1.0)));
+    case Kind::Attention:
+      return matmul(softmax(matmul(in[0], transpose(in[1])) * (1.0 / std::sqrt(static_cast<double>(w.cols)))), in[2]);
     case Kind::EmbeddingBag: return embedding_bag(bag_table_of(*w.bag, w.table).expr(), in[0], in[1]);
     default: throw std::logic_error("kfuse_build: no expression for workload " + w.name);
   }

@@ -12,7 +12,8 @@ int num_inputs(Kind k) {
     case Kind::LayerNorm:
     case Kind::ReluFma:
     case Kind::Chain3: return 3;
-    case Kind::Mlp: return 3;
+    case Kind::Mlp:
+    case Kind::Attention: return 3;
     case Kind::Add:
     case Kind::AddRelu:
     case Kind::Matmul: return 2;
@@ -62,10 +63,14 @@ void make_inputs(Workload& w, uint64_t seed) {
       fill(w.cols, -0.5f, 0.5f);
       break;
     }
+    case Kind::Attention:
+      for (int i = 0; i < 3; ++i) fill(w.batch * n, -1, 1);  // q, k, v
+      break;
     default:
       for (int i = 0; i < num_inputs(w.kind); ++i) fill(n, -3, 3);
   }
   switch (w.kind) {
+    case Kind::Attention: w.out_numel = w.batch * n; break;
     case Kind::SumAxis0: w.out_numel = w.cols; break;
     case Kind::SumAxis1: w.out_numel = w.rows; break;
     case Kind::SumAll: w.out_numel = 1; break;
@@ -78,9 +83,51 @@ void make_inputs(Workload& w, uint64_t seed) {
   w.compulsory_bytes = w.read_bytes + w.write_bytes;
   w.flops =
       w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
+  // Attention: two products of batch x T x T x D each (the softmax's exps not counted).
+  if (w.kind == Kind::Attention) w.flops = 4.0 * static_cast<double>(w.batch) * static_cast<double>(n * w.rows);
 }
 
+namespace {
+
+// Attention's rows (b, i): softmax over j of q_i . k_j / sqrt(D), then the weighted sum of v_j.
+Reference attention_reference(const Workload& w) {
+  const int64_t T = w.rows, D = w.cols, total = w.batch * T;
+  Reference r;
+  r.row_len = D;
+  const int64_t step = total <= 256 ? 1 : total / 128;
+  for (int64_t i = 0; i < total; i += step) r.rows.push_back(i);
+  if (r.rows.back() != total - 1) r.rows.push_back(total - 1);
+  const float *q = w.inputs[0].data(), *k = w.inputs[1].data(), *v = w.inputs[2].data();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> p(static_cast<size_t>(T)), out(static_cast<size_t>(D));
+  for (int64_t row : r.rows) {
+    const int64_t b = row / T;
+    const float* qi = q + row * D;
+    double mx = -1e300, den = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const float* kj = k + (b * T + j) * D;
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += static_cast<double>(qi[d]) * kj[d];
+      p[j] = s * scale;
+      mx = std::max(mx, p[j]);
+    }
+    for (double& x : p) den += (x = std::exp(x - mx));
+    std::fill(out.begin(), out.end(), 0.0);
+    for (int64_t j = 0; j < T; ++j)
+      for (int64_t d = 0; d < D; ++d) out[d] += p[j] / den * v[(b * T + j) * D + d];
+    r.values.insert(r.values.end(), out.begin(), out.end());
+  }
+  // |v| <= 1 and the weights sum to 1: f32 errors of the scores (|s| ~ 1, ~sqrt(D) eps) and of
+  // the weighted sum (T terms) stay far below 1e-5 absolute.
+  r.atol = 1e-5;
+  r.rtol = 1e-4;
+  return r;
+}
+
+}  // namespace
+
 Reference gemm_reference(const Workload& w) {
+  if (w.kind == Kind::Attention) return attention_reference(w);
   const int64_t M = w.rows, N = w.cols, K = w.inner;
   Reference r;
   r.row_len = N;

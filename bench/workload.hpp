@@ -29,6 +29,7 @@ enum class Kind {
   Matmul,        // a[M,K] @ b[K,N] (rows = M, cols = N, inner = K), f32
   Mlp,           // layer_norm(gelu_tanh(x[M,K] @ w[K,N] + b[N])) over the last axis, no affine, eps 1e-5
   EmbeddingBag,  // embedding_bag sum over a table [rows, cols] stored as `table` (f32, f16, 8-bit, 4-bit)
+  Attention,     // q, k, v [batch, rows = T, cols = D] -> softmax(q @ k^T / sqrt(D)) @ v, f32
 };
 
 /// Which target of the issue applies to the kfuse rows of this workload.
@@ -57,6 +58,7 @@ struct Workload {
   int64_t rows = 0, cols = 0;              // for 1-D workloads rows = 1, cols = N
   int64_t inner = 0;                       // GEMM workloads: K (rows = M, cols = N)
   bool b_t = false;                        // Matmul: B stored [N, K] (a linear layer's weight: x @ W^T)
+  int64_t batch = 1;                       // Attention: batch x heads
   std::string bare;                        // the workload this one is timed against, same impl and threads:
                                            // Mlp: the bare GEMM of its shape; 8-bit bag: the f32 bag
   std::string table;                       // EmbeddingBag: the table's storage format
@@ -73,7 +75,8 @@ struct Workload {
 
   int64_t numel() const { return rows * cols; }
   bool rowwise() const { return kind == Kind::LogSoftmax || kind == Kind::Softmax || kind == Kind::LayerNorm; }
-  bool gemm() const { return kind == Kind::Matmul || kind == Kind::Mlp; }
+  /// Contractions: checked on sampled rows (gemm_reference), GFLOP/s columns, % of the FMA peak.
+  bool gemm() const { return kind == Kind::Matmul || kind == Kind::Mlp || kind == Kind::Attention; }
   bool one_d() const {
     return kind == Kind::ReluFma || kind == Kind::Gelu || kind == Kind::Chain3 || kind == Kind::Chain10;
   }
@@ -101,7 +104,7 @@ struct Reference {
 };
 
 /// fp64 reference of a GEMM workload on sampled rows (all rows up to 256, else about 128 spread
-/// over M plus the last), computed here in a cache-friendly loop.
+/// over M plus the last; Attention: over batch x T), computed here in a cache-friendly loop.
 Reference gemm_reference(const Workload& w);
 
 /// The benchmarks' deterministic generator (SplitMix64): inputs must not depend on the library.

@@ -2,6 +2,7 @@
 // uses the OpenMP runtime: the thread count is set with omp_set_num_threads.
 #include <omp.h>
 
+#include <cmath>
 #include <memory>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -124,10 +125,36 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
   return v;
 }
 
+// Attention from primitives: a batched matmul scaled by an output scale, softmax, a batched matmul.
+std::vector<Impl> dnnl_attention_impls(const Workload& w, int threads) {
+  const memory::dim B = w.batch, T = w.rows, D = w.cols;
+  auto st = std::make_shared<State>();
+  st->y.assign(static_cast<size_t>(B * T * D), 0.0f);
+  st->t1.assign(static_cast<size_t>(B * T * T), 0.0f);
+  st->t2.assign(static_cast<size_t>(B * T * T), 0.0f);
+  memory::desc x_md({B, T, D}, dt::f32, tag::abc), kt_md({B, D, T}, dt::f32, tag::acb),
+      s_md({B, T, T}, dt::f32, tag::abc);
+  memory q = mem(*st, x_md, w.inputs[0].data()), kt = mem(*st, kt_md, w.inputs[1].data()),
+         v = mem(*st, x_md, w.inputs[2].data());
+  memory s = mem(*st, s_md, st->t1.data()), p = mem(*st, s_md, st->t2.data()), y = mem(*st, x_md, st->y.data());
+  dnnl::primitive_attr scaled;
+  scaled.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(D))});
+  dnnl::matmul::primitive_desc qk(dnnl::matmul::desc(x_md, kt_md, s_md), scaled, st->eng);
+  st->steps.push_back({dnnl::matmul(qk), {{DNNL_ARG_SRC, q}, {DNNL_ARG_WEIGHTS, kt}, {DNNL_ARG_DST, s}}});
+  dnnl::softmax_v2_forward::desc sd(dnnl::prop_kind::forward_inference, algorithm::softmax_accurate, s_md, s_md, 2);
+  st->steps.push_back({dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(sd, st->eng)),
+                       {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, p}}});
+  dnnl::matmul::primitive_desc pv(dnnl::matmul::desc(s_md, x_md, x_md), st->eng);
+  st->steps.push_back({dnnl::matmul(pv), {{DNNL_ARG_SRC, p}, {DNNL_ARG_WEIGHTS, v}, {DNNL_ARG_DST, y}}});
+  return {Impl{"onednn", "matmul (output scale), softmax, matmul", [threads] { omp_set_num_threads(threads); },
+               [st] { st->run(); }, [st] { return static_cast<const float*>(st->y.data()); }}};
+}
+
 }  // namespace
 
 std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit || w.kind == Kind::EmbeddingBag) return {};
+  if (w.kind == Kind::Attention) return dnnl_attention_impls(w, threads);
   if (w.gemm()) return dnnl_gemm_impls(w, threads);
   auto st = std::make_shared<State>();
   const memory::dim R = w.rows, C = w.cols, N = w.numel();

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <memory>
 
 #include "../bag_problem.hpp"
@@ -64,10 +65,43 @@ std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
   return {nat, out};
 }
 
+// Attention as a model writes it without a fused kernel (LibTorch 1.13 has no
+// scaled_dot_product_attention): bmm, scale, softmax, bmm.
+std::vector<Impl> torch_attention_impls(const Workload& w, int threads) {
+  auto st = std::make_shared<State>();
+  const int64_t B = w.batch, T = w.rows, D = w.cols;
+  for (int i = 0; i < 3; ++i) st->in.push_back(wrap(w.inputs[static_cast<size_t>(i)], {B, T, D}));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  auto setup = [threads] { set_torch_threads(threads); };
+  auto* s = st.get();
+  auto result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
+  Impl nat{"torch natural", "matmul, mul, softmax, matmul", setup,
+           [s, scale] {
+             s->y = at::matmul(at::softmax(at::matmul(s->in[0], s->in[1].transpose(1, 2)) * scale, -1), s->in[2]);
+           },
+           result};
+  Impl out{"torch out=", "baddbmm (alpha = scale), softmax, bmm into preallocated outputs",
+           [setup, s, B, T, D, opts] {
+             setup();
+             s->y = at::empty({B, T, D}, opts);
+             s->t1 = at::empty({B, T, T}, opts);
+             s->t2 = at::empty({B, T, T}, opts);
+           },
+           [s, scale] {
+             at::baddbmm_out(s->t1, s->t1, s->in[0], s->in[1].transpose(1, 2), 0.0, scale);
+             at::_softmax_out(s->t2, s->t1, -1, false);
+             at::bmm_out(s->y, s->t2, s->in[2]);
+           },
+           result};
+  return {nat, out};
+}
+
 }  // namespace
 
 std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit) return {};
+  if (w.kind == Kind::Attention) return torch_attention_impls(w, threads);
   if (w.gemm()) return torch_gemm_impls(w, threads);
   if (w.kind == Kind::EmbeddingBag) {  // f32: at::embedding_bag; 8-bit: PyTorch's quantised bag
     if (w.fused_rows) return {torch_bag_fused_impl(*w.bag, w.fused_rows, w.fused_bits, threads)};
