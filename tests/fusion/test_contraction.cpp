@@ -14,6 +14,8 @@
 #include <kfuse/stats.hpp>
 
 #include <cstring>
+#include <limits>
+#include <map>
 #include <random>
 
 #include "backend/backend.hpp"
@@ -425,6 +427,36 @@ TEST(ContractionPlans, AttentionReadsItsQkvProjectionInPlace) {
   ASSERT_EQ(e.kernel_count(), 4u) << e.text();
   for (const auto& k : e.kernels) EXPECT_NE(k.kind, "pointwise") << e.text();
   EXPECT_TRUE(all_close(values(make()), reference_values(make()), 1e-5, 1e-5));
+}
+
+// A pre-norm decoder block (examples/transformer_block.cpp): 10 kernels: six contractions
+// carrying the bias, the scales, the causal mask (index arithmetic), the GELU and both residual
+// adds as epilogues; the two layer_norms and the softmax as row kernels; and one copy, of the
+// attention output permuted back to [B, S, C] (its heads' columns are no single stride for the
+// output projection's K).
+TEST(ContractionPlans, DecoderBlockIsTenKernels) {
+  const int64_t B = 2, S = 7, H = 2, D = 4, C = H * D;
+  Tensor x = rnd({B, S, C}, 95), wqkv = rnd({C, 3 * C}, 96) * 0.25, wo = rnd({C, C}, 97) * 0.25;
+  Tensor w1 = rnd({C, 4 * C}, 98) * 0.25, w2 = rnd({4 * C, C}, 99) * 0.25, bias = rnd({3 * C}, 100);
+  Tensor i = reshape(arange(S), {S, 1}), j = reshape(arange(S), {1, S});
+  auto make = [&] {
+    Tensor qkv = reshape(matmul(layer_norm(x, {C}), wqkv) + bias, {B, S, 3, H, D});
+    auto part = [&](int64_t p) {
+      return permute(squeeze(slice(qkv, {Range::all(), Range::all(), Range{p, p + 1}}), 2), {0, 2, 1, 3});
+    };
+    Tensor s = matmul(part(0), transpose(part(1))) * 0.5;
+    Tensor a = matmul(softmax(where(le(j, i), s, full({1}, -std::numeric_limits<double>::infinity())), -1), part(2));
+    Tensor x1 = x + matmul(reshape(permute(a, {0, 2, 1, 3}), {B, S, C}), wo);
+    return x1 + matmul(gelu(matmul(layer_norm(x1, {C}), w1), true), w2);
+  };
+  Explanation e = explain(make());
+  ASSERT_EQ(e.kernel_count(), 10u) << e.text();
+  std::map<std::string, int> kinds;
+  for (const auto& k : e.kernels) ++kinds[k.kind];
+  EXPECT_EQ(kinds["contraction"], 6) << e.text();
+  EXPECT_EQ(kinds["row"], 3) << e.text();
+  EXPECT_EQ(kinds["pointwise"], 1) << e.text();
+  EXPECT_TRUE(all_close(values(make()), reference_values(make()), 1e-4, 1e-5));
 }
 
 TEST(ContractionPlans, AGraphWithMatmulIsPlannedOnce) {
