@@ -189,11 +189,12 @@ GemmBlocking gemm_blocking(const Ukrs& u);
 /// quarter of L2, as they are walked once per row of tiles (gemm_run.cpp).
 int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 
-/// Whether `rows` rows of A `row_bytes` apart, read at the same k (a direct tile's), put more
-/// lines in one L1D set than it has ways less one (B's stream needs a way): an x86 L1D indexes its
-/// sets by address bits 6-11 (virtually indexed within a 4 KiB page), so it has l1d / 4 KiB ways.
-/// Rows a multiple of 4 KiB apart (K = 1024 f32) all share one set (gemm_run.cpp, path_for).
-bool gemm_rows_share_l1_sets(int64_t row_bytes, int rows, int64_t l1d_bytes);
+/// The most rows (at most `mr`) of A `row_bytes` apart that a direct tile reads at the same k
+/// without putting more lines in one L1D set than it has ways: an x86 L1D indexes its sets by
+/// address bits 6-11 (virtually indexed within a 4 KiB page), so it has l1d / 4 KiB ways. Rows a
+/// multiple of 4 KiB apart (K = 1024 f32) all share one set: Zen 4 (8 ways), [1024,1024]x[1024,64]
+/// in place, tiles of 14 rows 76-88 GFLOP/s, 12 rows 103-104, 10 113-114, 8 and 7 115.
+int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes);
 /// Whether AVX-512's direct (unpacked) kernel beats packing for problems of up to 3 L2s with K
 /// in one KC block (gemm_run.cpp, path_for): on AMD (Zen 4), not on Intel (a Sapphire Rapids
 /// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.

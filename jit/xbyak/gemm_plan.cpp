@@ -284,13 +284,13 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
 }
 
 // (gemm.hpp) An x86 L1D's set is address bits 6-11 (virtually indexed within a 4 KiB page).
-bool gemm_rows_share_l1_sets(int64_t row_bytes, int rows, int64_t l1d_bytes) {
+int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes) {
   constexpr int64_t kSets = 4096 / 64;
-  const int64_t ways = std::max<int64_t>(2, l1d_bytes / 4096);
+  const int64_t ways = std::max<int64_t>(1, l1d_bytes / 4096);
   int64_t count[kSets] = {};
-  for (int64_t r = 0; r < rows; ++r)
-    if (++count[((r * row_bytes / 64) % kSets + kSets) % kSets] > ways - 1) return true;
-  return false;
+  for (int r = 0; r < mr; ++r)
+    if (++count[((r * row_bytes / 64) % kSets + kSets) % kSets] > ways) return std::max(r, 1);
+  return mr;
 }
 
 }  // namespace kfuse::detail::xb

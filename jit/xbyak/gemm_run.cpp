@@ -358,12 +358,11 @@ class GemmKernel final : public CompiledKernel {
       if (u_.w == 16 && direct_gemm_past_l2() && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
       // Narrow B (attention's P @ V, N = 64), any K and M: in place too. The direct kernel
       // re-reads A once per NR columns, cheap for a few slivers, where packing A costs as much
-      // per element whatever N is; unless A's rows share an L1 set (4 KiB apart: K = 1024).
-      // Zen 4, 1 thread, packed -> direct: [1024,1000]x[1000,64] 97 -> 115 GFLOP/s, N = 256
-      // 109 -> 114, N = 300 lost (docs/performance.md, "Narrow matmuls read A in place").
-      if (u_.w == 16 && direct_gemm_past_l2() && n <= kDirectNarrowColumns && L.a.col == 1 &&
-          !gemm_rows_share_l1_sets(L.a.row * es_[0], u_.mr, probe::cache_sizes().l1d))
-        return Path::Direct;
+      // per element whatever N is. Zen 4, 1 thread, packed -> direct: [1024,1000]x[1000,64] 97
+      // -> 115 GFLOP/s, N = 256 109 -> 114, N = 300 lost; K = 1024 (A's rows 4 KiB apart, in
+      // tiles of 8 rows: gemm_direct_tile_rows) 96-100 -> 115 (docs/performance.md, "Narrow
+      // matmuls read A in place").
+      if (u_.w == 16 && direct_gemm_past_l2() && n <= kDirectNarrowColumns) return Path::Direct;
     } else if (L.b.row == 1) {
       // B along K (x @ W^T): up to kGemvRows rows in one sweep of W; up to twice that in two
       // sweeps past half of L2, or whatever the size for half weights: packing W^T transposes
@@ -695,6 +694,9 @@ class GemmKernel final : public CompiledKernel {
     }
     // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
     if (path == Path::Direct) {
+      // Rows of A read in lockstep stay within the ways of an L1 set (a row-major A whose rows
+      // are 4 KiB apart: 8 of them).
+      const int64_t TR = sa.col == 1 ? gemm_direct_tile_rows(sa.row * 4, u_.mr, probe::cache_sizes().l1d) : MR;
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
@@ -704,22 +706,22 @@ class GemmKernel final : public CompiledKernel {
         auto tile = [&](int64_t i, int64_t j) {
           run_tile(UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
                            sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
-                   static_cast<int>(std::min(MR, m1 - i)), std::min(NR, n1 - j), false);
+                   static_cast<int>(std::min(TR, m1 - i)), std::min(NR, n1 - j), false);
         };
         // Narrow blocks (AVX-512 on AMD) by rows of tiles: each row of A's tiles is read once,
         // and the epilogue follows it on the last k block while its C is in L1 (not after the
         // task, from L3). In L2 the column order, B's sliver in L1 across rows, won on AVX2.
         if (u_.w == 16 && direct_gemm_past_l2() && n1 - n0 <= kDirectNarrowColumns) {
           const bool last = pc + kc == K;
-          for (int64_t i = m0; i < m1; i += MR) {
+          for (int64_t i = m0; i < m1; i += TR) {
             for (int64_t j = n0; j < n1; j += NR) tile(i, j);
-            if (last) epilogue(L, t, i, std::min(m1, i + MR), n0, n1, ld);
+            if (last) epilogue(L, t, i, std::min(m1, i + TR), n0, n1, ld);
           }
           if (last) return;
           continue;
         }
         for (int64_t j = n0; j < n1; j += NR)
-          for (int64_t i = m0; i < m1; i += MR) tile(i, j);
+          for (int64_t i = m0; i < m1; i += TR) tile(i, j);
       }
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;

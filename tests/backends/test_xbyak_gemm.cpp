@@ -232,18 +232,19 @@ TEST_F(XbyakGemm, DirectEdgeTilesMatchPackedBitwise) {
 }
 
 // Narrow B past L2 (attention's P @ V, N = 64): by size, AVX-512 on AMD reads A in place
-// whatever K (gemm_run.cpp, path_for), unless A's rows fall into one L1 set; either way with
-// the packed path's bits. K one block past KC (rows 4 * K bytes apart, spread over the sets) and
-// K = 1024 (rows 4 KiB apart: one set, packed).
+// whatever K (gemm_run.cpp, path_for), in tiles of 8 rows where A's rows fall into one L1 set;
+// with the packed path's bits. K one block past KC (rows 4 * K bytes apart, spread over the
+// sets) and K = 1024 (rows 4 KiB apart: one set).
 TEST_F(XbyakGemm, NarrowColumnsPastL2MatchPackedBitwise) {
-  using detail::xb::gemm_rows_share_l1_sets;
-  EXPECT_TRUE(gemm_rows_share_l1_sets(4096, 14, 32 << 10));  // all 14 rows in one set of 8 ways
-  EXPECT_TRUE(gemm_rows_share_l1_sets(8192, 14, 32 << 10));
-  EXPECT_TRUE(gemm_rows_share_l1_sets(-4096, 14, 32 << 10));  // (a flipped A)
-  EXPECT_FALSE(gemm_rows_share_l1_sets(4000, 14, 32 << 10));
-  EXPECT_FALSE(gemm_rows_share_l1_sets(2048, 14, 32 << 10));  // two sets, 7 rows each: one way left
-  EXPECT_TRUE(gemm_rows_share_l1_sets(2048, 14, 16 << 10));   // ... of 4 ways: none
-  EXPECT_FALSE(gemm_rows_share_l1_sets(4096, 6, 32 << 10));   // AVX2's 6-row tile
+  using detail::xb::gemm_direct_tile_rows;
+  EXPECT_EQ(gemm_direct_tile_rows(4096, 14, 32 << 10), 8);  // all rows in one set of 8 ways
+  EXPECT_EQ(gemm_direct_tile_rows(8192, 14, 32 << 10), 8);
+  EXPECT_EQ(gemm_direct_tile_rows(-4096, 14, 32 << 10), 8);  // (a flipped A)
+  EXPECT_EQ(gemm_direct_tile_rows(4000, 14, 32 << 10), 14);
+  EXPECT_EQ(gemm_direct_tile_rows(2048, 14, 32 << 10), 14);  // two sets, 7 rows each
+  EXPECT_EQ(gemm_direct_tile_rows(2048, 14, 16 << 10), 8);   // ... of 4 ways: 4 rows each
+  EXPECT_EQ(gemm_direct_tile_rows(4096, 6, 32 << 10), 6);    // AVX2's 6-row tile
+  EXPECT_EQ(gemm_direct_tile_rows(4096, 14, 4 << 10), 1);    // (one way)
   for (Isa isa : isas()) {
     const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
     for (int64_t K : {blk.kc + 37, int64_t{1024}}) {
