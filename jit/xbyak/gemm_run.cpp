@@ -700,7 +700,7 @@ class GemmKernel final : public CompiledKernel {
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         const bool first = pc == 0;
-        // Everything runs in place, in tiles of up to MR rows and NR columns: the edge tiles by
+        // Everything runs in place, in tiles of up to TR rows and NR columns: the edge tiles by
         // the smaller direct kernels, a last part-vector of columns by the masked tail kernels
         // (it had been packed, A included: [100,100]^3 took 23 us against OpenBLAS's 18, Zen 4).
         auto tile = [&](int64_t i, int64_t j) {

@@ -245,6 +245,8 @@ TEST_F(XbyakGemm, NarrowColumnsPastL2MatchPackedBitwise) {
   EXPECT_EQ(gemm_direct_tile_rows(2048, 14, 16 << 10), 8);   // ... of 4 ways: 4 rows each
   EXPECT_EQ(gemm_direct_tile_rows(4096, 6, 32 << 10), 6);    // AVX2's 6-row tile
   EXPECT_EQ(gemm_direct_tile_rows(4096, 14, 4 << 10), 1);    // (one way)
+  EXPECT_EQ(gemm_direct_tile_rows(0, 14, 32 << 10), 14);     // a broadcast A: one line
+  EXPECT_EQ(gemm_direct_tile_rows(16, 14, 32 << 10), 14);    // rows within lines
   for (Isa isa : isas()) {
     const auto blk = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa));
     for (int64_t K : {blk.kc + 37, int64_t{1024}}) {
