@@ -255,8 +255,8 @@ void Lowerer::column_tile(ExprEmitter& ex, const std::vector<Value*>& first, Val
 // order, kTileRowUnroll per visit of a lane (as a compile-time domain), so each id and its
 // lane-invariant values (weight, row address, dequantisation scale) are loaded once per tile
 // and the lane loop reads the row as vectors. Every point also prefetches the rows of the point
-// a few positions ahead (RowPrefetch, prefetch_rows.cpp), in the next bag near the end of this
-// one. An empty range gives every lane the empty value, as dynamic_phase does.
+// a few positions ahead (RowPrefetch, prefetch_rows.cpp), in the bags that follow near the end
+// of this one. An empty range gives every lane the empty value, as dynamic_phase does.
 //
 // Register blocks: a tile whose width is a multiple of reg_lanes_ (at most kRegMaxBlocks of
 // them: a bag row of D = 64 f32 is one block), or exactly a narrower power of two down to
@@ -282,39 +282,34 @@ void Lowerer::tile_segment(const ir::Phase& ph, ExprEmitter& ex, const std::vect
   Value *lo, *hi;  // (not a structured binding: the lambdas below capture them)
   std::tie(lo, hi) = range(first);
   Value* n = smax(b_.CreateSub(hi, lo), b_.getInt64(0));
-  // The next bag (the next index of the outer dim before the lanes), empty past the last one.
-  const size_t nd = first.size();
-  std::vector<Value*> next = first;
-  Value* next_lo = b_.getInt64(0);
-  Value* next_hi = next_lo;
-  if (nd >= 2) {
-    Value* o1 = b_.CreateAdd(first[nd - 2], b_.getInt64(1));
-    Value* has_next = b_.CreateICmpSLT(o1, outer_ext_[nd - 2]);
-    next[nd - 2] = b_.CreateSelect(has_next, o1, first[nd - 2]);  // a bag that exists: loads stay in range
-    std::tie(next_lo, next_hi) = range(next);
-    next_hi = b_.CreateSelect(has_next, next_hi, next_lo);
-  }
   const std::vector<const ir::Expr*> rows = gathered_row_loads(ph, k_);
+  // How far the prefetch may run: when the rows' addresses do not read the bag index, up to the
+  // last bag's end (the last index of the outer dim before the lanes), through the bags that
+  // follow (ir/kernel.hpp: every position below it is in range); else this bag's end. Stopping
+  // at the next bag's end left the first rows of the bag after it unfetched (bags of 20-100 ids,
+  // 32 or 64 ahead).
+  const size_t nd = first.size();
+  bool past = nd >= 2;
+  for (const ir::Expr* r : rows)
+    for (size_t d = 0; d + 1 < nd; ++d)
+      past &= !ir::depends_on(r->args[0].get(), ir::Space::Outer, static_cast<int>(d));
+  Value* limit = hi;
+  if (past) {
+    std::vector<Value*> last = first;
+    last[nd - 2] = b_.CreateSub(outer_ext_[nd - 2], b_.getInt64(1));
+    limit = range(last).second;
+  }
   // The bag's points for the lanes of `blk`, `u` per visit of a lane, each with the prefetch of
   // point + pf.ahead().
   auto walk = [&](const LaneBlock& blk, int64_t u) {
     std::vector<Value*> at0 = first;
     if (blk.base) at0.back() = b_.CreateAdd(first.back(), blk.base, "", true, true);
     RowPrefetch pf(b_, ex, rows, at0, blk.n);
-    auto prefetch = [&](Value* p) {  // the rows of point p + pf.ahead(), if it exists
+    auto prefetch = [&](Value* p) {  // the rows of point p + pf.ahead(), below the limit
       if (pf.empty()) return;
       Value* q = b_.CreateAdd(p, b_.getInt64(pf.ahead()));
-      Value* here = b_.CreateICmpSLT(q, hi);
-      Value* q_next = b_.CreateAdd(next_lo, b_.CreateSub(q, hi));
-      Value* any = b_.CreateOr(here, b_.CreateICmpSLT(q_next, next_hi));
       if_else(
-          any,
-          [&] {
-            std::vector<Value*> at = at0;
-            if (nd >= 2) at[nd - 2] = b_.CreateSelect(here, first[nd - 2], next[nd - 2]);
-            pf.emit(at, b_.CreateSelect(here, q, q_next));
-          },
-          [] {});
+          b_.CreateICmpSLT(q, limit), [&] { pf.emit(at0, q); }, [] {});
     };
     Value* steps = b_.CreateUDiv(n, b_.getInt64(u));
     counted_loop(steps, false, {}, [&](Value* iv, const Carried&) {

@@ -306,7 +306,7 @@ class Gen : public Xbyak::CodeGenerator {
   int dag_width(const Dag& g) const;
   // state
   Reg64 seg_r0_{Xbyak::Operand::RCX};  // register read by Var(reduce 0)
-  bool seg_next_ = false;              // Var(outer, last bag dim) reads the next bag
+  bool seg_last_bag_ = false;          // Var(outer, last bag dim) reads the last bag's index
   bool seg_unclamped_ = false;         // ieval: min/max against a constant pass their other side
   bool seg_use_cse_ = false;           // shared values read from their slots or registers
   // ieval inside an id loop: a clamp of an id into [0, c] is a compare and a branch to code
@@ -318,7 +318,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<int> seg_shared_reg_;                   // per shared value: the register holding it, or -1 (slot)
   std::vector<int> seg_buf_q_, seg_shared_q_;         // qword slots (rsp offsets): buffer bases, shared values
   std::map<int, int> seg_acc_q_;                      // i64 accumulator -> its qword slot
-  int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_nlo_q_ = 0, seg_nhi_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
+  int seg_lo_q_ = 0, seg_hi_q_ = 0, seg_limit_q_ = 0, seg_tl_q_ = 0, seg_tail_off_ = 0;
   int seg_save_q_[2] = {0, 0};  // qword slots of r12 and r13 while the id loop pins values in them
   int seg_half_q_ = 0;          // qword slot: the block's first column / 2 (a nibble row's first byte)
   int seg_nptr_ = 0;            // pointers in seg_pool() (the next one is free)

@@ -45,8 +45,12 @@ void Gen<Vmm>::ieval(const ir::Expr* e, const Reg64& d, std::vector<Reg64> f) {
       }
       if (e->space != ir::Space::Outer || e->index >= p_.row_dims)
         throw DeclineError("xbyak: internal: inner var in a row's index");
+      if (seg_last_bag_ && e->index == p_.row_dims - 1) {  // the bag dim's last index
+        mov(d, qword[rdi + frame_off::ext + 8 * e->index]);
+        dec(d);
+        return;
+      }
       mov(d, qword[rdi + frame_off::idx + 8 * e->index]);
-      if (seg_next_ && e->index == p_.row_dims - 1) inc(d);
       return;
     case ExprKind::IDiv:
     case ExprKind::IMod: {

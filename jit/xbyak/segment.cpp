@@ -7,7 +7,7 @@
 // are computed in general registers, the broadcasts into pinned vector registers, then each
 // vector of the block evaluates the fold's DAG (eval.cpp: the same instruction selection as
 // every other kernel; a row leaf reads its vector of columns, converting narrow tables). The rows
-// of the id a few positions ahead (in the next bag near the end of this one) are prefetched, into
+// of the id a few positions ahead (in the bags that follow near the end of this one) are prefetched, into
 // L1 or L2 by the table's size, as the LLVM bag kernel does (backend/gather_prefetch.hpp). After
 // the walk, the epilogue phases run per vector with the accumulators as their Acc leaves.
 //
@@ -280,7 +280,7 @@ void Gen<Vmm>::seg_shared(size_t i, const Reg64& d, const std::vector<Reg64>& f)
   seg_cse_[e] = seg_shared_q_[i];
 }
 
-// Prefetch of the lines the id a few positions ahead of rcx (in the next bag when past this one's
+// Prefetch of the lines the id a few positions ahead of rcx (in a later bag when past this one's
 // end) reads through each prefetched pointer: the block's vectors of a row (from the block's first
 // column), the elements of a gathered broadcast (an 8-bit table's scale and bias). How far ahead,
 // into L1 or L2, or none, by the size of the tables: backend/gather_prefetch.hpp.
@@ -313,24 +313,14 @@ void Gen<Vmm>::seg_prefetch(int nv, bool masked) {
   }
   const GatherPrefetch how = gather_prefetch(table_bytes, id_bytes, rows_only);
   if (how.ahead == 0) return;
-  // The id ahead in this bag falls through; past its end the position in the next bag is
-  // computed out of line (seg_cold_), so the walk's common path takes no branch here.
-  Label& here = seg_cold_labels_.emplace_back();
-  Label& skip = seg_cold_labels_.emplace_back();
-  Label& next_bag = seg_cold_labels_.emplace_back();
+  // The position ahead, below the walk's limit: the last bag's end, so that the prefetch runs on
+  // through the bags that follow (bags of 20-100 ids, 32 or 64 ahead: stopping at the next bag's end
+  // left the first rows of the bag after it unfetched), or this bag's end when the prefetched
+  // addresses read the bag index.
+  Label skip;
   lea(rax, ptr[rcx + how.ahead]);
-  cmp(rax, qword[rsp + seg_hi_q_]);
-  jge(sp.next_bag_prefetch ? next_bag : skip, T_NEAR);
-  if (sp.next_bag_prefetch)
-    seg_cold_.push_back([this, &here, &skip, &next_bag] {
-      L(next_bag);
-      sub(rax, qword[rsp + seg_hi_q_]);
-      add(rax, qword[rsp + seg_nlo_q_]);
-      cmp(rax, qword[rsp + seg_nhi_q_]);
-      jl(here, T_NEAR);
-      jmp(skip, T_NEAR);
-    });
-  L(here);
+  cmp(rax, qword[rsp + seg_limit_q_]);
+  jge(skip, T_NEAR);
   seg_r0_ = rax;
   // A shared value two prefetched bases read (the 8-bit table's clamped row id, for its row and
   // its scale/bias) is computed once for the id ahead, into its register or slot: this id's
@@ -673,8 +663,7 @@ void Gen<Vmm>::segment_loop() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) seg_buf_q_.push_back(q());
     seg_lo_q_ = q();
     seg_hi_q_ = q();
-    seg_nlo_q_ = q();
-    seg_nhi_q_ = q();
+    seg_limit_q_ = q();
     seg_tl_q_ = q();
     seg_save_q_[0] = q();
     seg_save_q_[1] = q();
@@ -710,25 +699,12 @@ void Gen<Vmm>::segment_loop() {
     mov(qword[rsp + seg_lo_q_], rax);
     ieval(k_.reduce_end.get(), rax, f);
     mov(qword[rsp + seg_hi_q_], rax);
-    if (sp.next_bag_prefetch) {  // the next bag's range (empty after the last bag)
-      Label none, done;
-      const int d = p_.row_dims - 1;
-      mov(rax, qword[rdi + frame_off::idx + 8 * d]);
-      inc(rax);
-      cmp(rax, qword[rdi + frame_off::ext + 8 * d]);
-      jge(none, T_NEAR);
-      seg_next_ = true;
-      ieval(k_.reduce_begin.get(), rax, f);
-      mov(qword[rsp + seg_nlo_q_], rax);
+    if (sp.ahead_past_bag) {  // the last bag's end (the same for every bag: a few instructions)
+      seg_last_bag_ = true;
       ieval(k_.reduce_end.get(), rax, f);
-      mov(qword[rsp + seg_nhi_q_], rax);
-      seg_next_ = false;
-      jmp(done, T_NEAR);
-      L(none);
-      mov(qword[rsp + seg_nlo_q_], 0);
-      mov(qword[rsp + seg_nhi_q_], 0);
-      L(done);
+      seg_last_bag_ = false;
     }
+    mov(qword[rsp + seg_limit_q_], rax);
     mov(r15, qword[rdi + frame_off::ext + 8 * p_.row_dims]);
     xor_(r14d, r14d);
     const int n = std::min(nv, nv_once);

@@ -72,7 +72,9 @@ struct SegmentPlan {
   /// The column extent up to which the nibble rows' shift is 4 * (o & 1) (the arange's float
   /// steps and i32 cast are exact below 2^31 columns): a launch with more columns throws.
   int64_t max_columns = INT64_MAX;
-  bool next_bag_prefetch = false;  ///< prefetched bases do not read the bag index: the next bag is prefetched
+  /// Prefetched bases do not read the bag index: the prefetch runs ahead past this bag's end, up to
+  /// the last bag's (ir/kernel.hpp: every position below it is in range; the bags follow one another).
+  bool ahead_past_bag = false;
 };
 
 /// Fills plan (mode Segment, plan.segment) for a dynamic-reduce kernel, or returns why not.

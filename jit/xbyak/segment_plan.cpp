@@ -98,10 +98,10 @@ class Analysis {
       for (int d = 0; d < last_; ++d) bag_dim |= ir::depends_on(p.base.get(), ir::Space::Outer, d);
       p.prefetch = p.row || (ir::contains(p.base.get(), ExprKind::Load) && !bag_dim);
     }
-    sp_.next_bag_prefetch = true;
+    sp_.ahead_past_bag = true;
     for (const auto& p : sp_.ptrs)
       for (int d = 0; d < last_; ++d)
-        if (p.prefetch && ir::depends_on(p.base.get(), ir::Space::Outer, d)) sp_.next_bag_prefetch = false;
+        if (p.prefetch && ir::depends_on(p.base.get(), ir::Space::Outer, d)) sp_.ahead_past_bag = false;
     plan_.segment = std::make_shared<const SegmentPlan>(std::move(sp_));
   }
 

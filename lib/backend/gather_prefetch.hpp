@@ -23,7 +23,13 @@
 // EPYC Zen 4 (L2 1 MiB, L3 32 MiB), f32 [R, 64] tables, 246k ids, 1 thread, L1 at 16 ahead
 // against L2 at 32 ahead: R = 2k (0.5 MiB) and 8k (2 MiB) L1 15-25% faster; 20k (5 MiB) L1
 // 5-10% faster; 32k (8 MiB) even; 60k (15 MiB) L2 25-35% faster; 2M (512 MiB) L2 1.5-1.6x faster
-// (f16 2x). Distances for L2 prefetches: 24-48 ids the best, 16 and 64 slower.
+// (f16 2x). Distances for L2 prefetches: 24-48 ids the best, 16 and 64 slower, for those rows of
+// 256 bytes (4 lines, 128 in flight at 32 ahead). Shorter rows take proportionally more ids, up to
+// 64 (about 128 lines again), once the prefetch ran on across bags (it had stopped at the end of
+// the next bag): Zen 4, 1 thread, 32 -> 64 ahead, 4096 bags of 20-100 ids, [2M, 64] tables: 8-bit
+// fused rows (72 bytes) uniform 1.71-1.78 -> 1.39-1.53 ms, f16 (128 bytes) 1.41-1.57 -> 1.34-1.36;
+// 2 threads 8-bit 0.79-0.83 -> 0.70-0.76, f16 0.78-0.97 -> 0.71; f32 rows and Zipf ids level
+// (docs/performance.md, "Bag prefetches run across bags").
 //
 // An Intel core (a Sapphire Rapids class Xeon, 2 vCPUs: docs/performance.md, "Bag prefetches on
 // an Intel Xeon") keeps L1 prefetches for a big table whose rows are short: with at most 192
@@ -32,6 +38,7 @@
 // ms, Zipf 3.11 -> 2.47; [2M, 64] f16 2.68 -> 2.50), both backends; from 256 bytes (f32 rows of
 // 64, f16 of 128) the L2 stayed ahead ([1M, 128] f16 5.0 against 6.8-7.3 ms).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "kfuse/profile.hpp"
@@ -69,7 +76,8 @@ inline GatherPrefetch gather_prefetch(int64_t table_bytes, int64_t id_bytes, boo
   const probe::CacheSizes& cs = probe::cache_sizes();
   if (table_bytes < 0 || table_bytes > cs.l3 / 4) {
     if (id_bytes >= 0 && id_bytes <= 192 && short_rows_to_l1()) return {16, false};
-    return {32, true};
+    constexpr int64_t kLinesAhead = 128;  // lines in flight to aim for (see above)
+    return {id_bytes > 0 ? std::clamp<int64_t>(kLinesAhead * 64 / id_bytes, 32, 64) : 32, true};
   }
   if (rows_only && table_bytes <= cs.l2) return {0, false};
   return {16, false};

@@ -139,8 +139,10 @@ class Lowerer {
       k.kind = k.outer.empty() ? ir::KernelKind::Global : inner_reduced ? ir::KernelKind::Row : ir::KernelKind::Column;
       if (segment_) {
         // Bag b folds ids [starts[b], starts[b + 1]), the last bag up to N, clamped into [0, N]:
-        // even unchecked offsets never make the kernel read outside the ids. N is the ids
-        // extent, a launch parameter, so batches of any id count share the kernel.
+        // even unchecked offsets never make the kernel read outside the ids. The last bag ends at
+        // N, below which every position is an id: backends prefetch across bags up to it
+        // (ir/kernel.hpp). N is the ids extent, a launch parameter, so batches of any id count
+        // share the kernel.
         ExprRef b = kept_idx_[0], bd = kept_dims_[0], n = full_dims_[1];
         ExprRef lo = emit(segment_->inputs[1].get(), {b}, {bd}, nullptr);
         ExprRef b1 = ir::iadd(b, ir::iconst(1));

@@ -12,7 +12,11 @@
 // extents by one dimension whose range depends on the outer point: Var(reduce 0) runs over
 // [reduce_begin, reduce_end), two i64 expressions of the outer point (they may Load, e.g. a
 // bag's offsets) evaluated once per outer point; an empty range folds nothing. Lowering clamps
-// that range into the buffers it indexes, so a kernel never reads out of bounds.
+// that range into the buffers it indexes, so a kernel never reads out of bounds. Lowering also
+// makes every position below the end of the LAST bag (the last index of the bag dim: the ids'
+// extent) in range for the reduce phase's loads, and the bags follow one another there (a bag
+// ends where the next begins: the offsets' check), so a backend may read ahead across bags up to
+// that end (the bag kernels' prefetch of later ids' rows).
 //
 // Scalar and index arithmetic share one expression type (Expr, an immutable DAG). Index
 // expressions have dtype i64 and reach shapes only through Param (a run-time int64 parameter:

@@ -399,21 +399,25 @@ TEST_F(XbyakSegments, RowsArePrefetchedIntoL1OrL2ByTheTableSize) {
 }
 
 // The policy itself (backend/gather_prefetch.hpp), one source for both CPU backends: a big or
-// unknown table takes L2 32 ids ahead, except rows of at most 192 bytes per id on an Intel core
-// (L1, 16 ahead); a table in the caches L1 16 ahead; rows alone within the L2 nothing.
+// unknown table takes L2, about 128 lines ahead (32 ids of 256 bytes or more, up to 64 ids of
+// 128 bytes or fewer; 32 when the bytes are unknown), except rows of at most 192 bytes per id
+// on an Intel core (L1, 16 ahead); a table in the caches L1 16 ahead; rows alone within the L2
+// nothing.
 TEST(GatherPrefetch, ShortRowsOfBigTablesStayInL1OnIntel) {
   const probe::CacheSizes& cs = probe::cache_sizes();
   const int64_t big = cs.l3 / 4 + 1;
   const bool intel = detail::short_rows_to_l1();
   for (int64_t table : {big, int64_t{-1}}) {
     const detail::GatherPrefetch narrow = detail::gather_prefetch(table, 136, false);
-    EXPECT_EQ(narrow.ahead, intel ? 16 : 32);
+    EXPECT_EQ(narrow.ahead, intel ? 16 : 128 * 64 / 136);
     EXPECT_EQ(narrow.to_l2, !intel);
     const detail::GatherPrefetch at = detail::gather_prefetch(table, 192, true);
     EXPECT_EQ(at.to_l2, !intel);
-    for (int64_t id_bytes : {int64_t{193}, int64_t{256}, int64_t{-1}}) {
+    for (int64_t id_bytes : {int64_t{40}, int64_t{72}, int64_t{128}})
+      EXPECT_EQ(detail::gather_prefetch(table, id_bytes, true).ahead, intel ? 16 : 64) << id_bytes;
+    for (auto [id_bytes, ahead] : {std::pair<int64_t, int64_t>{193, 128 * 64 / 193}, {256, 32}, {512, 32}, {-1, 32}}) {
       const detail::GatherPrefetch wide = detail::gather_prefetch(table, id_bytes, true);
-      EXPECT_EQ(wide.ahead, 32) << id_bytes;
+      EXPECT_EQ(wide.ahead, ahead) << id_bytes;
       EXPECT_TRUE(wide.to_l2) << id_bytes;
     }
   }
