@@ -20,6 +20,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/segment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_kernel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_policy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_swapped.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemv.cpp

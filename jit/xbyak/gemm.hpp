@@ -123,7 +123,7 @@ constexpr int kGemvRowsY = 6;
 constexpr int gemv_rows_per_sweep(bool zmm) { return zmm ? kGemvRowsZ : kGemvRowsY; }
 /// The most rows the GEMV path takes with B contiguous along N past half of L2 (in as few, even
 /// sweeps as that allows): AVX2 up to 8 (one sweep up to 6, 7 and 8 as 4 + 3 and 4 + 4); AVX-512 up to 64, past 32
-/// with B past L3 (gemm_run.cpp, path_for) (Zen 4, 1
+/// with B past L3 (gemm_path) (Zen 4, 1
 /// thread, [M,4096]x[4096,4096] against the packed path: 32 rows 12.5-13.9 against 16.9-18.2 ms, 48 19.4-19.9
 /// against 22.6-22.8, 64 25.3-25.6 against 27.6-28.8; on an Intel Xeon, before the tiles' prefetch and unaliased
 /// rows, two sweeps of 24 had lost at 48 rows, 18.4-18.6 against 17.3-18.3: not measured there since).
@@ -180,7 +180,9 @@ int64_t swapped_width(const Ukrs& u, int64_t m);
 int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t KC);
 void gemm_swapped(const Ukrs& u, const SwappedArgs& s);
 
-/// Cache blocking of the packed path (gemm_run.cpp), from the cache sizes the CPU reports.
+// ---- launch-time choices (gemm_policy.cpp) ----
+
+/// Cache blocking of the packed path, from the cache sizes the CPU reports.
 struct GemmBlocking {
   int64_t mc, kc, nc;
 };
@@ -189,6 +191,27 @@ GemmBlocking gemm_blocking(const Ukrs& u);
 /// quarter of L2, as they are walked once per row of tiles (gemm_run.cpp).
 int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 
+/// The loop an m x n block of a launch runs: GEMV (a few rows: B streamed once per group of rows,
+/// along N, or transposed in registers for B contiguous along K: GemvT), swapped (x @ W^T as
+/// W x^T, W read in place), direct (f32 operands in place, B contiguous along N) or packed.
+enum class GemmPath { Gemv, GemvT, Swapped, Direct, Packed };
+/// Columns of a block up to which AVX-512's direct kernel runs on AMD whatever M and K; such
+/// blocks run by rows of tiles (gemm_run.cpp).
+constexpr int64_t kDirectNarrowColumns = 256;
+/// What gemm_path decides on: the launch's forced path (GemmForce::path or a tuned variant), what
+/// the kernel's operands allow, B's layout and dtype, the block and K, the packed path's KC.
+struct GemmPathQuery {
+  int forced;     ///< 0 by size, 1 packed, 2 direct
+  bool gemv_ok;   ///< f32 A without a prologue, B a dtype the GEMV kernels read (no prologue)
+  bool plain;     ///< both operands f32 without prologues (the direct kernels' input)
+  bool b_unit_n;  ///< B contiguous along N
+  bool b_unit_k;  ///< B contiguous along K (x @ W^T)
+  DType b_dt;
+  int64_t b_bytes;  ///< bytes of one element of B as stored
+  int64_t m, n, K, kc;
+};
+GemmPath gemm_path(const Ukrs& u, const GemmPathQuery& q);
+
 /// The most rows (at most `mr`) of A `row_bytes` apart that a direct tile reads at the same k
 /// without putting more lines in one L1D set than it has ways: an x86 L1D indexes its sets by
 /// address bits 6-11 (virtually indexed within a 4 KiB page), so it has l1d / 4 KiB ways. Rows a
@@ -196,7 +219,7 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 /// in place, tiles of 14 rows 76-88 GFLOP/s, 12 rows 103-104, 10 113-114, 8 and 7 115.
 int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes);
 /// Whether AVX-512's direct (unpacked) kernel beats packing for problems of up to 3 L2s with K
-/// in one KC block (gemm_run.cpp, path_for): on AMD (Zen 4), not on Intel (a Sapphire Rapids
+/// in one KC block (gemm_path): on AMD (Zen 4), not on Intel (a Sapphire Rapids
 /// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.
 bool direct_gemm_past_l2();
 /// Whether AVX-512's last part-vector of up to 8 columns runs through the narrow (ymm) tail

@@ -283,20 +283,4 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
   } catch (const DeclineError& d) { return d.what(); }
 }
 
-// (gemm.hpp) An x86 L1D's set is address bits 6-11 (virtually indexed within a 4 KiB page).
-// Rows within one line (a stride under 64 bytes, or 0: a broadcast A) count as that one line.
-int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes) {
-  constexpr int64_t kSets = 4096 / 64;
-  const int64_t ways = std::max<int64_t>(1, l1d_bytes / 4096);
-  int64_t count[kSets] = {}, lines[kSets];  // (a tile has at most 16 rows: called per task, no allocation)
-  int n = 0;
-  for (int r = 0; r < std::min<int>(mr, kSets); ++r) {
-    const int64_t b = r * row_bytes, line = b >= 0 ? b / 64 : -((-b + 63) / 64);
-    if (std::find(lines, lines + n, line) != lines + n) continue;
-    lines[n++] = line;
-    if (++count[(line % kSets + kSets) % kSets] > ways) return std::max(r, 1);
-  }
-  return mr;
-}
-
 }  // namespace kfuse::detail::xb

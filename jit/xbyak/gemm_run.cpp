@@ -1,7 +1,8 @@
 // xbyak backend: running a contraction (gemm.hpp): the GotoBLAS/BLIS loop nest over packed
 // panels, the small and GEMV paths that read the operands in place, threads, the epilogue.
 // One GemmKernel whose paths (packed, direct, GEMV) share its launch geometry, scratch and
-// epilogue; planning is gemm_plan.cpp, the microkernels gemm_kernel.cpp, the GEMV kernels gemv.cpp.
+// epilogue; planning is gemm_plan.cpp, the choices of blocking and path gemm_policy.cpp, the
+// microkernels gemm_kernel.cpp, the GEMV kernels gemv.cpp.
 //
 // Loop nest per task (a block of rows x columns of one batch's C):
 //   for jc (NC columns) / for pc (KC of K, in order) / pack B (KC x NC, NR-wide slivers) /
@@ -29,7 +30,6 @@ namespace kfuse::detail::xb {
 
 namespace {
 
-int64_t round_down(int64_t v, int64_t m) { return std::max(m, v / m * m); }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The step that covers `n` in as few blocks of at most `most` (a multiple of `unit`) as the
 // plain step does, as even as whole units allow.
@@ -57,38 +57,7 @@ struct Strides {
 // and 96^3 gained (26 -> 14 us); on Zen 4 (AVX-512) 64^3 went 5.4-6.4 -> 3.5-4.5 us.
 constexpr int64_t kParallelFlops = int64_t{1} << 19;
 
-// Columns of a task up to which AVX-512's direct kernel runs on AMD whatever M and K (path_for).
-constexpr int64_t kDirectNarrowColumns = 256;
-
 }  // namespace
-
-GemmBlocking gemm_blocking(const Ukrs& u) {
-  // KC: a KC x NR sliver of B fills half of L1 (the other half: A's stream, C). MC: an MC x KC
-  // panel of A fills half of L2. NC: a KC x NC panel of B a quarter of L3 (shared by the cores),
-  // at most 4 MiB.
-  //
-  // AVX-512 (NR = 32 floats) instead takes a sliver of 1/16 of L2 (KC = 512 for 1 MiB): half of
-  // L1 allowed KC = 128 only, and each KC block ends with a read-modify-write of the 14 x 32 C
-  // tile. The sliver then streams from L2 (128 bytes per 28 FMAs, which the hardware prefetcher
-  // sustains). Zen 4, 1 thread, 2048^3 (xbyak microkernel, C prefetched to L2): KC 128 168 ms,
-  // 256 159-160, 384 157, 512 155-157, 1024 156; MC 238..1022 made no difference.
-  const probe::CacheSizes& cs = probe::cache_sizes();
-  const int64_t l1 = cs.l1d, l2 = cs.l2, l3 = cs.l3;
-  GemmBlocking b;
-  const int64_t sliver_bytes = u.w == 16 ? l2 / 16 : l1 / 2;
-  b.kc = std::clamp<int64_t>(round_down(sliver_bytes / (u.nr * 4), 8), 64, 1024);
-  b.mc = std::clamp<int64_t>(round_down(l2 / 2 / (b.kc * 4), u.mr), u.mr, 1024 / u.mr * u.mr);
-  // NC: at most 4 MiB of panel, about one core's share of a server L3: VMs report the whole
-  // socket's L3 (480 MiB on a 2-vCPU Xeon), and there a 16 MiB panel (NC = 4096 at KC = 1024) ran
-  // [512,1024]x[1024,4096] 15% slower than a 4 MiB one, an 8 MiB one 4-7% (1 thread, interleaved).
-  const int64_t panel_bytes = std::min<int64_t>(l3 / 4, int64_t{4} << 20);
-  b.nc = std::clamp<int64_t>(round_down(panel_bytes / (b.kc * 4), u.nr), u.nr, 4096 / u.nr * u.nr);
-  return b;
-}
-
-int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc) {
-  return round_down(probe::cache_sizes().l2 / 4 / (std::max<int64_t>(kc, 1) * 4), u.nr);
-}
 
 namespace {
 uint64_t next_serial() {
@@ -105,8 +74,7 @@ class GemmKernel final : public CompiledKernel {
         u_(gemm_ukrs(isa)),
         blk_(gemm_blocking(u_)),
         path_(force.path),
-        l2_(probe::cache_sizes().l2),
-        l3_(probe::cache_sizes().l3) {
+        l2_(probe::cache_sizes().l2) {
     cvt_[0] = converter(p_.a_dt);
     cvt_[1] = converter(p_.b_dt);
     es_[0] = static_cast<int64_t>(dtype_size(p_.a_dt));
@@ -318,74 +286,9 @@ class GemmKernel final : public CompiledKernel {
     int64_t brow;  // first outer row of this batch (batch index * M)
   };
 
-  // The path of an m x n block: GEMV (a few rows: B streamed once per group of up to kGemvRows
-  // rows, along N or, for B contiguous along K, transposed in registers), direct (small problems in L2, or forced:
-  // f32 operands in place, B contiguous along N) or packed (everything else).
-  enum class Path { Gemv, GemvT, Swapped, Direct, Packed };
-  Path path_for(const Launch& L, int64_t m, int64_t n) const {
-    if (L.path == 1 || !gemv_ok_) return Path::Packed;
-    const int64_t bytes = (m * p_.K + m * n) * 4 + p_.K * n * es_[1];  // A, C and B as stored
-    if (L.b.col == 1) {
-      // Three or four rows in L2 run faster through the direct kernel's register tile. Past L2,
-      // up to 2 * kGemvRows rows go in two passes over B (groups of up to kGemvRows rows): about
-      // the traffic of packing B once, where packing for 5 to 8 rows cost more than their
-      // arithmetic. Zen 3, 1 thread, [M,1024]x[1024,1024] (B in L3), packed -> two passes:
-      // M = 5 0.42 -> 0.24 ms, 8 0.51 -> 0.35 ms (oneDNN 0.26, 0.55); [8,4096]x[4096,4096] (B in
-      // memory) 9.2 -> 7.1 ms. Three passes lost with B in memory (12 rows 9.7 -> 10.5 ms).
-      // AVX-512 sweeps B once for up to 32 rows (register tiles, gemv.cpp), and takes up to 64
-      // in two (gemv_rows_limit: Zen 4's figures). Intel Xeon (model 207), 1 thread,
-      // [M,4096]x[4096,4096], when the limit was 32, before -> after (oneDNN):
-      // M = 6 5.9 -> 3.3-3.8 ms (3.0), 8 6.3 -> 3.6 (3.3), 12 packed 10.1 -> 4.5 (5.3-5.6), 16
-      // packed 11.2-11.7 -> 6.4-6.5 (5.7-6.7), 24 packed 12.2-15.8 -> 9.1-9.3 (8.0-9.4), 32 packed
-      // 14.3-14.5 -> 12.8-13.2 (10.7-11.1).
-      // Past one zmm sweep (33-64 rows) only with B past L3: from L3 the packed path's panels, reused
-      // over more rows, won (Zen 4, 1 thread, tiles against packed: [48,2048]x[2048,2048] 6.3-6.4
-      // against 5.3-5.5 ms, [64,1024]x[1024,1024] 1.6-2.1 against 1.4-1.5; from memory
-      // [48,4096]x[4096,4096] 19.5 against 22.3). Up to 32 rows the one sweep wins from L3 too
-      // ([16,2048]x[2048,2048] 1.6-2.0 against 2.1-2.3, [32,1024]^2 0.70-0.76 against 0.81-0.83).
-      const bool zmm = u_.w == 16, one_sweep = m <= gemv_rows_per_sweep(zmm);
-      if (m <= 2 || (m <= gemv_rows_limit(zmm) && bytes > l2_ / 2 && (one_sweep || !zmm || bytes > l3_)))
-        return Path::Gemv;
-      if (!plain_) return Path::Packed;  // (the direct kernels read f32 only)
-      if (L.path == 2 || bytes <= l2_ / 2) return Path::Direct;
-      // AVX-512 with K in one KC block, on AMD: in place up to 3 L2s (each C tile is written
-      // once, and no packing pass). Zen 4, 1 thread, direct vs packed: 256^3 292 vs 317 us,
-      // 384^3 0.98 vs 1.04 ms, 512^3 2.33 vs 2.44 ms; 1024x512x512 (5 MiB) 5.12 vs 5.02 ms; with
-      // K > KC direct lost (640^3 5.8 vs 4.9 ms). On an Intel Xeon (Sapphire Rapids class, 2 MiB
-      // L2) direct loses at these sizes: 384^3 0.94 vs 0.78 ms, 512^3 2.1-2.4 vs 1.8 ms,
-      // 1024x512x512 4.5-5.5 vs 3.4-3.6 ms (interleaved A/B, medians). (AVX2's rule above is the
-      // one measured on Zen 3.)
-      if (u_.w == 16 && direct_gemm_past_l2() && p_.K <= L.blk.kc && bytes <= 3 * l2_) return Path::Direct;
-      // Narrow B (attention's P @ V, N = 64), any K and M: in place too. The direct kernel
-      // re-reads A once per NR columns, cheap for a few slivers, where packing A costs as much
-      // per element whatever N is. Zen 4, 1 thread, packed -> direct: [1024,1000]x[1000,64] 97
-      // -> 115 GFLOP/s, N = 256 109 -> 114, N = 300 lost; K = 1024 (A's rows 4 KiB apart, in
-      // tiles of 8 rows: gemm_direct_tile_rows) 96-100 -> 115 (docs/performance.md, "Narrow
-      // matmuls read A in place").
-      if (u_.w == 16 && direct_gemm_past_l2() && n <= kDirectNarrowColumns) return Path::Direct;
-    } else if (L.b.row == 1) {
-      // B along K (x @ W^T): up to kGemvRows rows in one sweep of W; up to twice that in two
-      // sweeps past half of L2, or whatever the size for half weights: packing W^T transposes
-      // (and converts) all of it into a panel every call. Intel Xeon, 1 thread, packed -> two
-      // sweeps: [8,4096]x[4096,4096]^T f32 13.8 -> 7.9 ms, f16 11.1 -> 5.4 ms; [8,1024]^2 f32
-      // 676 -> 438 us; [8,512]x[512,512]^T f16 110 -> 78 us (f32 in L2 even; AVX2 kernels: f32
-      // [6,256]^2 15.6 -> 21.5 us, so f32 in L2 stays packed). docs/performance.md.
-      // The VL form (AMD's AVX-512) takes up to kGemvTRowsVl rows in one sweep: Zen 4, 1 thread,
-      // [M,4096]x[4096,4096]^T, two zmm sweeps or swapped -> one VL sweep (oneDNN sgemm): 6 rows 9.3 ->
-      // 4.4 ms (5.3-5.5), 8 rows 10.3 -> 5.4 (8.0-8.5), 12 rows swapped 9.6-9.7 -> 7.4 (14.2); 16 rows
-      // level with swapped (9.6-9.7).
-      const bool half = p_.b_dt != DType::F32;
-      const int64_t gemv_t_limit = std::max<int64_t>(2 * kGemvRows, gemv_t_rows_per_sweep(gemv_t_form(u_.w == 16)));
-      if (m <= kGemvRows || (m <= gemv_t_limit && (bytes > l2_ / 2 || half))) return Path::GemvT;
-      // More rows, weights past half of L2: C^T = W x^T, W read in place by the direct kernels
-      // (half weights converted a tile at a time) and only x packed (gemm_swapped.cpp). The packed path transposed all
-      // of W for one or two row tiles. AMD EPYC (Zen 3, AVX2), 1 thread, [M,4096]x[4096,4096]^T packed -> swapped: M =
-      // 9 12.9 -> 8.2 ms, 16 13.7 -> 8.6, 32 23.6 -> 13.8, 64 42-46 -> 27.5, 128 63-67 -> 57; 256 lost (136 -> 152), as
-      // did W in L2 ([64,256]x[256,256]^T 109 -> 149 us) and 5 to 8 rows against the GEMV's two sweeps (8.0 -> 10.6
-      // ms).
-      if (m <= kSwappedRows && bytes > l2_ / 2) return Path::Swapped;
-    }
-    return Path::Packed;
+  // The path of an m x n block (gemm_policy.cpp).
+  GemmPath path_for(const Launch& L, int64_t m, int64_t n) const {
+    return gemm_path(u_, {L.path, gemv_ok_, plain_, L.b.col == 1, L.b.row == 1, p_.b_dt, es_[1], m, n, p_.K, L.blk.kc});
   }
 
   // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
@@ -622,8 +525,8 @@ class GemmKernel final : public CompiledKernel {
     const float* bf = static_cast<const float*>(t.b);  // (plain_ only)
     const char* bb = static_cast<const char*>(t.b);    // (GEMV: f32, f16 or bf16)
     const int64_t eb = es_[1];
-    const Path path = path_for(L, m, n);
-    if (path == Path::GemvT) {
+    const GemmPath path = path_for(L, m, n);
+    if (path == GemmPath::GemvT) {
       const GemvTForm form = gemv_t_form(u_.w == 16);
       const int64_t most = gemv_t_rows_per_sweep(form);
       for (int64_t r0 = 0; r0 < m; r0 += most) {
@@ -646,7 +549,7 @@ class GemmKernel final : public CompiledKernel {
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }
-    if (path == Path::Swapped) {
+    if (path == GemmPath::Swapped) {
       const int64_t kb = swapped_chunk(u_, l2_, m, K, KC), wd = swapped_width(u_, m);
       SwappedArgs s{af + m0 * sa.row,
                     sa.row,
@@ -668,7 +571,7 @@ class GemmKernel final : public CompiledKernel {
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }
-    if (path == Path::Gemv) {
+    if (path == GemmPath::Gemv) {
       // (sums_ld, not ld: the epilogue below reads a temp C at the task's stride ld)
       const int64_t sums_ld = gemv_sums_stride(n);
       float* sums = scratch(2, m * sums_ld);
@@ -693,7 +596,7 @@ class GemmKernel final : public CompiledKernel {
       return;
     }
     // Small problems in L2: the direct kernel reads A and B in place (B contiguous along N).
-    if (path == Path::Direct) {
+    if (path == GemmPath::Direct) {
       // Rows of A read in lockstep stay within the ways of an L1 set (a row-major A whose rows
       // are 4 KiB apart: 8 of them).
       const int64_t TR = sa.col == 1 ? gemm_direct_tile_rows(sa.row * 4, u_.mr, probe::cache_sizes().l1d) : MR;
@@ -783,7 +686,7 @@ class GemmKernel final : public CompiledKernel {
   const Ukrs& u_;
   GemmBlocking blk_;
   int path_;  ///< GemmForce::path: the path of variant 0
-  int64_t l2_, l3_;
+  int64_t l2_;
   const uint64_t serial_ = next_serial();
   Plan epi_plan_;
   std::unique_ptr<ExecMem> epi_mem_;
