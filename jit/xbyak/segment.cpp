@@ -109,17 +109,21 @@ void Gen<Vmm>::seg_broadcast(const ir::Expr* e, const Vmm& d) {
       vpbroadcastd(d, x);
       vcvtdq2ps(d, d);
       return;
+    // Half scalars (a 4-bit table's f16 scale and bias, once per id): the half broadcast from memory
+    // into every 16-bit lane, then converted (f16) or shifted into the top half of each lane (bf16)
+    // in place: two instructions, where a round trip through a general register took four.
     case DType::F16:
-      movzx(eax, word[at]);
-      vmovd(x, eax);
-      vcvtph2ps(x, x);
-      vbroadcastss(d, x);
+      if constexpr (Z) {
+        vpbroadcastw(Xbyak::Ymm(d.getIdx()), word[at]);
+        vcvtph2ps(d, Xbyak::Ymm(d.getIdx()));
+      } else {
+        vpbroadcastw(x, word[at]);
+        vcvtph2ps(d, x);
+      }
       return;
     case DType::BF16:
-      movzx(eax, word[at]);
-      shl(eax, 16);
-      vmovd(x, eax);
-      vbroadcastss(d, x);
+      vpbroadcastw(d, word[at]);
+      vpslld(d, d, 16);
       return;
     default: throw DeclineError("xbyak: segment kernel: internal: broadcast dtype");
   }
