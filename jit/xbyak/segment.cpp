@@ -703,7 +703,9 @@ void Gen<Vmm>::segment_loop() {
     mov(qword[rsp + seg_lo_q_], rax);
     ieval(k_.reduce_end.get(), rax, f);
     mov(qword[rsp + seg_hi_q_], rax);
-    if (sp.ahead_past_bag) {  // the last bag's end (the same for every bag: a few instructions)
+    // The prefetch's limit (seg_prefetch): this bag's end, in rax, or, when the prefetch may run
+    // past it, the last bag's end (the same for every bag: a few instructions).
+    if (sp.ahead_past_bag) {
       seg_last_bag_ = true;
       ieval(k_.reduce_end.get(), rax, f);
       seg_last_bag_ = false;

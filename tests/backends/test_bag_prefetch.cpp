@@ -1,5 +1,7 @@
-// The CPU bag kernels' prefetch of later ids' rows (jit/xbyak/segment.cpp, jit/llvm/lower_tiles.cpp):
-// it runs ahead across bags, up to the end of the last bag (ir/kernel.hpp), and never past it.
+// The CPU bag kernels' prefetch of later ids' rows (jit/xbyak/segment.cpp, jit/llvm/lower_tiles.cpp)
+// runs ahead across bags, up to the end of the last bag (ir/kernel.hpp): it must never read an id
+// past it. (That it runs across bags at all is a matter of speed: docs/performance.md, "Bag
+// prefetches run across bags".)
 //
 // The ids sit at the very end of a page whose next page is inaccessible, so a prefetch that reads
 // an id past the last one faults, in every build (not only under ASan). The bags are of 0 to 3
@@ -47,7 +49,7 @@ class GuardedIds {
   int64_t* ids_ = nullptr;
 };
 
-TEST(BagPrefetch, RunsAcrossBagsAndStopsAtTheLastId) {
+TEST(BagPrefetch, ReadsNoIdPastTheLastBagOnEitherBackend) {
   const probe::CacheSizes& cs = probe::cache_sizes();
   constexpr int64_t D = 16, N = 512;  // 64-byte rows; a page of ids
   std::vector<std::string> backends;
