@@ -1,0 +1,84 @@
+// The xbyak GEMM's choice of loop per block (jit/xbyak/gemm_policy.cpp, gemm_path): the rules that
+// do not depend on measured thresholds, pinned, so that moving or restructuring the policy cannot
+// change them unnoticed (every path gives the same bits, so the GEMM's result tests would not see
+// a block taking another path: only its speed would). Sizes are chosen far from the cache-size
+// thresholds of the host running the test.
+#include <gtest/gtest.h>
+
+#include <ostream>
+
+#include "../../jit/xbyak/gemm.hpp"
+#include "kfuse/profile.hpp"
+#include "test_xbyak_util.hpp"
+
+namespace kfuse::detail::xb {
+// (GoogleTest prints a path by its name)
+inline void PrintTo(GemmPath p, std::ostream* os) {
+  static const char* const names[] = {"Gemv", "GemvT", "Swapped", "Direct", "Packed"};
+  *os << names[static_cast<int>(p)];
+}
+}  // namespace kfuse::detail::xb
+
+namespace kfuse::xbt {
+namespace {
+
+using detail::xb::gemm_path;
+using detail::xb::GemmPath;
+using detail::xb::GemmPathQuery;
+
+// An f32 x f32 block of m x n over K, B contiguous along N (x @ W), nothing forced.
+GemmPathQuery plain(int64_t m, int64_t n, int64_t K) {
+  return {0, true, true, true, false, DType::F32, 4, m, n, K, 512};
+}
+
+TEST(XbyakGemmPolicy, PathsOfTheRulesWithoutThresholds) {
+  const int64_t l2 = probe::cache_sizes().l2;
+  const int64_t big = 4096;  // [4096,4096] f32 operands: 64 MiB, past half of any L2
+  ASSERT_GT(big * big * 4, l2);
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(detail::xb::isa_name(isa));
+    const detail::xb::Ukrs& u = detail::xb::gemm_ukrs(isa);
+    // Forced packing, and operands the in-place paths cannot read (a prologue or a converted A).
+    GemmPathQuery q = plain(1, big, big);
+    q.forced = 1;
+    EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+    q = plain(1, big, big);
+    q.gemv_ok = false;
+    EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+    // One or two rows: the GEMV, whatever the size.
+    EXPECT_EQ(gemm_path(u, plain(1, big, big)), GemmPath::Gemv);
+    EXPECT_EQ(gemm_path(u, plain(2, 16, 16)), GemmPath::Gemv);
+    // A problem within half of L2 reads its f32 operands in place; not when either is converted.
+    EXPECT_EQ(gemm_path(u, plain(48, 48, 48)), GemmPath::Direct);
+    q = plain(48, 48, 48);
+    q.plain = false;
+    EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+    // Forced direct, at any size, where B is contiguous along N.
+    q = plain(big, big, big);
+    q.forced = 2;
+    EXPECT_EQ(gemm_path(u, q), GemmPath::Direct);
+    // A big square problem packs.
+    EXPECT_EQ(gemm_path(u, plain(big, big, big)), GemmPath::Packed);
+    // Narrow B past L2: in place on AMD's AVX-512 (by rows of tiles), packed elsewhere.
+    const bool narrow_direct = u.w == 16 && detail::xb::direct_gemm_past_l2();
+    EXPECT_EQ(gemm_path(u, plain(big, 64, big)), narrow_direct ? GemmPath::Direct : GemmPath::Packed);
+    EXPECT_EQ(gemm_path(u, plain(big, detail::xb::kDirectNarrowColumns + 32, big)), GemmPath::Packed);
+    // B contiguous along K (x @ W^T): a few rows sweep W transposed in registers; up to
+    // kSwappedRows rows past half of L2 run as W x^T; more pack.
+    GemmPathQuery t = plain(detail::xb::kGemvRows, big, big);
+    t.b_unit_n = false;
+    t.b_unit_k = true;
+    EXPECT_EQ(gemm_path(u, t), GemmPath::GemvT);
+    t.m = detail::xb::kSwappedRows;
+    EXPECT_EQ(gemm_path(u, t), GemmPath::Swapped);
+    t.m = detail::xb::kSwappedRows + 1;
+    EXPECT_EQ(gemm_path(u, t), GemmPath::Packed);
+    // B strided both ways (a view): packed.
+    q = plain(8, big, big);
+    q.b_unit_n = false;
+    EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+  }
+}
+
+}  // namespace
+}  // namespace kfuse::xbt
