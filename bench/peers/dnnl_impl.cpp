@@ -153,6 +153,11 @@ std::vector<Impl> dnnl_attention_impls(const Workload& w, int threads) {
 }  // namespace
 
 std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
+  // A primitive fixes its thread count when it is created (its descriptor plans the work for the
+  // OpenMP threads of that moment), not when it runs: set it before any is made. Created after a
+  // 1-thread row with no other peer resetting OpenMP, the 2-thread rows' primitives ran on one
+  // thread (`--peers onednn`: the matmul primitive 20.3 ms at "2 threads" for 1024^3).
+  omp_set_num_threads(threads);
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit || w.kind == Kind::EmbeddingBag) return {};
   if (w.kind == Kind::Attention) return dnnl_attention_impls(w, threads);
   if (w.gemm()) return dnnl_gemm_impls(w, threads);
