@@ -14,22 +14,29 @@
 
 namespace kfuse::detail::xb {
 
-// One full MR-tall sliver of A with unit stride along K (row-major A): 8 x 8 blocks transposed in
-// registers. Column k of a block is stored whole at dst + k * MR + i0; when MR is not a multiple
-// of 8 its last 2..7 lanes land on the next k's first rows, which the next store (k ascending)
-// rewrites, or past the sliver (scratch() keeps slack; the next sliver rewrites them). k past the
-// last multiple of 8 is copied element by element.
+// One MR-tall sliver of A with unit stride along K (row-major A), its first `rows` rows from A and
+// the rest zero: 8 x 8 blocks transposed in registers. Column k of a block is stored whole at
+// dst + k * mr + i0; when mr is not a multiple of 8 its last 2..7 lanes land on the next k's first
+// rows, which the next store (k ascending) rewrites, or past the sliver (scratch() keeps slack; the
+// next sliver rewrites them). k past the last multiple of 8 is copied element by element. An edge
+// sliver (rows < mr) goes through the same transposes: element by element, with its zero rows
+// stored k by k, it had taken most of a batch of small products ([2048 x [9,64] x [64,9]], a
+// recommender's pairwise interaction).
 template <class L>
 __attribute__((target("avx2,f16c"))) inline void pack_a_rows(float* dst, const typename L::T* a, int64_t row, int mr,
-                                                             int64_t kc) {
+                                                             int rows, int64_t kc) {
   const int64_t kv = kc / 8 * 8;
   __m256 blk[2][8];
   const int chunks = (mr + 7) / 8;
   for (int64_t k0 = 0; k0 < kv; k0 += 8) {
     for (int c = 0; c < chunks; ++c) {
+      if (c * 8 >= rows) {  // (zero rows: nothing to transpose)
+        for (int i = 0; i < 8; ++i) blk[c][i] = _mm256_setzero_ps();
+        continue;
+      }
       for (int i = 0; i < 8; ++i) {
         const int r = c * 8 + i;
-        blk[c][i] = r < mr ? L::load8(a + r * row + k0) : _mm256_setzero_ps();
+        blk[c][i] = r < rows ? L::load8(a + r * row + k0) : _mm256_setzero_ps();
       }
       transpose8(blk[c]);
     }
@@ -37,24 +44,29 @@ __attribute__((target("avx2,f16c"))) inline void pack_a_rows(float* dst, const t
       for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(dst + (k0 + k) * mr + c * 8, blk[c][k]);
   }
   for (int64_t k = kv; k < kc; ++k)
-    for (int i = 0; i < mr; ++i) dst[k * mr + i] = L::one(a + i * row + k);
+    for (int i = 0; i < mr; ++i) dst[k * mr + i] = i < rows ? L::one(a + i * row + k) : 0.0f;
 }
 
-// One full NR-wide sliver of B with unit stride along K (column-major B, e.g. x @ w.T): 8 x 8
-// blocks transposed in registers, so that each k's NR floats are contiguous.
+// One NR-wide sliver of B with unit stride along K (column-major B, e.g. x @ w.T), its first
+// `cols` columns from B and the rest zero: 8 x 8 blocks transposed in registers, so that each k's
+// nr floats are contiguous (an edge sliver too, as pack_a_rows).
 template <class L>
 __attribute__((target("avx2,f16c"))) inline void pack_b_cols(float* dst, const typename L::T* b, int64_t col, int nr,
-                                                             int64_t kc) {
+                                                             int cols, int64_t kc) {
   const int64_t kv = kc / 8 * 8;
   __m256 blk[8];
   for (int j0 = 0; j0 < nr; j0 += 8) {
+    if (j0 >= cols) {  // (zero columns: nothing to transpose; N = 9 in slivers of 32 were 3/4 of them)
+      for (int64_t k = 0; k < kc; ++k) _mm256_storeu_ps(dst + k * nr + j0, _mm256_setzero_ps());
+      continue;
+    }
     for (int64_t k0 = 0; k0 < kv; k0 += 8) {
-      for (int j = 0; j < 8; ++j) blk[j] = L::load8(b + (j0 + j) * col + k0);
+      for (int j = 0; j < 8; ++j) blk[j] = j0 + j < cols ? L::load8(b + (j0 + j) * col + k0) : _mm256_setzero_ps();
       transpose8(blk);
       for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (k0 + k) * nr + j0, blk[k]);
     }
     for (int64_t k = kv; k < kc; ++k)
-      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = L::one(b + (j0 + j) * col + k);
+      for (int j = 0; j < 8; ++j) dst[k * nr + j0 + j] = j0 + j < cols ? L::one(b + (j0 + j) * col + k) : 0.0f;
   }
 }
 

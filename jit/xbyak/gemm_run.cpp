@@ -350,8 +350,8 @@ class GemmKernel final : public CompiledKernel {
     const auto* a = static_cast<const typename L::T*>(av);
     for (int64_t i0 = 0; i0 < mr; i0 += MR, dst += kc * MR) {
       const int64_t rows = std::min<int64_t>(MR, mr - i0);
-      if (rows == MR && s.col == 1 && MR <= 16) {
-        pack_a_rows<L>(dst, a + (m + i0) * s.row + k0, s.row, MR, kc);
+      if (s.col == 1 && MR <= 16) {
+        pack_a_rows<L>(dst, a + (m + i0) * s.row + k0, s.row, MR, static_cast<int>(rows), kc);
         continue;
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -389,8 +389,8 @@ class GemmKernel final : public CompiledKernel {
     }
     for (int64_t j0 = 0; j0 < nr; j0 += NR, dst += kc * NR) {
       const int64_t cols = std::min<int64_t>(NR, nr - j0);
-      if (cols == NR && s.row == 1) {
-        pack_b_cols<L>(dst, b + k0 + (n + j0) * s.col, s.col, NR, kc);
+      if (s.row == 1 && NR % 8 == 0) {
+        pack_b_cols<L>(dst, b + k0 + (n + j0) * s.col, s.col, NR, static_cast<int>(cols), kc);
         continue;
       }
       for (int64_t k = 0; k < kc; ++k) {
