@@ -46,7 +46,9 @@
 // refused with the reason. Seeded groups carry the pattern's name; those with a custom kernel
 // are closed to the lattice.
 // After the greedy pass, a group whose consumers all ended up in ONE other group is tried against
-// that group again (join_producers_into_merged_consumers: the greedy pass saw them apart).
+// that group again (join_producers_into_merged_consumers: the greedy pass saw them apart). Then a
+// reshape left at a group's end, beside its input that the group writes anyway, moves to its one
+// consumer group (move_reshape_outputs_to_consumers: no second output of the same values).
 // The greedy order is deterministic (topological order, consumers in topological order), so the
 // same graph always gets the same plan.
 #include "partition.hpp"
@@ -156,6 +158,7 @@ class Partitioner {
       }
     }
     join_producers_into_merged_consumers();
+    move_reshape_outputs_to_consumers();
     Partition p = build();
     p.pattern_attempts = std::move(attempts_);
     return p;
@@ -225,6 +228,48 @@ class Partitioner {
         if (target < 0 || set_kernel_[target]) continue;
         merged |= try_merge(target, a).empty();
       }
+    }
+  }
+
+  // A reshape at a group's end whose input the group writes anyway (another kernel reads it) made
+  // a second output of the same bytes: a recommender's features x, read by one concat as they are
+  // and by another through reshape(x, [b, 1, D]), were both written by the matmul's kernel. Such a
+  // reshape moves to its one consumer group, which reads x through it (a reshape of a value read
+  // from memory folds into the load index), when both groups still pass the rules.
+  void move_reshape_outputs_to_consumers() {
+    for (const Node* v : topo_) {
+      if (v->op != Op::Reshape || is_root(v) || group_of(v) < 0) continue;
+      const int a = find(group_of(v));
+      const Node* x = v->inputs[0].get();
+      if (set_kernel_[a] || group_of(x) < 0 || find(group_of(x)) != a) continue;
+      bool x_written = is_root(x);
+      for (const Node* c : consumers(x)) x_written |= c != v && (group_of(c) < 0 || find(group_of(c)) != a);
+      if (!x_written) continue;
+      int target = -1;  // the single consumer group of v outside a, or -2
+      for (const Node* c : consumers(v)) {
+        const int b = group_of(c) >= 0 ? find(group_of(c)) : -2;
+        target = b == a || !fusible(c) || (target >= 0 && target != b) ? -2 : (target == -1 ? b : target);
+      }
+      if (target < 0 || set_kernel_[target]) continue;
+      std::vector<const Node*> rest, joined = sets_[target];
+      for (const Node* n : sets_[a])
+        if (n != v) rest.push_back(n);
+      joined.insert(std::upper_bound(joined.begin(), joined.end(), v,
+                                     [&](const Node* p, const Node* q) { return pos(p) < pos(q); }),
+                    v);
+      // (the checks walk the sets: v is moved first, and moved back when either group fails)
+      std::swap(sets_[a], rest);
+      std::swap(sets_[target], joined);
+      group_[pos(v)] = target;
+      if (check(sets_[a]).empty() && check(sets_[target]).empty()) {
+        reasons_[{x, v}] = std::string(op_name(x->op)) + " " + shape_str(x->shape) +
+                           " is written for another kernel anyway: the reshape reads it there (a view), not as a "
+                           "second output of the same values";
+        continue;
+      }
+      std::swap(sets_[a], rest);
+      std::swap(sets_[target], joined);
+      group_[pos(v)] = a;
     }
   }
 

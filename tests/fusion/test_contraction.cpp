@@ -459,6 +459,33 @@ TEST(ContractionPlans, DecoderBlockIsTenKernels) {
   EXPECT_TRUE(all_close(values(make()), reference_values(make()), 1e-4, 1e-5));
 }
 
+// A recommender's dense features x = relu(x0 @ W + b) are read by the interaction's concat as
+// [B, 1, D] rows and by the top MLP's concat as they are. The matmul's kernel writes x once; the
+// first concat reads it through the reshape (it had written x and reshape(x), the same values,
+// as two outputs). Where x is needed only through the reshape, one output too.
+TEST(ContractionPlans, AReshapedResultIsReadThroughTheViewNotWrittenTwice) {
+  const int64_t B = 11, K = 13, D = 6;
+  Tensor x0 = rnd({B, K}, 101), w = rnd({K, D}, 102), b = rnd({D}, 103), e = rnd({B, D}, 104), f = rnd({B, 3}, 105);
+  Tensor x = relu(matmul(x0, w) + b);
+  Tensor inter = concat({reshape(x, {B, 1, D}), reshape(e, {B, 1, D})}, 1), top = concat({x, f}, 1);
+  Explanation ex = explain({inter, top});
+  ASSERT_EQ(ex.kernel_count(), 3u) << ex.text();
+  for (const KernelReport& k : ex.kernels) {
+    EXPECT_EQ(k.outputs.size(), 1u) << ex.text();
+    if (k.kind != "contraction") {  // each concat reads x itself
+      EXPECT_EQ(k.inputs.at(0), ex.kernels[0].outputs.at(0)) << ex.text();
+    }
+  }
+  bool said = false;
+  for (const auto& bd : ex.boundaries) said |= bd.reason.find("written for another kernel anyway") != std::string::npos;
+  EXPECT_TRUE(said) << ex.text();
+  EXPECT_TRUE(all_close(values(inter), reference_values(inter), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(values(top), reference_values(top), 1e-5, 1e-5));
+  Explanation only = explain(concat({reshape(x, {B, 1, D}), reshape(rnd({B, D}, 106), {B, 1, D})}, 1));
+  ASSERT_EQ(only.kernel_count(), 2u) << only.text();
+  EXPECT_EQ(only.kernels[0].outputs.size(), 1u) << only.text();
+}
+
 TEST(ContractionPlans, AGraphWithMatmulIsPlannedOnce) {
   auto make = [](uint64_t seed) {
     Tensor x = rnd({12, 10}, seed), w = rnd({10, 7}, seed + 1), b = rnd({7}, seed + 2);
