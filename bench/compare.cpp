@@ -266,6 +266,13 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
         v.push_back(b);
       }
     }
+  // Stacking T parts [R, D] into [R, T, D] (a concat along rows: a recommender's features before
+  // their pairwise interaction, heads side by side): in cache, and the same bytes out of it.
+  for (const auto& [r, t] : {std::pair<int64_t, int64_t>{rc(2048, 256), 9}, {rc(512, 64), 64}, {rc(65536, 1024), 9}}) {
+    Workload st = wl("stack " + std::to_string(t) + " x " + shape2(r, 64) + " along axis 1", Kind::Stack, r, 64);
+    st.inner = t;
+    v.push_back(st);
+  }
   v.push_back(wl("compile time per kernel", Kind::Compile, 1, 1024, Target::Compile100us));
   v.push_back(wl("cache-hit overhead 8 floats", Kind::CacheHit, 1, 8));
   return v;

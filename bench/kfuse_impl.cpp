@@ -91,6 +91,11 @@ kfuse::Tensor kfuse_build(const Workload& w, const std::vector<kfuse::Tensor>& i
     case Kind::Attention:
       return matmul(softmax(matmul(in[0], transpose(in[1])) * (1.0 / std::sqrt(static_cast<double>(w.cols)))), in[2]);
     case Kind::EmbeddingBag: return embedding_bag(bag_table_of(*w.bag, w.table).expr(), in[0], in[1]);
+    case Kind::Stack: {
+      std::vector<Tensor> parts;
+      for (const Tensor& p : in) parts.push_back(reshape(p, Shape{w.rows, 1, w.cols}));
+      return concat(parts, 1);
+    }
     default: throw std::logic_error("kfuse_build: no expression for workload " + w.name);
   }
 }

@@ -66,11 +66,15 @@ void make_inputs(Workload& w, uint64_t seed) {
     case Kind::Attention:
       for (int i = 0; i < 3; ++i) fill(w.batch * n, -1, 1);  // q, k, v
       break;
+    case Kind::Stack:
+      for (int64_t i = 0; i < w.inner; ++i) fill(n, -3, 3);
+      break;
     default:
       for (int i = 0; i < num_inputs(w.kind); ++i) fill(n, -3, 3);
   }
   switch (w.kind) {
     case Kind::Attention: w.out_numel = w.batch * n; break;
+    case Kind::Stack: w.out_numel = w.inner * n; break;
     case Kind::SumAxis0: w.out_numel = w.cols; break;
     case Kind::SumAxis1: w.out_numel = w.rows; break;
     case Kind::SumAll: w.out_numel = 1; break;

@@ -30,6 +30,7 @@ enum class Kind {
   Mlp,           // layer_norm(gelu_tanh(x[M,K] @ w[K,N] + b[N])) over the last axis, no affine, eps 1e-5
   EmbeddingBag,  // embedding_bag sum over a table [rows, cols] stored as `table` (f32, f16, 8-bit, 4-bit)
   Attention,     // q, k, v [batch, rows = T, cols = D] -> softmax(q @ k^T / sqrt(D)) @ v, f32
+  Stack,         // inner = T parts [rows, cols] -> [rows, T, cols] (torch.stack(parts, 1), a concat along rows)
 };
 
 /// Which target of the issue applies to the kfuse rows of this workload.

@@ -245,6 +245,17 @@ std::vector<Impl> dnnl_impls(const Workload& w, int threads) {
       note = "9 primitives (x*1.5+0.5 is one)";
       break;
     }
+    case Kind::Stack: {  // the concat primitive over [R, 1, C] views of the parts
+      const memory::desc part({R, 1, C}, dt::f32, tag::abc), all({R, w.inner, C}, dt::f32, tag::abc);
+      std::vector<memory::desc> srcs(static_cast<size_t>(w.inner), part);
+      dnnl::concat::primitive_desc pd(all, 1, srcs, st->eng);
+      std::unordered_map<int, memory> args{{DNNL_ARG_DST, mem(*st, all, st->y.data())}};
+      for (size_t i = 0; i < w.inputs.size(); ++i)
+        args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = mem(*st, part, w.inputs[i].data());
+      st->steps.push_back({dnnl::concat(pd), std::move(args)});
+      note = "concat primitive";
+      break;
+    }
     default: return {};
   }
   Impl im{"onednn", note, [threads] { omp_set_num_threads(threads); }, [st] { st->run(); },

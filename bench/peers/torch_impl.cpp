@@ -122,6 +122,7 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
   if (w.kind == Kind::SumAxis0) out_shape = {C};
   if (w.kind == Kind::SumAxis1) out_shape = {R};
   if (w.kind == Kind::SumAll) out_shape = {};
+  if (w.kind == Kind::Stack) out_shape = {R, w.inner, C};
   auto setup = [threads] { set_torch_threads(threads); };
   auto result = [st] { return st->y.data_ptr<float>(); };
   auto& in = st->in;
@@ -229,6 +230,10 @@ std::vector<Impl> torch_impls(const Workload& w, int threads) {
         s->y.mul_(1.5).add_(0.5).tanh_().square_().sub_(0.25).relu_().add_(1).log_().sigmoid_().sqrt_();
       };
       out.note = "copy + 10 in-place ops";
+      break;
+    case Kind::Stack:
+      nat.run = [s] { s->y = at::stack(s->in, 1); };
+      out.run = [s] { at::stack_out(s->y, s->in, 1); };
       break;
     default: return {};
   }

@@ -33,7 +33,7 @@ namespace kfuse::detail::llvmjit {
 
 /// The LLVM backend's code generator version (Backend::codegen_version): bump it whenever the
 /// emitted IR or the optimisation pipeline may change for the same kernel IR (history in git log).
-inline constexpr int kLlvmCodegenVersion = 21;
+inline constexpr int kLlvmCodegenVersion = 22;
 
 using Builder = llvm::IRBuilder<>;
 

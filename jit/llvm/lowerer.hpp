@@ -66,8 +66,10 @@ class Lowerer {
   // seg(indices of the segment's first point, its length >= 1, carried values)
   using SegmentBody = std::function<Carried(const std::vector<Value*>&, Value*, const Carried&)>;
 
+  // `parallel`: the innermost loop's memory accesses declared independent across its iterations
+  // (points that each write their own elements, never reading another's: lower_kernel.cpp).
   Carried flat_range(Value* begin, Value* end, const std::vector<Value*>& extents, bool known_nonempty,
-                     const Carried& init, const PointBody& body);
+                     const Carried& init, const PointBody& body, bool parallel = false);
 
   void tiled_range(Value* begin, Value* end, const std::vector<Value*>& extents, int64_t T, ExprEmitter& ex,
                    const std::vector<const ir::Expr*>& tloads,

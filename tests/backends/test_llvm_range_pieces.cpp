@@ -8,7 +8,8 @@
 // chunks starting and ending anywhere in a row (sequential chunks of 1, 7 and 13 points give the
 // bits of one launch); and, in the compiled LLVM IR, that a concat's pieces read with plain
 // vector loads (no masked gathers) and that a step-2 slice takes the prefer-no-gather attribute
-// while a plain copy does not.
+// while a plain copy does not; and that 17 equal parts concatenated along rows (17 stores per
+// point) vectorise, their points' loop declared parallel.
 #include <kfuse/options.hpp>
 
 #include <algorithm>
@@ -125,6 +126,19 @@ TEST_F(LlvmRangePieces, ConcatPiecesReadWithoutGathersAndStridedLoadsPreferNoGat
   EXPECT_NE(step2.find("+prefer-no-gather"), std::string::npos);
   EXPECT_EQ(step2.find("llvm.masked.gather"), std::string::npos) << step2;
   EXPECT_EQ(llvm_source_of(wide * 2.0).find("prefer-no-gather"), std::string::npos);
+}
+
+// A concat of 17 equal parts along rows stores every part per point (lower_group.cpp): 17 stores
+// into one buffer at offsets of a run-time stride. The points' loop is declared parallel
+// (flat_range), so the vectoriser needs no run-time alias checks between them: without the
+// declaration it left the loop scalar (scalar stores only).
+TEST_F(LlvmRangePieces, EqualPartsAlongRowsVectoriseAsParallelPoints) {
+  use_llvm(1);
+  std::vector<Tensor> parts;
+  for (int i = 0; i < 17; ++i) parts.push_back(make_tensor(random_values(5 * 64, 60 + i), {5, 1, 64}));
+  const std::string src = llvm_source_of(concat(parts, 1));
+  EXPECT_NE(src.find("llvm.loop.parallel_accesses"), std::string::npos) << src;
+  EXPECT_NE(src.find("store <"), std::string::npos) << src;
 }
 
 }  // namespace
