@@ -12,13 +12,13 @@
 #include <kfuse/reference.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <thread>
 #include <vector>
+
+#include "plan_and_time.hpp"
 
 int main(int argc, char** argv) {
   using namespace kfuse;
@@ -70,36 +70,19 @@ int main(int argc, char** argv) {
 
   Tensor x = Tensor::from_vector(x_host, {B, T, C});
   Tensor y = block(x);
-  const Explanation plan = explain(y);
-  std::printf("plan: %zu kernels (an op-by-op library: %lld)\n", plan.kernel_count(),
-              static_cast<long long>(plan.unfused_kernels));
-  for (const KernelReport& k : plan.kernels)
-    std::printf("  %-34s %-12s -> %s\n", k.name.c_str(), k.kind.c_str(), k.outputs.empty() ? "" : k.outputs[0].c_str());
-
-  // The first evaluation plans and compiles; later ones, on a new input tensor each (a model's
-  // next batch), find the plan and the kernels in the cache.
-  using clk = std::chrono::steady_clock;
-  auto t0 = clk::now();
-  y.eval();
-  const double first = std::chrono::duration<double>(clk::now() - t0).count();
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    Tensor xr = Tensor::from_vector(x_host, {B, T, C});
-    t0 = clk::now();
-    block(xr).eval();
-    times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  const double med = times[times.size() / 2];
+  kfuse_example::print_plan(y);
+  std::vector<Tensor> next;  // a new input tensor per timed evaluation
+  for (int r = 0; r < reps; ++r) next.push_back(Tensor::from_vector(x_host, {B, T, C}));
+  const kfuse_example::Timing tm = kfuse_example::time_evals(y, reps, [&](int r) { return block(next[r]); });
+  const double first = tm.first, med = tm.median();
   // Multiply-adds of the five products: qkv 3C^2, out C^2, MLP 8C^2 per token; scores and P @ V
   // T D per head and token each.
   const double gflop = 2.0 * static_cast<double>(B * T) * (12.0 * C * C + 2.0 * T * C) * 1e-9;
-  const int threads =
-      options().num_threads > 0 ? options().num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = tm.threads;
   std::printf(
       "time: first eval %.2f ms (plan + compile), then median of %d evals %.2f ms (min %.2f) = %.1f GFLOP/s "
       "on %d thread(s)\n",
-      first * 1e3, reps, med * 1e3, times.front() * 1e3, gflop / med, threads);
+      first * 1e3, reps, med * 1e3, tm.times.front() * 1e3, gflop / med, threads);
 
   // The first rows of the last sequence against the fp64 reference of the block on those rows.
   const int64_t rows = std::min<int64_t>(T, 8);

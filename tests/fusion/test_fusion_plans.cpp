@@ -1,9 +1,12 @@
 // The fusion acceptance table: each expression's kernel count (from explain()) and its result
 // against the fp64 reference evaluator.
 #include <kfuse/explain.hpp>
+#include <kfuse/index_ops.hpp>
+#include <kfuse/quantize.hpp>
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "backend/backend.hpp"
 
@@ -176,6 +179,51 @@ TEST(FusionPlans, ExplainTextAndDot) {
   std::string dot = to_dot({log_softmax(x, -1)});
   EXPECT_NE(dot.find("digraph kfuse"), std::string::npos);
   EXPECT_NE(dot.find("subgraph cluster_0"), std::string::npos);
+}
+
+// A DLRM-style recommender (examples/recommender.cpp), small: the bottom MLP's three layers,
+// one kernel per 8-bit bag (dequantisation fused), the features stacked by one kernel that stores
+// each once (the bottom MLP's output written once, read there through its reshape), the pairwise
+// products, their lower triangle gathered into the top MLP's input concat, two top layers.
+TEST(FusionPlans, RecommenderIsOneKernelPerLayerBagAndJoin) {
+  const int64_t B = 5, R = 40, D = 8, tables = 3, feats = tables + 1;
+  Tensor x =
+      relu(matmul(relu(matmul(relu(matmul(rnd({B, 13}, 30), rnd({13, 16}, 31)) + rnd({16}, 32)), rnd({16, 12}, 33))),
+                  rnd({12, D}, 34)) +
+           rnd({D}, 35));
+  std::vector<Tensor> f = {reshape(x, {B, 1, D})};
+  for (int64_t t = 0; t < tables; ++t) {
+    QuantizedTable q = quantize_rowwise(rnd({R, D}, 40 + static_cast<uint64_t>(t)), 8);
+    QuantizedTable fused = fused_rowwise_table(pack_fused_rowwise(q), 8, D);
+    std::vector<double> ids, offsets;
+    for (int64_t b = 0; b < B; ++b) {
+      offsets.push_back(static_cast<double>(ids.size()));
+      for (int64_t k = 0; k < (b + t) % 4; ++k) ids.push_back(static_cast<double>((b * 7 + k * 13 + t) % R));
+    }
+    f.push_back(reshape(
+        embedding_bag(dequantize_rowwise(fused), make_tensor(ids, {static_cast<int64_t>(ids.size())}, DType::I64),
+                      make_tensor(offsets, {B}, DType::I64)),
+        {B, 1, D}));
+  }
+  Tensor T = concat(f, 1);
+  std::vector<double> lower;
+  for (int64_t i = 0; i < feats; ++i)
+    for (int64_t j = 0; j < i; ++j) lower.push_back(static_cast<double>(i * feats + j));
+  Tensor z = index_select(reshape(matmul(T, transpose(T)), {B, feats * feats}), 1,
+                          make_tensor(lower, {static_cast<int64_t>(lower.size())}, DType::I64));
+  Tensor top = concat({x, z}, 1);
+  Tensor y = sigmoid(matmul(relu(matmul(top, rnd({D + 6, 9}, 50)) + rnd({9}, 51)), rnd({9, 1}, 52)));
+  Explanation ex = explain(y);
+  std::map<std::string, int> kinds;
+  for (const auto& k : ex.kernels) {
+    ++kinds[k.kind];
+    EXPECT_EQ(k.outputs.size(), 1u) << ex.text();
+  }
+  EXPECT_EQ(ex.kernel_count(), 11u) << ex.text();
+  EXPECT_EQ(kinds["contraction"], 6) << ex.text();  // 3 + 2 layers, the pairwise products
+  EXPECT_EQ(kinds["segment"], 3) << ex.text();
+  EXPECT_EQ(kinds["pointwise"], 2) << ex.text();  // the stack, the top input
+  EXPECT_TRUE(all_close(values(y), reference_values(y), 1e-5, 1e-6));
 }
 
 TEST(FusionPlans, EmptyAndSizeOneShapes) {
