@@ -62,7 +62,7 @@ using Fn = void (*)(Frame*);
 
 // Binary layout: "KFXB" | u32 version | u32 isa | u32 code bytes | machine code + constants.
 // kVersion changes whenever emitted code or the binary layout changes (its history is in git log).
-constexpr uint32_t kMagic = 0x4258464b, kVersion = 48;
+constexpr uint32_t kMagic = 0x4258464b, kVersion = 49;
 constexpr size_t kHeader = 16;
 
 // A segment kernel launched with more columns than its nibble rows' shifts are proven for

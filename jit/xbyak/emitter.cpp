@@ -106,6 +106,9 @@ size_t Gen<Vmm>::generate() {
     L(nibtab_);  // per lane i: the shift 4 * (i & 1), then the vpshufb control picking byte i / 2
     for (int i = 0; i < W; ++i) dd(i % 2 == 0 ? 0 : 4);
     for (int i = 0; i < W; ++i) dd(0x80808000u | static_cast<uint32_t>(i / 2));
+    if (W == 16)  // the interleave of a pair's even / odd columns (vpermi2ps indices: lanes 0-15, 16-31)
+      for (int half : {0, 8})
+        for (int i = 0; i < W; ++i) dd(static_cast<uint32_t>((i % 2) * 16 + half + i / 2));
   }
   lane_tables();
   return code;

@@ -339,7 +339,11 @@ class Gen : public Xbyak::CodeGenerator {
   // (the block's unmasked vectors, rounded down to pairs).
   std::vector<std::pair<const ir::Expr*, int>> seg_nib_reg_;
   int seg_pair_end_ = 0;
+  // The pairs hold columns even / odd (seg_leaf), interleaved back after the walk (seg_block):
+  // when every row the fold reads is a nibble row, so nothing else in it depends on the column.
+  bool seg_even_odd_ = false;
   std::vector<const ir::Expr*> seg_nibble_rows(const Dag& fold) const;
+  bool seg_rows_all_nibbles(const Dag& fold) const;
 
   // ---- lanes.cpp: rows across lanes ----
   // entry points used by emitter.cpp

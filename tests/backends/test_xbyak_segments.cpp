@@ -7,7 +7,8 @@
 // bitwise equal; the bits of the LLVM bag kernel (same fold order, FMA only where the IR says fma)
 // when LLVM is built; a clean decline of near-miss nibble arithmetic; the
 // AVX-512 code emitted (run only on an AVX-512 machine); the 8-bit table's scale and bias read
-// through one prefetched pointer.
+// through one prefetched pointer; 4-bit rows summed with other rows (the pairs' even / odd
+// accumulation only when every row is a nibble row).
 #include <kfuse/explain.hpp>
 #include <kfuse/index_ops.hpp>
 #include <kfuse/options.hpp>
@@ -227,6 +228,28 @@ TEST_F(XbyakSegments, FourBitBagsRunOnXbyak) {
       expect_backend(bag_of(table, c, last_empty), "xbyak");
       EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-6));
     }
+}
+
+// AVX-512 accumulates a pair of nibble vectors as its even and its odd columns and interleaves
+// them after the walk, when every row the bag reads is a nibble row: two 4-bit tables summed row
+// by row take that form, a 4-bit table beside an f32 one (its row in column order) the paired
+// decode in column order. Both against the reference, at widths of pairs, pairs and a masked
+// vector, and a second block.
+TEST_F(XbyakSegments, NibbleRowsBesideOtherRowsKeepTheirColumns) {
+  for (int64_t D : {32, 64, 65, 300}) {
+    SCOPED_TRACE("D " + std::to_string(D));
+    const Tensor four = table_of("4-bit", D), other4 = table_of("4-bit", D) * 0.5f + 0.125f;
+    const Tensor f32 = make_tensor(random_values(static_cast<size_t>(kRows * D), 90 + D, -1, 1), {kRows, D});
+    for (const Tensor& table : {four + other4, four - f32}) {
+      const Config c{BagMode::Sum, true, {}, true};
+      Tensor y = bag_of(table, c, false);
+      reset_counters();
+      const std::vector<double> got = values(y);
+      EXPECT_EQ(counters().fallbacks, 0u) << "xbyak declined the bag";
+      // (sums of up to 20 weighted rows of two tables, |values| up to ~2: f32 roundings of 1e-6)
+      EXPECT_TRUE(all_close(got, reference_values(y), 1e-5, 1e-5));
+    }
+  }
 }
 
 // A 4-bit table's dequantisation as lib/api/quantize.cpp writes it, with the parts a nibble
