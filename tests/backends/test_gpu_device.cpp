@@ -41,6 +41,13 @@ TEST_P(GpuDevice, ChainsReductionsAndViews) {
   for (size_t i = 0; i < dev.size(); ++i) EXPECT_TRUE(all_close(values(dev[i]), ref[i], 1e-4, 1e-5)) << i;
   // The oracle reads device leaves too.
   EXPECT_TRUE(all_close(reference_values(dev[0]), ref[0], 1e-12, 0));
+  // Parts of one shape stacked along an outer axis: one store per part per point (lower_group.cpp).
+  std::vector<Tensor> dparts, hparts;
+  for (int p = 0; p < 17; ++p) {
+    hparts.push_back(relu(reshape(a, {37, 1, 19}) * static_cast<double>(p) - 0.5));
+    dparts.push_back(relu(reshape(ad, {37, 1, 19}) * static_cast<double>(p) - 0.5));
+  }
+  EXPECT_TRUE(all_close(values(concat(dparts, 1)), reference_values(concat(hparts, 1)), 1e-6, 1e-6));
 }
 
 // The same bits as the CPU backends: a * b + c is not contracted (FP_CONTRACT OFF in the
