@@ -18,6 +18,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/segment.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/segment_leaves.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_policy.cpp

@@ -288,7 +288,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<int> online_regs_;  // pinned during the online loop
   bool prev_row_ = false;         // emitting the previous row's stores: its stream pointers and accs
 
-  // ---- segment.cpp: segment kernels (Plan::segment) ----
+  // ---- segment.cpp, segment_leaves.cpp (the fold's leaves): segment kernels (Plan::segment) ----
   void segment_loop();                                             // Mode::Segment: the whole bag loop
   bool seg_leaf(const ir::Expr* e, const Vmm& d, const Eval& ev);  // emit_leaf of a row leaf (false: not one)
   bool seg_row_leaf(const ir::Expr* e) const;
