@@ -300,7 +300,16 @@ class Lowerer {
     for (size_t a = 0; a < idx.size(); ++a)
       if (idx[a].get() != full_idx_[a].get() && !(ir::is_const(idx[a], 0) && c->shape[a] == 1))
         throw InternalError("lower_group: a matmul result consumed at a non-canonical index");
-    if (!accs_.empty()) return ir::acc(0, c->dtype);
+    // A narrow dtype's products and sum are computed in its compute type and rounded once, at
+    // the end (docs/semantics.md): an f16/bf16 product is exact in f32 (11 + 11 or 8 + 8
+    // significant bits), as in the hardware's dot products (AVX-512 BF16) and PyTorch's matmul.
+    // Rounding every product to the dtype (the element-wise rule) cost up to 2^-9 of each term.
+    const DType ct = compute_type(c->dtype);
+    auto result = [&] {
+      ExprRef a = ir::acc(0, ct);
+      return ct == c->dtype ? a : ir::op(Op::Cast, c->dtype, {a});
+    };
+    if (!accs_.empty()) return result();
     const size_t nd = c->shape.size();
     const int64_t K = c->inputs[0]->shape.back();
     ExprRef r = ir::var(ir::Space::Reduce, 0);
@@ -314,8 +323,12 @@ class Lowerer {
     bd.push_back(full_dims_[nd - 1]);
     ExprRef pa = emit(c->inputs[0].get(), ai, ad, nullptr);
     ExprRef pb = emit(c->inputs[1].get(), bi, bd, nullptr);
-    accs_.push_back({ir::AccKind::Sum, c->dtype, ir::op(Op::Mul, c->dtype, {pa, pb})});
-    return ir::acc(0, c->dtype);
+    if (ct != c->dtype) {
+      pa = ir::op(Op::Cast, ct, {pa});
+      pb = ir::op(Op::Cast, ct, {pb});
+    }
+    accs_.push_back({ir::AccKind::Sum, ct, ir::op(Op::Mul, ct, {pa, pb})});
+    return result();
   }
 
   // The seed of a rand node is a run-time parameter (its value is not in the kernel's text or

@@ -154,6 +154,36 @@ TEST_P(Contraction, IntegersAreExactAndWrap) {
   EXPECT_TRUE(matmul_close(matmul(ia, fb), matmul(abs(ia), abs(fb)), 4));
 }
 
+// f16/bf16 matmul: products exact in f32, summed in f32, rounded to the dtype once
+// (docs/semantics.md). a = 1 + 3 * 2^-7 (exact in both): a * a - 1 = 2^-7 * 6.0703125 is exact
+// in f16 and rounds to 2^-7 * 6.0625 in bf16; rounding the product a * a to the dtype first
+// (the element-wise rule) gives 2^-7 * 6.125 (f16) or 2^-7 * 6 (bf16). Then random shapes
+// against the f32 matmul of the same values rounded once: within one ulp of the dtype (2^-8
+// or 2^-11 of |y|) plus the f32 sum's bound.
+TEST_P(Contraction, HalfPrecisionProductsAreExactAndRoundOnce) {
+  const double a = 1 + 3 * 0x1p-7;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = make_tensor({a, -1.0}, {1, 2}, dt), w = make_tensor({a, 1.0}, {2, 1}, dt);
+    const double expect = dt == DType::F16 ? 0x1p-7 * 6.0703125 : 0x1p-7 * 6.0625;
+    EXPECT_EQ(values(matmul(x, w))[0], expect);
+    EXPECT_EQ(values(relu(matmul(x, w) * 2.0))[0], 2 * expect);  // an epilogue of the rounded value
+    const double ulp = dt == DType::F16 ? 0x1p-11 : 0x1p-8;
+    uint64_t seed = 120;
+    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 9, 33}, {19, 21, 64}, {40, 37, 131}}) {
+      Tensor p = rnd({M, K}, ++seed, dt), q = rnd({K, N}, ++seed, dt);
+      Tensor f = matmul(p.cast(DType::F32), q.cast(DType::F32));
+      auto got = values(matmul(p, q)), ref = reference_values(f), s = reference_values(matmul(abs(p), abs(q)));
+      ASSERT_EQ(got.size(), ref.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double tol = ulp * std::fabs(ref[i]) + 4 * static_cast<double>(K) * 0x1p-24 * s[i];
+        ASSERT_NEAR(got[i], ref[i], tol) << "element " << i << " of [" << M << "," << K << "] @ [" << K << "," << N
+                                         << "]";
+      }
+    }
+  }
+}
+
 TEST_P(Contraction, FusedEpilogues) {
   Tensor x = rnd({19, 33}, 41), w = rnd({33, 21}, 42), bias = rnd({21}, 43);
   Tensor s = matmul(abs(x), abs(w));
