@@ -52,10 +52,15 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
     return in;
   }
   if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
+    auto borrow = [&](size_t i, kfuse::Shape s) {
+      if (w.bf16)
+        return kfuse::Tensor::borrow_bytes(const_cast<uint16_t*>(w.inputs_bf16[i].data()), kfuse::DType::BF16, s);
+      return kfuse::Tensor::borrow(const_cast<float*>(w.inputs[i].data()), s);
+    };
     auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };
-    in.push_back(kfuse::Tensor::borrow(p(0), kfuse::Shape{w.rows, w.inner}));
-    if (w.b_t) in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.cols, w.inner}).transpose());
-    else in.push_back(kfuse::Tensor::borrow(p(1), kfuse::Shape{w.inner, w.cols}));
+    in.push_back(borrow(0, kfuse::Shape{w.rows, w.inner}));
+    if (w.b_t) in.push_back(borrow(1, kfuse::Shape{w.cols, w.inner}).transpose());
+    else in.push_back(borrow(1, kfuse::Shape{w.inner, w.cols}));
     if (w.kind == Kind::Mlp) in.push_back(kfuse::Tensor::borrow(p(2), kfuse::Shape{w.cols}));
     return in;
   }
@@ -110,6 +115,7 @@ kfuse::Options kfuse_options(const kfuse::Options& base, const std::string& back
 namespace {
 struct KState {
   kfuse::Tensor y;
+  std::vector<float> f32;  // a bf16 result as floats, for the check
 };
 }  // namespace
 
@@ -124,7 +130,11 @@ Impl kfuse_impl(const Workload& w, const std::string& backend, int threads, cons
     st->y = kfuse_build(*wp, in);
     st->y.eval();
   };
-  im.result = [st] { return st->y.data_ptr<float>(); };
+  im.result = [st] {
+    if (st->y.dtype() == kfuse::DType::F32) return st->y.data_ptr<float>();
+    st->f32 = st->y.to_vector<float>();
+    return static_cast<const float*>(st->f32.data());
+  };
   return im;
 }
 

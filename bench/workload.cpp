@@ -2,6 +2,8 @@
 
 #include "bag_problem.hpp"
 
+#include <kfuse/half.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -55,6 +57,15 @@ void make_inputs(Workload& w, uint64_t seed) {
     case Kind::Matmul:
       fill(w.rows * w.inner, -1, 1);
       fill(w.inner * w.cols, -1, 1);
+      w.inputs_bf16.clear();
+      if (w.bf16)  // every implementation reads the same bf16 values, and the reference too
+        for (auto& v : w.inputs) {
+          auto& bits = w.inputs_bf16.emplace_back();
+          for (float& x : v) {
+            bits.push_back(kfuse::float_to_bf16_bits(x));
+            x = kfuse::bf16_bits_to_float(bits.back());
+          }
+        }
       break;
     case Kind::Mlp: {  // weights scaled by 1/sqrt(K) as initialised in a model: pre-activations ~ unit range
       const float s = 1.0f / std::sqrt(static_cast<float>(w.inner));
@@ -81,9 +92,10 @@ void make_inputs(Workload& w, uint64_t seed) {
     default: w.out_numel = n;
   }
   double in_bytes = 0;
-  for (auto& v : w.inputs) in_bytes += 4.0 * static_cast<double>(v.size());
+  const double es = w.bf16 ? 2.0 : 4.0;
+  for (auto& v : w.inputs) in_bytes += es * static_cast<double>(v.size());
   w.read_bytes = in_bytes;
-  w.write_bytes = 4.0 * static_cast<double>(w.out_numel);
+  w.write_bytes = es * static_cast<double>(w.out_numel);
   w.compulsory_bytes = w.read_bytes + w.write_bytes;
   w.flops =
       w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;
@@ -164,6 +176,7 @@ Reference gemm_reference(const Workload& w) {
       // f32 sums in any order: |error| <= K eps sum|a||b| in the worst case, ~sqrt(K) eps in
       // practice; 8 eps sum|a||b| still rejects a lost or doubled term of K >= 64.
       for (double m : mag) r.bound.push_back(8 * 1.1920929e-7 * m);
+      if (w.bf16) r.rtol = 0x1p-8;  // the result rounded to bf16 once
       continue;
     }
     // Mlp: + bias, gelu (tanh form), layer_norm without affine.

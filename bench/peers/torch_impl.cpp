@@ -31,12 +31,22 @@ at::Tensor wrap(const std::vector<float>& v, at::IntArrayRef sizes) {
 std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
   auto st = std::make_shared<State>();
   const int64_t M = w.rows, N = w.cols, K = w.inner;
-  st->in = {wrap(w.inputs[0], {M, K}), w.b_t ? wrap(w.inputs[1], {N, K}).t() : wrap(w.inputs[1], {K, N})};
+  // bf16 rows: the operands as stored, at::mm on bf16 tensors (oneDNN's bf16 GEMM inside LibTorch)
+  auto operand = [&](size_t i, at::IntArrayRef sizes) {
+    if (!w.bf16) return wrap(w.inputs[i], sizes);
+    return at::from_blob(const_cast<uint16_t*>(w.inputs_bf16[i].data()), sizes,
+                         at::TensorOptions().dtype(at::kBFloat16));
+  };
+  st->in = {operand(0, {M, K}), w.b_t ? operand(1, {N, K}).t() : operand(1, {K, N})};
   if (w.kind == Kind::Mlp) st->in.push_back(wrap(w.inputs[2], {N}));
-  auto opts = at::TensorOptions().dtype(at::kFloat);
+  auto opts = at::TensorOptions().dtype(w.bf16 ? at::kBFloat16 : at::kFloat);
   auto setup = [threads] { set_torch_threads(threads); };
   auto* s = st.get();
-  auto result = [st] { return static_cast<const float*>(st->y.data_ptr<float>()); };
+  auto result = [st] {
+    if (st->y.scalar_type() != at::kFloat) st->s2 = st->y.to(at::kFloat);  // (bf16 rows: checked as floats)
+    const at::Tensor& f = st->y.scalar_type() == at::kFloat ? st->y : st->s2;
+    return static_cast<const float*>(f.data_ptr<float>());
+  };
   Impl nat{"torch natural", "", setup, nullptr, result};
   Impl out{"torch out=", "",
            [setup, s, M, N, opts] {

@@ -33,6 +33,9 @@ struct CpuRoofs {
   double triad_gbps = 0;      ///< a = b + s*c, streaming stores (the bench's former ceiling)
   double fma_f32_gflops = 0;  ///< independent FMA chains in registers
   double fma_f64_gflops = 0;
+  /// bf16 dot products into f32 (AVX-512 BF16's vdpbf16ps chains; 0 without it): the ceiling of
+  /// bf16 x bf16 contractions, which the xbyak GEMM runs on them (docs/xbyak-backend.md).
+  double dot_bf16_gflops = 0;
 };
 
 /// Roofs of a GPU device, measured with kfuse kernels on it (a copy and an FMA chain).
@@ -99,7 +102,8 @@ Roof roof_of(const CpuRoofs& c, DType dtype);
 CpuRoofs measure_cpu_roofs(int threads, bool quick = false);
 
 /// Roofs of `device` with `threads` CPU threads (0: Options::num_threads or all) for `dtype`
-/// (f64 uses the f64 FMA peak; every other dtype the f32 one).
+/// (f64 uses the f64 FMA peak, bf16 the bf16 dot-product peak where the CPU has one; every other
+/// dtype the f32 FMA peak).
 Roof roof_for(const MachineModel& m, Device device, DType dtype, int threads = 0);
 
 /// The probes machine() runs, public for the bench (kfuse_compare measures them per workload).
@@ -109,7 +113,9 @@ enum class Stream { Read, Write, WriteNT, Copy, Triad };
 /// floats (allocated once per size and reused).
 double stream_gbps(Stream kind, int threads, int64_t n, int passes);
 double triad_gbps(int threads, int64_t n, int passes);
-/// GFLOP/s of `threads` threads of independent FMA chains (f32 or f64), best of `trials`.
+/// GFLOP/s of `threads` threads of independent FMA chains (f32 or f64), best of `trials`; bf16:
+/// chains of bf16 pair dot products into f32 (vdpbf16ps, 4 FLOPs per lane), 0 on a CPU without
+/// AVX512_BF16.
 double fma_peak_gflops(DType dtype, int threads, int trials = 5, int64_t iters = 10'000'000);
 bool avx512();
 const char* fma_kind();     ///< "avx2 (ymm)" or "avx512 (zmm)"

@@ -46,6 +46,17 @@ bool narrow_gemm_tails() {
 void set_narrow_gemm_tails(std::optional<bool> on) {
   g_narrow_tails.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed);
 }
+namespace {
+std::atomic<int> g_bf16_dot{-1};  // set_bf16_dot_gemm's forced answer, or -1
+}  // namespace
+bool bf16_dot_gemm() {
+  const bool cpu = cpu_supports(Isa::Avx512) && host_cpu().has(Xbyak::util::Cpu::tAVX512_BF16);
+  const int forced = g_bf16_dot.load(std::memory_order_relaxed);
+  return cpu && forced != 0;
+}
+void set_bf16_dot_gemm(std::optional<bool> on) {
+  g_bf16_dot.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed);
+}
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;

@@ -76,6 +76,8 @@ struct Ukrs {
   static constexpr int kMaxMr = 14, kMaxNv = 2;
   int mr = 0, nr = 0;
   int w = 0;  ///< floats per vector (NR = w * vectors per row)
+  /// bf16 pairs (gemm_ukrs_bf16): packed kernels only, each k step of a sliver a pair of k.
+  bool dot = false;
   UkrFn packed = nullptr, direct = nullptr;
   /// The direct kernel of a tile of `rows` x `nv` vectors (1..mr, 1..nr / w; (mr, nr / w) is
   /// `direct`): the edges of a small problem run in place too instead of through packed scratch
@@ -106,6 +108,17 @@ struct Ukrs {
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
+/// AVX-512 BF16's packed kernels (Ukrs::dot): MR x NR tiles of f32 accumulators over slivers of
+/// bf16 pairs (gemm_pack_pairs.hpp), vdpbf16ps for each FMA of the f32 kernels.
+const Ukrs& gemm_ukrs_bf16();
+/// Whether bf16 x bf16 contractions without prologues run on gemm_ukrs_bf16 (AVX-512 kernels on a
+/// CPU with AVX512_BF16): twice the multiply-adds per instruction of the f32 kernels. Its sums
+/// differ from the f32 path's in the last bits: each pair's two products are added together,
+/// and the instruction flushes subnormal inputs and results to zero (docs/semantics.md). Tests
+/// force it off (nullopt: back to the CPU's answer; forcing it on where the CPU lacks it does
+/// nothing). Defined in backend.cpp, beside the other answers read from CPUID.
+bool bf16_dot_gemm();
+void set_bf16_dot_gemm(std::optional<bool> on);
 
 /// GEMV (gemv.cpp): rows 1 .. gemv_rows_per_sweep (`gemv`) or gemv_t_rows_per_sweep (`gemv_t`) of A at
 /// a + r * a_rs + k * a_ks (f32) against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16

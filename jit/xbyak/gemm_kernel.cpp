@@ -52,8 +52,13 @@ class UkrGen : public Xbyak::CodeGenerator {
   // (an opmask, or AVX2's masked moves), and a direct kernel loads only those of B: C's last
   // part-vector of columns is computed in place, with no scratch tile and no packing.
   // vl (Ymm only): EVEX encoding, for AVX-512's narrow tails: 32 registers and opmasks.
-  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl)
-      : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl) {
+  // dot (packed only, AVX-512 BF16): each k step of the slivers is a pair of bf16 values per
+  // 32-bit lane (A: k and k + 1 of a row, B: of a column) and vdpbf16ps adds both products to
+  // the lane's f32 accumulator: twice the multiply-adds of an FMA for the same registers, loads
+  // and loop (gemm_pack_pairs.hpp packs the pairs; UkrArgs::kc counts pairs).
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl,
+         bool dot)
+      : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl), dot_(dot) {
     const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
@@ -117,12 +122,12 @@ class UkrGen : public Xbyak::CodeGenerator {
       }
       for (int i = 0; i < mr; ++i) {
         if (evex_ && nv_ == 1) {  // (one FMA per A value: its broadcast rides in the FMA)
-          vfmadd231ps(acc(i), bvec(0), ptr_b[a_addr(i, u).getRegExp()]);
+          madd(acc(i), bvec(0), ptr_b[a_addr(i, u).getRegExp()]);
           continue;
         }
         Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
-        vbroadcastss(bc, a_addr(i, u));
-        for (int v = 0; v < nv_; ++v) vfmadd231ps(acc(i * nv_ + v), bvec(v), bc);
+        vbroadcastss(bc, a_addr(i, u));  // (dot: the row's pair, as one 32-bit lane)
+        for (int v = 0; v < nv_; ++v) madd(acc(i * nv_ + v), bvec(v), bc);
       }
     };
     auto advance = [&](int ks) {
@@ -199,11 +204,17 @@ class UkrGen : public Xbyak::CodeGenerator {
     else if (evex_) vmovups(c | k1, v);
     else vmaskmovps(c, mask(), v);
   }
+  // acc += b * a (dot: acc += the two products of each lane's bf16 pairs)
+  void madd(const Vmm& acc, const Vmm& b, const Xbyak::Operand& a) {
+    if (dot_) vdpbf16ps(acc, b, a);
+    else vfmadd231ps(acc, b, a);
+  }
   Vmm acc(int i) const { return Vmm(i); }
   Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
   Vmm mask() const { return Vmm(15); }  // (AVX2 tails: one vector of up to 6 rows leaves it free)
   int mr_, nv_;
   bool evex_;  ///< opmask tails; (Ymm) registers past 15
+  bool dot_;   ///< bf16 pairs, vdpbf16ps
 };
 
 // Every kernel is generated into one reused buffer, under gen_mutex, then copied to its own
@@ -224,26 +235,27 @@ uint8_t* gen_buffer() {
 }
 
 template <class Vmm>
-UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl = false) {
+UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, bool dot) {
   static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
-  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl);
+  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
                            (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "") +
-                           (vl ? "_ymm" : "");
+                           (vl ? "_ymm" : "") + (dot ? "_bf16" : "");
   mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
 }
 
 template <class Vmm>
-const Ukrs& make_ukrs(int mr, int nv) {
+const Ukrs& make_ukrs(int mr, int nv, bool dot = false) {
   auto* u = new Ukrs;
+  u->dot = dot;
   u->w = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
   u->mr = mr;
   u->nr = nv * u->w;
   u->packed = u->packed_tile(mr, nv);
-  u->direct = u->direct_tile(mr, nv);
+  if (!dot) u->direct = u->direct_tile(mr, nv);
   return *u;
 }
 
@@ -251,7 +263,8 @@ const Ukrs& make_ukrs(int mr, int nv) {
 
 UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   const bool tail = kind > 0, narrow = kind == 2;
-  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16))
+  if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16) ||
+      (dot && (!packed_form || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   std::lock_guard<std::mutex> lock(gen_mutex());
@@ -261,9 +274,9 @@ UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   // vectors of B per k); a direct one reads through strides, its tile's own size.
   // A narrow tail counts its sliver of B in 8-float vectors (twice as many).
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
-  const UkrFn f = narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true)
-                  : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail)
-                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail);
+  const UkrFn f = narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
+                  : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot)
+                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, false);
   slot.store(f, std::memory_order_release);
   return f;
 }
@@ -274,6 +287,11 @@ const Ukrs& gemm_ukrs(Isa isa) {
     return u;
   }
   static const Ukrs& u = make_ukrs<Xbyak::Ymm>(6, 2);
+  return u;
+}
+
+const Ukrs& gemm_ukrs_bf16() {
+  static const Ukrs& u = make_ukrs<Xbyak::Zmm>(14, 2, true);
   return u;
 }
 

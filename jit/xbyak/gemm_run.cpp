@@ -24,6 +24,7 @@
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
 #include "gemm_pack.hpp"
+#include "gemm_pack_pairs.hpp"
 #include "kfuse/profile.hpp"
 
 namespace kfuse::detail::xb {
@@ -81,6 +82,7 @@ class GemmKernel final : public CompiledKernel {
     es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
     plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
     gemv_ok_ = !cvt_[0] && !p_.a_pro && !p_.b_pro && gemv_reads(p_.b_dt);
+    pairs_ok_ = isa == Isa::Avx512 && p_.a_dt == DType::BF16 && p_.b_dt == DType::BF16 && !p_.a_pro && !p_.b_pro;
     // A forced mc or nc below one micro-tile (8 with AVX-512's 14-row tile) is one tile: rounded
     // down to 0 it made the block loops step by 0, forever.
     if (const GemmBlocking& b = force.blocking; b.kc > 0)
@@ -173,6 +175,7 @@ class GemmKernel final : public CompiledKernel {
     L.a_base = static_cast<const char*>(args.buffers[p_.a_buf]);
     L.b_base = static_cast<const char*>(args.buffers[p_.b_buf]);
     L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
+    L.pairs = pairs_ok_ && bf16_dot_gemm();
 
     // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads, each
     // packing its own KC x NC blocks of B right before using them. A BLIS-style shared B panel
@@ -273,7 +276,8 @@ class GemmKernel final : public CompiledKernel {
     int64_t per_m, per_n;
     GemmBlocking blk;
     int path;
-    bool fold;  ///< the batch dims folded into M (M counts the rows of all batches; one batch)
+    bool fold;   ///< the batch dims folded into M (M counts the rows of all batches; one batch)
+    bool pairs;  ///< bf16 operands packed in pairs of k for gemm_ukrs_bf16 (the packed path)
   };
   // One task's view: operands of its batch, its C.
   struct Task {
@@ -340,7 +344,12 @@ class GemmKernel final : public CompiledKernel {
     }
   }
 
-  void pack_a(float* dst, const void* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc) const {
+  void pack_a(float* dst, const void* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc,
+              bool pairs) const {
+    if (pairs) {
+      const auto* src = static_cast<const uint16_t*>(a) + m * s.row + k0 * s.col;
+      return pack_pairs_panel(reinterpret_cast<uint32_t*>(dst), src, s.row, s.col, mr, u_.mr, kc);
+    }
     if (with_loader(p_.a_dt, [&](auto l) { pack_a_t<decltype(l)>(dst, a, s, m, mr, k0, kc); })) return;
     pack_converted(dst, cvt_[0], a, m, mr, u_.mr, s.row, k0, kc, s.col);
   }
@@ -363,7 +372,12 @@ class GemmKernel final : public CompiledKernel {
     }
   }
   // Packs k [k0, k0 + kc) x columns [n, n + nr) of B as NR-wide slivers (zero columns past nr).
-  void pack_b(float* dst, const void* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr) const {
+  void pack_b(float* dst, const void* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr,
+              bool pairs) const {
+    if (pairs) {
+      const auto* src = static_cast<const uint16_t*>(b) + k0 * s.row + n * s.col;
+      return pack_pairs_panel(reinterpret_cast<uint32_t*>(dst), src, s.col, s.row, nr, u_.nr, kc);
+    }
     if (with_loader(p_.b_dt, [&](auto l) { pack_b_t<decltype(l)>(dst, b, s, k0, kc, n, nr); })) return;
     pack_converted(dst, cvt_[1], b, n, nr, u_.nr, s.col, k0, kc, s.row);
   }
@@ -406,9 +420,11 @@ class GemmKernel final : public CompiledKernel {
   // of columns by the tile's own kernel, a last part-vector by the masked tail kernel (it had
   // gone through a scratch tile and a copy; a whole 32-column scratch tile for N = 1001's last 9
   // columns had cost 5%: 1024^2 x 1001 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
+  // `ks`: the slivers' k steps (pairs of k with `pairs`, gemm_ukrs_bf16's kernels).
   void tile_from_slivers(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
-                         int64_t kc, bool first) const {
-    run_tile(UkrArgs{ap, bp, t.c + m * t.c_rs + n, kc, 0, 0, 0, t.c_rs * 4, first ? 0 : 1}, static_cast<int>(mr), nr,
+                         int64_t ks, bool first, bool pairs) const {
+    run_tile(pairs ? gemm_ukrs_bf16() : u_,
+             UkrArgs{ap, bp, t.c + m * t.c_rs + n, ks, 0, 0, 0, t.c_rs * 4, first ? 0 : 1}, static_cast<int>(mr), nr,
              true);
   }
 
@@ -416,16 +432,16 @@ class GemmKernel final : public CompiledKernel {
   // the tile's kernel, a last part-vector by the masked tail kernel, the narrow (ymm) one for up
   // to 8 columns where narrow_gemm_tails() says so (Zen 4, 1 thread, kfuse_gemm, zmm -> narrow
   // tails: 67^3 85-88 -> 92-94 GFLOP/s, 100^3 94 -> 99-102).
-  void run_tile(UkrArgs a, int mr, int64_t nr, bool packed) const {
-    const int64_t W = u_.w, whole = nr / W;
+  void run_tile(const Ukrs& u, UkrArgs a, int mr, int64_t nr, bool packed) const {
+    const int64_t W = u.w, whole = nr / W;
     if (whole > 0)
-      (packed ? u_.packed_tile(mr, static_cast<int>(whole)) : u_.direct_tile(mr, static_cast<int>(whole)))(&a);
+      (packed ? u.packed_tile(mr, static_cast<int>(whole)) : u.direct_tile(mr, static_cast<int>(whole)))(&a);
     if (nr % W == 0) return;
     a.b += whole * W;
     a.c += whole * W;
     a.tail = nr % W;
     const bool narrow = W == 16 && a.tail <= 8 && narrow_gemm_tails();
-    (packed ? u_.packed_tail(mr, narrow) : u_.direct_tail(mr, narrow))(&a);
+    (packed ? u.packed_tail(mr, narrow) : u.direct_tail(mr, narrow))(&a);
   }
 
   // Runs the epilogue over rows [m0, m1) x columns [n0, n1) of this task's batch.
@@ -607,7 +623,8 @@ class GemmKernel final : public CompiledKernel {
         // the smaller direct kernels, a last part-vector of columns by the masked tail kernels
         // (it had been packed, A included: [100,100]^3 took 23 us against OpenBLAS's 18, Zen 4).
         auto tile = [&](int64_t i, int64_t j) {
-          run_tile(UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
+          run_tile(u_,
+                   UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
                            sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
                    static_cast<int>(std::min(TR, m1 - i)), std::min(NR, n1 - j), false);
         };
@@ -635,20 +652,23 @@ class GemmKernel final : public CompiledKernel {
     const int64_t MC = even_block(m, blk.mc, MR);
     const int64_t NC = even_block(n, blk.nc, NR);
     float* bp = scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
+    // bf16 pairs: a k step of a sliver holds two of K in the bytes of one f32, so a block of K
+    // twice as long packs into the same panels (and keeps the f32 blocking's footprint in cache).
+    const int64_t KB = L.pairs ? 2 * KC : KC;
     for (int64_t jc = n0; jc < n1; jc += NC) {
       const int64_t nc = std::min(NC, n1 - jc);
-      for (int64_t pc = 0; pc < K; pc += KC) {
-        const int64_t kc = std::min(KC, K - pc);
+      for (int64_t pc = 0; pc < K; pc += KB) {
+        const int64_t kc = std::min(KB, K - pc), ks = L.pairs ? pairs_of(kc) : kc;
         const bool first = pc == 0, last = pc + kc == K;
-        pack_b(bp, t.b, sb, pc, kc, jc, nc);
+        pack_b(bp, t.b, sb, pc, kc, jc, nc, L.pairs);
         prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           const int64_t mc = std::min(MC, m1 - ic);
-          pack_a(ap, t.a, sa, ic, mc, pc, kc);
+          pack_a(ap, t.a, sa, ic, mc, pc, kc, L.pairs);
           prologue(0, ap, ceil_div(mc, MR) * MR * kc);
           auto tile = [&](int64_t ir, int64_t jr) {
-            tile_from_slivers(t, ap + ir * kc, bp + jr * kc, ic + ir, jc + jr, std::min(MR, mc - ir),
-                              std::min(NR, nc - jr), kc, first);
+            tile_from_slivers(t, ap + ir * ks, bp + jr * ks, ic + ir, jc + jr, std::min(MR, mc - ir),
+                              std::min(NR, nc - jr), ks, first, L.pairs);
           };
           if (!(last && epi_mem_)) {
             for (int64_t jr = 0; jr < nc; jr += NR)
@@ -682,6 +702,9 @@ class GemmKernel final : public CompiledKernel {
   // A in f32 and B in f32, f16 or bf16, without prologues: the GEMV paths may run (they convert
   // half weights as they load them: a linear layer's f16 weights at batch 1 are not packed).
   bool gemv_ok_ = true;
+  // bf16 A and B without prologues, AVX-512 kernels: the packed path may pack pairs of k for
+  // gemm_ukrs_bf16 (when bf16_dot_gemm(), read per launch).
+  bool pairs_ok_ = false;
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;

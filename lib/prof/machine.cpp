@@ -102,7 +102,8 @@ json cpu_json(const CpuRoofs& c) {
           {"copy_gbps", c.copy_gbps},
           {"triad_gbps", c.triad_gbps},
           {"fma_f32_gflops", c.fma_f32_gflops},
-          {"fma_f64_gflops", c.fma_f64_gflops}};
+          {"fma_f64_gflops", c.fma_f64_gflops},
+          {"dot_bf16_gflops", c.dot_bf16_gflops}};
 }
 
 struct State {
@@ -130,6 +131,7 @@ CpuRoofs measure_cpu_roofs(int threads, bool quick) {
   c.triad_gbps = probe::stream_gbps(Stream::Triad, threads, n, passes);
   c.fma_f32_gflops = probe::fma_peak_gflops(DType::F32, threads, 3, iters);
   c.fma_f64_gflops = probe::fma_peak_gflops(DType::F64, threads, 3, iters);
+  c.dot_bf16_gflops = probe::fma_peak_gflops(DType::BF16, threads, 3, iters);
   return c;
 }
 
@@ -185,6 +187,7 @@ MachineModel MachineModel::from_json(const std::string& text) {
       r.triad_gbps = c.value("triad_gbps", 0.0);
       r.fma_f32_gflops = c.at("fma_f32_gflops").get<double>();
       r.fma_f64_gflops = c.value("fma_f64_gflops", 0.0);
+      r.dot_bf16_gflops = c.value("dot_bf16_gflops", 0.0);
       m.cpu_roofs.push_back(r);
     }
     for (const json& d : j.value("devices", json::array()))
@@ -202,10 +205,11 @@ std::string MachineModel::text() const {
   std::ostringstream os;
   char b[256];
   os << "machine: " << cpu << ", FMA " << isa << ", measured " << measured << (quick ? " (quick)" : "") << "\n";
-  os << "threads    read   write  write-nt    copy   triad  (GB/s)   FMA f32   FMA f64 (GFLOP/s)\n";
+  os << "threads    read   write  write-nt    copy   triad  (GB/s)   FMA f32   FMA f64  dot bf16 (GFLOP/s)\n";
   for (const CpuRoofs& c : cpu_roofs) {
-    std::snprintf(b, sizeof b, "%7d %7.1f %7.1f %9.1f %7.1f %7.1f %18.1f %9.1f\n", c.threads, c.read_gbps, c.write_gbps,
-                  c.write_nt_gbps, c.copy_gbps, c.triad_gbps, c.fma_f32_gflops, c.fma_f64_gflops);
+    std::snprintf(b, sizeof b, "%7d %7.1f %7.1f %9.1f %7.1f %7.1f %18.1f %9.1f %9.1f\n", c.threads, c.read_gbps,
+                  c.write_gbps, c.write_nt_gbps, c.copy_gbps, c.triad_gbps, c.fma_f32_gflops, c.fma_f64_gflops,
+                  c.dot_bf16_gflops);
     os << b;
   }
   for (const DeviceRoofs& d : devices) {
@@ -311,8 +315,10 @@ double Roof::gbps(double read_bytes, double write_bytes) const {
 }
 
 Roof roof_of(const CpuRoofs& c, DType dtype) {
-  return {c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps),
-          dtype == DType::F64 ? c.fma_f64_gflops : c.fma_f32_gflops};
+  const double flops = dtype == DType::F64                             ? c.fma_f64_gflops
+                       : dtype == DType::BF16 && c.dot_bf16_gflops > 0 ? c.dot_bf16_gflops
+                                                                       : c.fma_f32_gflops;
+  return {c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps), flops};
 }
 
 Roof roof_for(const MachineModel& m, Device device, DType dtype, int threads) {

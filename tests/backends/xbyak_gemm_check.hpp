@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../../jit/xbyak/gemm.hpp"
+#include "kfuse/half.hpp"
 #include "kfuse/options.hpp"
 #include "test_xbyak_util.hpp"
 
@@ -30,7 +31,8 @@ struct Spec {
   std::vector<bool> a_bcast, b_bcast;  // per batch dim: the operand does not move along it
   // epilogue: out = f(acc, bias_n[n], bias_m[m], res[m, n]) (inputs 2, 3, 4 when used)
   std::function<ExprRef(ExprRef acc, const std::vector<ExprRef>& in)> epi;
-  int extra_outputs = 0;  // more stores of epi2(acc) (temp C path)
+  int extra_outputs = 0;     // more stores of epi2(acc) (temp C path)
+  DType ab_dt = DType::F32;  // A's and B's storage (f32 or bf16: loads cast to f32)
 };
 
 inline int64_t prod(const std::vector<int64_t>& v) {
@@ -82,7 +84,12 @@ inline Kernel build(const Spec& s) {
   ExprRef ai = iadd(boff(sa), s.ta ? iadd(imul(kk, M), m) : iadd(imul(m, iconst(s.K)), kk));
   ExprRef bi = iadd(boff(sb), s.tb ? iadd(imul(n, iconst(s.K)), kk) : iadd(imul(kk, N), n));
   ExprRef ci = iadd(boff(sc), iadd(imul(m, N), n));
-  k.accs.push_back({AccKind::Sum, DType::F32, bin(Op::Mul, load(0, DType::F32, ai), load(1, DType::F32, bi))});
+  auto operand = [&](int buf, const ExprRef& idx) {
+    ExprRef l = load(buf, s.ab_dt, idx);
+    return s.ab_dt == DType::F32 ? l : op(Op::Cast, DType::F32, {l});
+  };
+  k.buffers[0].dtype = k.buffers[1].dtype = s.ab_dt;
+  k.accs.push_back({AccKind::Sum, DType::F32, bin(Op::Mul, operand(0, ai), operand(1, bi))});
   k.phases.push_back(reduce_phase({0}));
   Phase once;
   ExprRef a = acc(0, DType::F32);
@@ -94,7 +101,8 @@ inline Kernel build(const Spec& s) {
 }
 
 struct Data {
-  std::vector<std::vector<float>> bufs;
+  std::vector<std::vector<float>> bufs;     // (A and B stored as bf16: the values, rounded to bf16)
+  std::vector<std::vector<uint16_t>> bf16;  // A and B as stored, when Spec::ab_dt is bf16
 };
 
 inline Data make_data(const Spec& s, uint64_t seed) {
@@ -113,6 +121,14 @@ inline Data make_data(const Spec& s, uint64_t seed) {
   d.bufs.push_back(fill(s.M));
   d.bufs.push_back(fill(c));
   for (int o = 0; o <= s.extra_outputs; ++o) d.bufs.push_back(std::vector<float>(std::max<int64_t>(c, 1), NAN));
+  if (s.ab_dt == DType::BF16)
+    for (int i = 0; i < 2; ++i) {
+      auto& st = d.bf16.emplace_back();
+      for (float& x : d.bufs[static_cast<size_t>(i)]) {
+        st.push_back(float_to_bf16_bits(x));
+        x = bf16_bits_to_float(st.back());
+      }
+    }
   return d;
 }
 
@@ -127,6 +143,7 @@ inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
   Data d = make_data(s, seed);
   LaunchArgs args;
   for (auto& b : d.bufs) args.buffers.push_back(b.data());
+  for (size_t i = 0; i < d.bf16.size(); ++i) args.buffers[i] = d.bf16[i].data();
   args.params = k.param_values();
   cr.kernel->run(args);
   const int nb = static_cast<int>(s.batch.size());
