@@ -232,10 +232,17 @@ std::vector<Workload> workloads(bool quick, int64_t scale) {
     v.push_back(mm(s, s, s, Kind::Matmul, Target::None, " bf16"));
     v.back().bf16 = true;
   }
-  {
+  // u8 x i8 with i32 results (a quantised layer's product): on AVX-512 VNNI the xbyak GEMM's
+  // vpdpbusd kernels; the ceiling is that instruction's probe where the CPU has it.
+  for (int64_t s : {rc(1024, 128), rc(2048, 192)}) {
+    v.push_back(mm(s, s, s, Kind::Matmul, Target::None, " u8 x i8"));
+    v.back().u8s8 = true;
+  }
+  for (const char* ty : {"bf16", "u8 x i8"}) {
     Workload t = mm(rc(16, 4), rc(4096, 512), rc(4096, 512), Kind::Matmul, Target::None, "");
-    t.b_t = t.bf16 = true;
-    t.name = "matmul " + shape2(t.rows, t.inner) + "x" + shape2(t.cols, t.inner) + "^T (linear) bf16";
+    t.b_t = true;
+    (ty[0] == 'b' ? t.bf16 : t.u8s8) = true;
+    t.name = "matmul " + shape2(t.rows, t.inner) + "x" + shape2(t.cols, t.inner) + "^T (linear) " + ty;
     v.push_back(t);
   }
   const int64_t bm = rc(512, 64), bk = rc(1024, 128), bn = rc(4096, 256);
@@ -623,7 +630,8 @@ int main(int argc, char** argv) {
     for (int t : cli.threads) {
       char b[160];
       roofs[t] = kfuse::measure_cpu_roofs(t, cli.quick);
-      kfuse::Roof roof = kfuse::roof_of(roofs[t], w.bf16 ? kfuse::DType::BF16 : kfuse::DType::F32);
+      const kfuse::DType rdt = w.bf16 ? kfuse::DType::BF16 : w.u8s8 ? kfuse::DType::I32 : kfuse::DType::F32;
+      kfuse::Roof roof = kfuse::roof_of(roofs[t], rdt);
       // A bag's plan counts a row per id (explain() cannot see repeated ids): its bound counts the
       // distinct rows the ids pick (make_inputs), as kfuse_bag does.
       bound[t] =
@@ -631,7 +639,10 @@ int main(int argc, char** argv) {
       if (w.gemm()) {
         ceil[t] = bound[t] > 0 ? w.flops / bound[t] * 1e-9 : 0;
         std::snprintf(b, sizeof b, "%s%dT %.1f GFLOP/s (%s %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],
-                      w.bf16 && roofs[t].dot_bf16_gflops > 0 ? "bf16 dot peak" : "FMA peak", roof.peak_gflops);
+                      w.bf16 && roofs[t].dot_bf16_gflops > 0 ? "bf16 dot peak"
+                      : w.u8s8 && roofs[t].dot_u8s8_gops > 0 ? "u8s8 dot peak"
+                                                             : "FMA peak",
+                      roof.peak_gflops);
       } else {
         ceil[t] = bound[t] > 0 ? w.compulsory_bytes / bound[t] * 1e-9 : 0;
         std::snprintf(b, sizeof b, "%s%dT %.1f GB/s (read %.1f, write %.1f)", ceil_txt.empty() ? "" : ", ", t, ceil[t],

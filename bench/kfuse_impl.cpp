@@ -53,8 +53,12 @@ std::vector<kfuse::Tensor> kfuse_inputs(const Workload& w) {
   }
   if (w.gemm()) {  // a [M,K], b [K,N], (Mlp) bias [N]
     auto borrow = [&](size_t i, kfuse::Shape s) {
-      if (w.bf16)
-        return kfuse::Tensor::borrow_bytes(const_cast<uint16_t*>(w.inputs_bf16[i].data()), kfuse::DType::BF16, s);
+      if (w.stored_narrow())
+        return kfuse::Tensor::borrow_bytes(const_cast<uint8_t*>(w.inputs_stored[i].data()),
+                                           w.bf16   ? kfuse::DType::BF16
+                                           : i == 0 ? kfuse::DType::U8
+                                                    : kfuse::DType::I8,
+                                           s);
       return kfuse::Tensor::borrow(const_cast<float*>(w.inputs[i].data()), s);
     };
     auto p = [&](size_t i) { return const_cast<float*>(w.inputs[i].data()); };

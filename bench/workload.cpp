@@ -57,15 +57,22 @@ void make_inputs(Workload& w, uint64_t seed) {
     case Kind::Matmul:
       fill(w.rows * w.inner, -1, 1);
       fill(w.inner * w.cols, -1, 1);
-      w.inputs_bf16.clear();
-      if (w.bf16)  // every implementation reads the same bf16 values, and the reference too
-        for (auto& v : w.inputs) {
-          auto& bits = w.inputs_bf16.emplace_back();
-          for (float& x : v) {
-            bits.push_back(kfuse::float_to_bf16_bits(x));
-            x = kfuse::bf16_bits_to_float(bits.back());
+      // Every implementation reads the same stored values, and the reference their values.
+      w.inputs_stored.clear();
+      for (size_t i = 0; i < w.inputs.size() && w.stored_narrow(); ++i) {
+        auto& st = w.inputs_stored.emplace_back();
+        for (float& x : w.inputs[i]) {
+          if (w.bf16) {
+            const uint16_t h = kfuse::float_to_bf16_bits(x);
+            st.insert(st.end(), {static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8)});
+            x = kfuse::bf16_bits_to_float(h);
+          } else {  // A: u8 over [0, 255], B: i8 over [-128, 127]
+            const int v = i == 0 ? static_cast<int>((x + 1) * 127.99f) : static_cast<int>(std::floor(x * 128));
+            st.push_back(static_cast<uint8_t>(v));
+            x = static_cast<float>(v);
           }
         }
+      }
       break;
     case Kind::Mlp: {  // weights scaled by 1/sqrt(K) as initialised in a model: pre-activations ~ unit range
       const float s = 1.0f / std::sqrt(static_cast<float>(w.inner));
@@ -92,10 +99,10 @@ void make_inputs(Workload& w, uint64_t seed) {
     default: w.out_numel = n;
   }
   double in_bytes = 0;
-  const double es = w.bf16 ? 2.0 : 4.0;
+  const double es = w.bf16 ? 2.0 : w.u8s8 ? 1.0 : 4.0;  // (u8s8: i32 results)
   for (auto& v : w.inputs) in_bytes += es * static_cast<double>(v.size());
   w.read_bytes = in_bytes;
-  w.write_bytes = es * static_cast<double>(w.out_numel);
+  w.write_bytes = (w.bf16 ? 2.0 : 4.0) * static_cast<double>(w.out_numel);
   w.compulsory_bytes = w.read_bytes + w.write_bytes;
   w.flops =
       w.gemm() ? 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(w.inner) : 0;

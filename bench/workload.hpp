@@ -59,7 +59,8 @@ struct Workload {
   int64_t rows = 0, cols = 0;              // for 1-D workloads rows = 1, cols = N
   int64_t inner = 0;                       // GEMM workloads: K (rows = M, cols = N)
   bool b_t = false;                        // Matmul: B stored [N, K] (a linear layer's weight: x @ W^T)
-  bool bf16 = false;                       // Matmul: A, B and C stored as bf16 (f32 sums; inputs_bf16)
+  bool bf16 = false;                       // Matmul: A, B and C stored as bf16 (f32 sums; inputs_stored)
+  bool u8s8 = false;                       // Matmul: A u8, B i8, C i32 (a quantised layer's product; inputs_stored)
   int64_t batch = 1;                       // Attention: batch x heads
   std::string bare;                        // the workload this one is timed against, same impl and threads:
                                            // Mlp: the bare GEMM of its shape; 8-bit bag: the f32 bag
@@ -70,8 +71,9 @@ struct Workload {
   const uint8_t* fused_rows = nullptr;     // quantised bags: kfuse's table in PyTorch's fused rows
   int fused_bits = 0;                      // (kfuse_bag_share_table), for the PyTorch peer
   std::vector<std::vector<float>> inputs;  // filled by make_inputs()
-  /// bf16 workloads: the inputs as stored (bits; `inputs` holds the same values as floats)
-  std::vector<std::vector<uint16_t>> inputs_bf16;
+  /// bf16 and u8s8 workloads: A and B as stored (bytes; `inputs` holds the same values as floats)
+  std::vector<std::vector<uint8_t>> inputs_stored;
+  bool stored_narrow() const { return bf16 || u8s8; }
   int64_t out_numel = 0;
   double compulsory_bytes = 0;             // inputs read once + output written once
   double read_bytes = 0, write_bytes = 0;  // its two parts (the ceiling weighs them apart)

@@ -83,22 +83,31 @@ std::vector<Impl> dnnl_gemm_impls(const Workload& w, int threads) {
   auto st = std::make_shared<State>();
   st->y.assign(static_cast<size_t>(M * N), 0.0f);
   // b_t: B [K, N] is W [N, K] row-major, i.e. B in column-major (tag::ba)
-  // bf16 rows: the matmul primitive on bf16 memory (f32 accumulation), its result converted for the check
-  if (w.bf16) {
-    memory::desc a_md({M, K}, dt::bf16, tag::ab), b_md({K, N}, dt::bf16, w.b_t ? tag::ba : tag::ab),
-        c_md({M, N}, dt::bf16, tag::ab);
-    auto c16 = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(M * N));
-    auto in = [&](size_t i) { return const_cast<uint16_t*>(w.inputs_bf16[i].data()); };
+  // bf16 and u8 x s8 rows: the matmul primitive on that memory (bf16 result of f32 sums; s32
+  // result), its result converted for the check
+  if (w.stored_narrow()) {
+    const bool q = w.u8s8;
+    memory::desc a_md({M, K}, q ? dt::u8 : dt::bf16, tag::ab),
+        b_md({K, N}, q ? dt::s8 : dt::bf16, w.b_t ? tag::ba : tag::ab), c_md({M, N}, q ? dt::s32 : dt::bf16, tag::ab);
+    auto c = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(M * N) * (q ? 4 : 2));
+    auto in = [&](size_t i) { return const_cast<uint8_t*>(w.inputs_stored[i].data()); };
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), st->eng);
     st->steps.push_back({dnnl::matmul(pd),
                          {{DNNL_ARG_SRC, memory(a_md, st->eng, in(0))},
                           {DNNL_ARG_WEIGHTS, memory(b_md, st->eng, in(1))},
-                          {DNNL_ARG_DST, memory(c_md, st->eng, c16->data())}}});
-    return {Impl{"onednn matmul", std::string("bf16, ") + pd.impl_info_str(), setup, [st] { st->run(); },
-                 [st, c16] {
-                   for (size_t i = 0; i < c16->size(); ++i) {
-                     const uint32_t u = static_cast<uint32_t>((*c16)[i]) << 16;
-                     std::memcpy(&st->y[i], &u, 4);
+                          {DNNL_ARG_DST, memory(c_md, st->eng, c->data())}}});
+    return {Impl{"onednn matmul", std::string(q ? "u8 x s8 -> s32, " : "bf16, ") + pd.impl_info_str(), setup,
+                 [st] { st->run(); },
+                 [st, c, q] {
+                   for (size_t i = 0; i < st->y.size(); ++i) {
+                     if (q) {
+                       int32_t v;
+                       std::memcpy(&v, c->data() + 4 * i, 4);
+                       st->y[i] = static_cast<float>(v);
+                     } else {
+                       const uint32_t u = static_cast<uint32_t>((*c)[2 * i] | (*c)[2 * i + 1] << 8) << 16;
+                       std::memcpy(&st->y[i], &u, 4);
+                     }
                    }
                    return static_cast<const float*>(st->y.data());
                  }}};

@@ -169,7 +169,7 @@ std::function<void()> make_run(const Workload& w, State* st, Dev* dev) {
 
 std::vector<Impl> eigen_impls(const Workload& w, int threads) {
   if (w.kind == Kind::Compile || w.kind == Kind::CacheHit || w.kind == Kind::EmbeddingBag) return {};
-  if (w.bf16) return {};  // (Eigen 3.4 has no bf16 GEMM kernel: its contraction converts element by element)
+  if (w.stored_narrow()) return {};  // (Eigen 3.4: no bf16 or int8 GEMM kernel; its contraction converts each element)
   auto st = std::make_shared<State>();
   st->y.assign(static_cast<size_t>(std::max<int64_t>(w.out_numel, 1)), 0.0f);
   st->m.assign(static_cast<size_t>(w.rows), 0.0f);

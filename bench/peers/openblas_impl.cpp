@@ -20,7 +20,7 @@ std::string openblas_version() {
 }
 
 std::vector<Impl> openblas_impls(const Workload& w, int threads) {
-  if (w.kind != Kind::Matmul || w.bf16) return {};  // (Debian's build has no sbgemm)
+  if (w.kind != Kind::Matmul || w.stored_narrow()) return {};  // (Debian's build has no sbgemm; BLAS has no int8)
   auto y = std::make_shared<std::vector<float>>(static_cast<size_t>(w.out_numel));
   const int M = static_cast<int>(w.rows), N = static_cast<int>(w.cols), K = static_cast<int>(w.inner);
   const float* a = w.inputs[0].data();

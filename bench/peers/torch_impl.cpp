@@ -29,12 +29,13 @@ at::Tensor wrap(const std::vector<float>& v, at::IntArrayRef sizes) {
 // GEMM workloads: at::mm / addmm + gelu + layer_norm, allocating ("natural") and into
 // preallocated outputs ("out=").
 std::vector<Impl> torch_gemm_impls(const Workload& w, int threads) {
+  if (w.u8s8) return {};  // (LibTorch 1.13 has no int8 GEMM on plain tensors, only quantized-tensor ops)
   auto st = std::make_shared<State>();
   const int64_t M = w.rows, N = w.cols, K = w.inner;
   // bf16 rows: the operands as stored, at::mm on bf16 tensors (oneDNN's bf16 GEMM inside LibTorch)
   auto operand = [&](size_t i, at::IntArrayRef sizes) {
     if (!w.bf16) return wrap(w.inputs[i], sizes);
-    return at::from_blob(const_cast<uint16_t*>(w.inputs_bf16[i].data()), sizes,
+    return at::from_blob(const_cast<uint8_t*>(w.inputs_stored[i].data()), sizes,
                          at::TensorOptions().dtype(at::kBFloat16));
   };
   st->in = {operand(0, {M, K}), w.b_t ? operand(1, {N, K}).t() : operand(1, {K, N})};

@@ -36,6 +36,9 @@ struct CpuRoofs {
   /// bf16 dot products into f32 (AVX-512 BF16's vdpbf16ps chains; 0 without it): the ceiling of
   /// bf16 x bf16 contractions, which the xbyak GEMM runs on them (docs/xbyak-backend.md).
   double dot_bf16_gflops = 0;
+  /// u8 x i8 dot products into i32 (AVX-512 VNNI's vpdpbusd chains; 0 without it), in 10^9
+  /// integer ops (multiplies and adds) per second: the ceiling of u8 x i8 contractions.
+  double dot_u8s8_gops = 0;
 };
 
 /// Roofs of a GPU device, measured with kfuse kernels on it (a copy and an FMA chain).
@@ -102,8 +105,8 @@ Roof roof_of(const CpuRoofs& c, DType dtype);
 CpuRoofs measure_cpu_roofs(int threads, bool quick = false);
 
 /// Roofs of `device` with `threads` CPU threads (0: Options::num_threads or all) for `dtype`
-/// (f64 uses the f64 FMA peak, bf16 the bf16 dot-product peak where the CPU has one; every other
-/// dtype the f32 FMA peak).
+/// (f64 uses the f64 FMA peak, bf16 the bf16 dot-product peak and i32 the u8 x i8 one where the
+/// CPU has them; every other dtype the f32 FMA peak).
 Roof roof_for(const MachineModel& m, Device device, DType dtype, int threads = 0);
 
 /// The probes machine() runs, public for the bench (kfuse_compare measures them per workload).
@@ -115,7 +118,8 @@ double stream_gbps(Stream kind, int threads, int64_t n, int passes);
 double triad_gbps(int threads, int64_t n, int passes);
 /// GFLOP/s of `threads` threads of independent FMA chains (f32 or f64), best of `trials`; bf16:
 /// chains of bf16 pair dot products into f32 (vdpbf16ps, 4 FLOPs per lane), 0 on a CPU without
-/// AVX512_BF16.
+/// AVX512_BF16; i8: u8 x i8 quad dot products into i32 (vpdpbusd, 8 ops per lane), 0 without
+/// AVX512_VNNI.
 double fma_peak_gflops(DType dtype, int threads, int trials = 5, int64_t iters = 10'000'000);
 bool avx512();
 const char* fma_kind();     ///< "avx2 (ymm)" or "avx512 (zmm)"

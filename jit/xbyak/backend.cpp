@@ -47,16 +47,15 @@ void set_narrow_gemm_tails(std::optional<bool> on) {
   g_narrow_tails.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed);
 }
 namespace {
-std::atomic<int> g_bf16_dot{-1};  // set_bf16_dot_gemm's forced answer, or -1
+std::atomic<int> g_dot{-1};  // set_dot_gemm's forced answer, or -1
 }  // namespace
-bool bf16_dot_gemm() {
-  const bool cpu = cpu_supports(Isa::Avx512) && host_cpu().has(Xbyak::util::Cpu::tAVX512_BF16);
-  const int forced = g_bf16_dot.load(std::memory_order_relaxed);
-  return cpu && forced != 0;
+bool dot_gemm(DotKind d) {
+  using Xbyak::util::Cpu;
+  const bool cpu = cpu_supports(Isa::Avx512) && ((d == DotKind::Bf16 && host_cpu().has(Cpu::tAVX512_BF16)) ||
+                                                 (d == DotKind::U8S8 && host_cpu().has(Cpu::tAVX512_VNNI)));
+  return cpu && g_dot.load(std::memory_order_relaxed) != 0;
 }
-void set_bf16_dot_gemm(std::optional<bool> on) {
-  g_bf16_dot.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed);
-}
+void set_dot_gemm(std::optional<bool> on) { g_dot.store(on ? static_cast<int>(*on) : -1, std::memory_order_relaxed); }
 
 bool cpu_supports(Isa isa) {
   using Xbyak::util::Cpu;

@@ -30,6 +30,12 @@ struct GemmPlan {
   /// The dtype A and B are stored in: packing converts them to f32 exactly (a Cast to f32 of
   /// the load in the IR). Any dtype but f32 or a prologue takes the packed path.
   DType a_dt = DType::F32, b_dt = DType::F32;
+  /// The sums' dtype: f32, or i32 (u8 A times i8 B on gemm_ukrs_dot(U8S8), C and the epilogue's
+  /// accumulator buffer i32).
+  DType acc_dt = DType::F32;
+  /// i32 sums the epilogue reads only through a cast to f32: each block of C is converted to f32
+  /// in place before the epilogue runs on it (whose accumulator buffer is then f32).
+  bool acc_to_f32 = false;
   /// Element-wise prologues pa, pb (null: none): pointwise kernels over one f32 buffer of
   /// param(0) elements, in0 -> out0, applied in place to each packed panel (README "Matmul").
   std::shared_ptr<const ir::Kernel> a_pro, b_pro;
@@ -50,6 +56,14 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan);
 
 /// Evaluates an affine index expression at the given var values (outer vars, the reduce var).
 int64_t eval_affine(const ir::ExprRef& e, const int64_t* params, const int64_t* outer, int64_t red);
+
+/// The dot-product kernels (Ukrs::dot): each k step of a sliver is a group of k in one 32-bit
+/// lane (gemm_pack_groups.hpp) and one instruction adds the group's products to each lane.
+/// Bf16: `vdpbf16ps`, pairs of bf16, f32 sums (AVX512_BF16). U8S8: `vpdpbusd`, quads of u8 in A
+/// times quads of i8 in B, i32 sums that wrap as i32 arithmetic does (AVX512_VNNI).
+enum class DotKind { None, Bf16, U8S8 };
+/// Values of k per lane of a DotKind's slivers (1 for None).
+constexpr int64_t dot_group(DotKind d) { return d == DotKind::Bf16 ? 2 : d == DotKind::U8S8 ? 4 : 1; }
 
 /// Arguments of a microkernel call (byte strides). C[i, j] (+)= sum_k A[i, k] * B[k, j] over a
 /// full MR x NR tile: A at a + i * a_rs + k * a_ks, B at b + k * b_ks + j * 4, C at c + i * c_rs
@@ -76,8 +90,8 @@ struct Ukrs {
   static constexpr int kMaxMr = 14, kMaxNv = 2;
   int mr = 0, nr = 0;
   int w = 0;  ///< floats per vector (NR = w * vectors per row)
-  /// bf16 pairs (gemm_ukrs_bf16): packed kernels only, each k step of a sliver a pair of k.
-  bool dot = false;
+  /// Groups of k per lane (gemm_ukrs_dot): packed kernels only, UkrArgs::kc counting groups.
+  DotKind dot = DotKind::None;
   UkrFn packed = nullptr, direct = nullptr;
   /// The direct kernel of a tile of `rows` x `nv` vectors (1..mr, 1..nr / w; (mr, nr / w) is
   /// `direct`): the edges of a small problem run in place too instead of through packed scratch
@@ -108,17 +122,19 @@ struct Ukrs {
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
-/// AVX-512 BF16's packed kernels (Ukrs::dot): MR x NR tiles of f32 accumulators over slivers of
-/// bf16 pairs (gemm_pack_pairs.hpp), vdpbf16ps for each FMA of the f32 kernels.
-const Ukrs& gemm_ukrs_bf16();
-/// Whether bf16 x bf16 contractions without prologues run on gemm_ukrs_bf16 (AVX-512 kernels on a
-/// CPU with AVX512_BF16): twice the multiply-adds per instruction of the f32 kernels. Its sums
-/// differ from the f32 path's in the last bits: each pair's two products are added together,
-/// and the instruction flushes subnormal inputs and results to zero (docs/semantics.md). Tests
-/// force it off (nullopt: back to the CPU's answer; forcing it on where the CPU lacks it does
-/// nothing). Defined in backend.cpp, beside the other answers read from CPUID.
-bool bf16_dot_gemm();
-void set_bf16_dot_gemm(std::optional<bool> on);
+/// AVX-512's packed dot-product kernels (Ukrs::dot, not None): MR x NR tiles of f32 (Bf16) or
+/// i32 (U8S8) accumulators over slivers of groups, the dot instruction for each FMA of the f32
+/// kernels.
+const Ukrs& gemm_ukrs_dot(DotKind d);
+/// Whether contractions of a DotKind's operands without prologues run on gemm_ukrs_dot (AVX-512
+/// kernels on a CPU with the instruction). Bf16: twice the multiply-adds per instruction of the
+/// f32 kernels; the sums differ from the f32 path's in the last bits (each pair's two products
+/// are added in turn) and the instruction flushes subnormal inputs and results to zero
+/// (docs/semantics.md). U8S8: four times, exact (the i32 path of the LLVM backend, bit for bit).
+/// Tests force both off (nullopt: back to the CPU's answer; forcing on where the CPU lacks the
+/// instruction does nothing). Defined in backend.cpp, beside the other answers read from CPUID.
+bool dot_gemm(DotKind d);
+void set_dot_gemm(std::optional<bool> on);
 
 /// GEMV (gemv.cpp): rows 1 .. gemv_rows_per_sweep (`gemv`) or gemv_t_rows_per_sweep (`gemv_t`) of A at
 /// a + r * a_rs + k * a_ks (f32) against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16

@@ -52,12 +52,14 @@ class UkrGen : public Xbyak::CodeGenerator {
   // (an opmask, or AVX2's masked moves), and a direct kernel loads only those of B: C's last
   // part-vector of columns is computed in place, with no scratch tile and no packing.
   // vl (Ymm only): EVEX encoding, for AVX-512's narrow tails: 32 registers and opmasks.
-  // dot (packed only, AVX-512 BF16): each k step of the slivers is a pair of bf16 values per
-  // 32-bit lane (A: k and k + 1 of a row, B: of a column) and vdpbf16ps adds both products to
-  // the lane's f32 accumulator: twice the multiply-adds of an FMA for the same registers, loads
-  // and loop (gemm_pack_pairs.hpp packs the pairs; UkrArgs::kc counts pairs).
+  // dot (packed only, AVX-512): each k step of the slivers is a group of k per 32-bit lane (A:
+  // of a row, B: of a column) and one instruction adds the group's products to the lane's
+  // accumulator: bf16 pairs into f32 (vdpbf16ps), u8 x i8 quads into i32 (vpdpbusd, whose
+  // unsigned operand is A's broadcast: never the embedded broadcast, which is the signed one;
+  // C is added as integers). The same registers, loads and loop as the FMA kernels
+  // (gemm_pack_groups.hpp packs the groups; UkrArgs::kc counts groups).
   UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl,
-         bool dot)
+         DotKind dot)
       : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl), dot_(dot) {
     const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
@@ -121,7 +123,7 @@ class UkrGen : public Xbyak::CodeGenerator {
         else vmaskmovps(bvec(v), mask(), b);
       }
       for (int i = 0; i < mr; ++i) {
-        if (evex_ && nv_ == 1) {  // (one FMA per A value: its broadcast rides in the FMA)
+        if (evex_ && nv_ == 1 && dot_ != DotKind::U8S8) {  // (one FMA per A value: its broadcast rides in the FMA)
           madd(acc(i), bvec(0), ptr_b[a_addr(i, u).getRegExp()]);
           continue;
         }
@@ -176,9 +178,9 @@ class UkrGen : public Xbyak::CodeGenerator {
         if (tail) {  // (B's registers are free after the loop)
           if (evex_) vmovups(bvec(0) | k1 | T_z, c);
           else vmaskmovps(bvec(0), mask(), c);
-          vaddps(acc(i * nv_ + v), acc(i * nv_ + v), bvec(0));
+          add_c(acc(i * nv_ + v), bvec(0));
         } else {
-          vaddps(acc(i * nv_ + v), acc(i * nv_ + v), c);
+          add_c(acc(i * nv_ + v), c);
         }
         store(c, acc(i * nv_ + v), tail);
       }
@@ -204,17 +206,24 @@ class UkrGen : public Xbyak::CodeGenerator {
     else if (evex_) vmovups(c | k1, v);
     else vmaskmovps(c, mask(), v);
   }
-  // acc += b * a (dot: acc += the two products of each lane's bf16 pairs)
+  // acc += b * a (dot: acc += the products of each lane's group; U8S8: a, A's broadcast, is the
+  // unsigned operand)
   void madd(const Vmm& acc, const Vmm& b, const Xbyak::Operand& a) {
-    if (dot_) vdpbf16ps(acc, b, a);
+    if (dot_ == DotKind::Bf16) vdpbf16ps(acc, b, a);
+    else if (dot_ == DotKind::U8S8) vpdpbusd(acc, static_cast<const Vmm&>(a), b);
     else vfmadd231ps(acc, b, a);
+  }
+  // acc += C's value (i32 sums as integers)
+  void add_c(const Vmm& acc, const Xbyak::Operand& c) {
+    if (dot_ == DotKind::U8S8) vpaddd(acc, acc, c);
+    else vaddps(acc, acc, c);
   }
   Vmm acc(int i) const { return Vmm(i); }
   Vmm bvec(int v) const { return Vmm(mr_ * nv_ + v); }
   Vmm mask() const { return Vmm(15); }  // (AVX2 tails: one vector of up to 6 rows leaves it free)
   int mr_, nv_;
   bool evex_;  ///< opmask tails; (Ymm) registers past 15
-  bool dot_;   ///< bf16 pairs, vdpbf16ps
+  DotKind dot_;
 };
 
 // Every kernel is generated into one reused buffer, under gen_mutex, then copied to its own
@@ -235,27 +244,30 @@ uint8_t* gen_buffer() {
 }
 
 template <class Vmm>
-UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, bool dot) {
+UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot) {
   static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
   UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
                            (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "") +
-                           (vl ? "_ymm" : "") + (dot ? "_bf16" : "");
+                           (vl ? "_ymm" : "") +
+                           (dot == DotKind::Bf16   ? "_bf16"
+                            : dot == DotKind::U8S8 ? "_u8s8"
+                                                   : "");
   mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
   return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
 }
 
 template <class Vmm>
-const Ukrs& make_ukrs(int mr, int nv, bool dot = false) {
+const Ukrs& make_ukrs(int mr, int nv, DotKind dot = DotKind::None) {
   auto* u = new Ukrs;
   u->dot = dot;
   u->w = std::is_same_v<Vmm, Xbyak::Zmm> ? 16 : 8;
   u->mr = mr;
   u->nr = nv * u->w;
   u->packed = u->packed_tile(mr, nv);
-  if (!dot) u->direct = u->direct_tile(mr, nv);
+  if (dot == DotKind::None) u->direct = u->direct_tile(mr, nv);
   return *u;
 }
 
@@ -264,7 +276,7 @@ const Ukrs& make_ukrs(int mr, int nv, bool dot = false) {
 UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   const bool tail = kind > 0, narrow = kind == 2;
   if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16) ||
-      (dot && (!packed_form || w != 16)))
+      (dot != DotKind::None && (!packed_form || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   std::lock_guard<std::mutex> lock(gen_mutex());
@@ -276,7 +288,7 @@ UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
   const UkrFn f = narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
                   : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot)
-                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, false);
+                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None);
   slot.store(f, std::memory_order_release);
   return f;
 }
@@ -290,8 +302,13 @@ const Ukrs& gemm_ukrs(Isa isa) {
   return u;
 }
 
-const Ukrs& gemm_ukrs_bf16() {
-  static const Ukrs& u = make_ukrs<Xbyak::Zmm>(14, 2, true);
+const Ukrs& gemm_ukrs_dot(DotKind d) {
+  if (d == DotKind::Bf16) {
+    static const Ukrs& u = make_ukrs<Xbyak::Zmm>(14, 2, DotKind::Bf16);
+    return u;
+  }
+  if (d != DotKind::U8S8) throw BackendError("xbyak: gemm_ukrs_dot of no dot product (internal error)");
+  static const Ukrs& u = make_ukrs<Xbyak::Zmm>(14, 2, DotKind::U8S8);
   return u;
 }
 

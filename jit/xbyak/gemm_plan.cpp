@@ -42,14 +42,22 @@ bool affine(const ir::Expr* e) {
   }
 }
 
-// e with every Acc(0) replaced by `with` (shared subexpressions stay shared).
-ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<const ir::Expr*, ExprRef>& memo) {
-  if (e->kind == ExprKind::Acc) return with;
+// e with every Acc(0) replaced by `with` (shared subexpressions stay shared). `f32_casts`:
+// every cast.f32(Acc(0)) replaced instead, and `all` cleared where Acc(0) is read otherwise.
+ExprRef replace_acc(const ExprRef& e, const ExprRef& with, std::unordered_map<const ir::Expr*, ExprRef>& memo,
+                    bool f32_casts, bool& all) {
+  if (f32_casts && e->kind == ExprKind::Op && e->op == Op::Cast && e->dtype == DType::F32 &&
+      e->args[0]->kind == ExprKind::Acc)
+    return with;
+  if (e->kind == ExprKind::Acc) {
+    if (!f32_casts) return with;
+    all = false;
+  }
   if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
   std::vector<ExprRef> args;
   bool changed = false;
   for (const auto& a : e->args) {
-    args.push_back(replace_acc(a, with, memo));
+    args.push_back(replace_acc(a, with, memo, f32_casts, all));
     changed |= args.back() != a;
   }
   ExprRef r = e;
@@ -193,8 +201,11 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     if (nouter < 2 || nouter > kMaxOuterDims) decline("needs 2 to 8 outer dims (batch..., M, N)");
     if (k.reduce.size() != 1) decline("needs exactly one reduce dim");
     if (k.accs.size() != 1 || k.accs[0].kind != ir::AccKind::Sum) decline("needs exactly one Sum accumulator");
-    if (k.accs[0].dtype != DType::F32)
-      decline(std::string(dtype_name(k.accs[0].dtype)) + " accumulator (the GEMM path is f32 only)");
+    // i32 sums: u8 x i8 (a quantised activation times a quantised weight) on VNNI's dot product.
+    const bool i32 = k.accs[0].dtype == DType::I32;
+    if (k.accs[0].dtype != DType::F32 && !(i32 && dot_gemm(DotKind::U8S8)))
+      decline(std::string(dtype_name(k.accs[0].dtype)) + " accumulator (the GEMM path is f32, and i32 of u8 x i8 " +
+              "on AVX512_VNNI)");
     if (k.phases.size() != 2 || !k.phases[0].over_reduce || k.phases[0].accs != std::vector<int>{0} ||
         !k.phases[0].stores.empty() || k.phases[1].over_reduce || k.phases[1].stores.empty())
       decline("phases are not [reduce {acc 0}, once {stores}]");
@@ -228,8 +239,17 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     plan.b_idx = loads[1]->args[0];
     plan.a_dt = loads[0]->dtype;
     plan.b_dt = loads[1]->dtype;
-    plan.a_pro = prologue_kernel(k.name + "_prologue_a", *fa, loads[0]);
-    plan.b_pro = prologue_kernel(k.name + "_prologue_b", *fb, loads[1]);
+    plan.acc_dt = k.accs[0].dtype;
+    if (i32) {  // exactly cast.i32(load u8) x cast.i32(load i8): no prologue, A the unsigned one
+      auto widened = [](const ExprRef& f, const ir::Expr* l) {
+        return f->kind == ExprKind::Op && f->op == Op::Cast && f->args[0].get() == l;
+      };
+      if (!widened(*fa, loads[0]) || !widened(*fb, loads[1]) || plan.a_dt != DType::U8 || plan.b_dt != DType::I8)
+        decline("i32 accumulator of other operands than u8 (A, the M side) times i8 (B)");
+    } else {
+      plan.a_pro = prologue_kernel(k.name + "_prologue_a", *fa, loads[0]);
+      plan.b_pro = prologue_kernel(k.name + "_prologue_b", *fb, loads[1]);
+    }
 
     const auto& stores = k.phases[1].stores;
     for (const auto& s : stores) {
@@ -239,8 +259,8 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
     }
     const ir::Store& s0 = stores[0];
     const bool contiguous = ir::affine_step(s0.index.get(), ir::Space::Outer, ndim) == std::optional<int64_t>(1);
-    const bool f32_out = k.buffers[s0.buffer].dtype == DType::F32;
-    if (stores.size() == 1 && contiguous && f32_out) {
+    const bool acc_out = k.buffers[s0.buffer].dtype == plan.acc_dt;
+    if (stores.size() == 1 && contiguous && acc_out) {
       plan.c_buf = s0.buffer;
       plan.c_idx = s0.index;
       if (s0.value->kind == ExprKind::Acc) return {};  // C = A B: no epilogue
@@ -258,7 +278,7 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       for (const auto& s : stores) read |= reads_buffer(s.value.get(), b);
       if (!read) epi->buffers[b].dtype = DType::F32;
     }
-    epi->buffers.push_back({"acc", DType::F32, false});
+    epi->buffers.push_back({"acc", plan.acc_dt, false});
     epi->buffers.insert(epi->buffers.end(), k.buffers.begin() + nin, k.buffers.end());
     epi->params = k.params;
     epi->outer = k.outer;
@@ -273,10 +293,30 @@ std::string gemm_analyze(const ir::Kernel& k, GemmPlan& plan) {
       acc_idx = ir::iadd(ir::imul(row, ir::param(static_cast<int>(k.params.size()))), ir::var(ir::Space::Outer, ndim));
     }
     plan.epi_acc = nin;
-    ExprRef accv = ir::load(nin, DType::F32, acc_idx);
-    std::unordered_map<const ir::Expr*, ExprRef> memo;
     ir::Phase ph;
-    for (const auto& s : stores) ph.stores.push_back({s.buffer + 1, s.index, replace_acc(s.value, accv, memo)});
+    if (plan.acc_dt == DType::I32) {
+      // i32 sums read only as f32 (a dequantising epilogue, cast.f32(acc) * scale + bias): the
+      // GEMM converts its block of C to f32 before the epilogue (one rounding, as the cast's), so
+      // that the f32 emitter takes the rest. Other uses of the sums keep an i32 accumulator.
+      bool all = true;
+      std::unordered_map<const ir::Expr*, ExprRef> memo;
+      const ExprRef accf = ir::load(nin, DType::F32, acc_idx);
+      for (const auto& s : stores)
+        ph.stores.push_back({s.buffer + 1, s.index, replace_acc(s.value, accf, memo, true, all)});
+      if (all) {
+        plan.acc_to_f32 = true;
+        epi->buffers[nin].dtype = DType::F32;
+      } else {
+        ph.stores.clear();
+      }
+    }
+    if (!plan.acc_to_f32) {
+      const ExprRef accv = ir::load(nin, plan.acc_dt, acc_idx);
+      std::unordered_map<const ir::Expr*, ExprRef> memo;
+      bool unused = true;
+      for (const auto& s : stores)
+        ph.stores.push_back({s.buffer + 1, s.index, replace_acc(s.value, accv, memo, false, unused)});
+    }
     epi->phases.push_back(std::move(ph));
     plan.epi = std::move(epi);
     return {};

@@ -24,7 +24,7 @@
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
 #include "gemm_pack.hpp"
-#include "gemm_pack_pairs.hpp"
+#include "gemm_pack_groups.hpp"
 #include "kfuse/profile.hpp"
 
 namespace kfuse::detail::xb {
@@ -46,6 +46,18 @@ float* scratch(int which, int64_t n) {
   if (v.size() < static_cast<size_t>(n) + 32) v.resize(static_cast<size_t>(n) + 32);
   auto p = reinterpret_cast<uintptr_t>(v.data());
   return reinterpret_cast<float*>((p + 63) / 64 * 64);
+}
+
+// n i32 values at p, rewritten as the f32 values a cast gives (round to nearest even).
+__attribute__((target("avx2"))) void i32_to_f32(float* p, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(p + i, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))));
+  for (; i < n; ++i) {
+    int32_t v;
+    std::memcpy(&v, p + i, 4);
+    p[i] = static_cast<float>(v);
+  }
 }
 
 // Operand strides in elements for one launch.
@@ -82,7 +94,9 @@ class GemmKernel final : public CompiledKernel {
     es_[1] = static_cast<int64_t>(dtype_size(p_.b_dt));
     plain_ = !cvt_[0] && !cvt_[1] && !p_.a_pro && !p_.b_pro;
     gemv_ok_ = !cvt_[0] && !p_.a_pro && !p_.b_pro && gemv_reads(p_.b_dt);
-    pairs_ok_ = isa == Isa::Avx512 && p_.a_dt == DType::BF16 && p_.b_dt == DType::BF16 && !p_.a_pro && !p_.b_pro;
+    if (p_.acc_dt == DType::I32) dot_ = DotKind::U8S8;  // (gemm_analyze: u8 x i8, AVX512_VNNI)
+    else if (isa == Isa::Avx512 && p_.a_dt == DType::BF16 && p_.b_dt == DType::BF16 && !p_.a_pro && !p_.b_pro)
+      dot_ = DotKind::Bf16;
     // A forced mc or nc below one micro-tile (8 with AVX-512's 14-row tile) is one tile: rounded
     // down to 0 it made the block loops step by 0, forever.
     if (const GemmBlocking& b = force.blocking; b.kc > 0)
@@ -175,7 +189,8 @@ class GemmKernel final : public CompiledKernel {
     L.a_base = static_cast<const char*>(args.buffers[p_.a_buf]);
     L.b_base = static_cast<const char*>(args.buffers[p_.b_buf]);
     L.c_base = p_.c_buf >= 0 ? static_cast<float*>(args.buffers[p_.c_buf]) : nullptr;
-    L.pairs = pairs_ok_ && bf16_dot_gemm();
+    // (i32 sums have no other kernels: gemm_analyze took them only where VNNI is)
+    L.dot = dot_ == DotKind::U8S8 || (dot_ != DotKind::None && dot_gemm(dot_)) ? dot_ : DotKind::None;
 
     // Tasks: batches x (gm x gn blocks of C), at least one per thread when worth threads, each
     // packing its own KC x NC blocks of B right before using them. A BLIS-style shared B panel
@@ -276,8 +291,8 @@ class GemmKernel final : public CompiledKernel {
     int64_t per_m, per_n;
     GemmBlocking blk;
     int path;
-    bool fold;   ///< the batch dims folded into M (M counts the rows of all batches; one batch)
-    bool pairs;  ///< bf16 operands packed in pairs of k for gemm_ukrs_bf16 (the packed path)
+    bool fold;    ///< the batch dims folded into M (M counts the rows of all batches; one batch)
+    DotKind dot;  ///< operands packed in groups of k for gemm_ukrs_dot (the packed path), or None
   };
   // One task's view: operands of its batch, its C.
   struct Task {
@@ -344,12 +359,19 @@ class GemmKernel final : public CompiledKernel {
     }
   }
 
+  // Groups of k (DotKind `dot`) of the operand at `src` (element (i, k) at i * ls + k * ks).
+  static void pack_groups(DotKind dot, float* dst, const void* src, int64_t ls, int64_t ks, int64_t count, int width,
+                          int64_t kc) {
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    if (dot == DotKind::Bf16) pack_groups_panel(d, static_cast<const uint16_t*>(src), ls, ks, count, width, kc);
+    else pack_groups_panel(d, static_cast<const uint8_t*>(src), ls, ks, count, width, kc);
+  }
+
   void pack_a(float* dst, const void* a, const Strides& s, int64_t m, int64_t mr, int64_t k0, int64_t kc,
-              bool pairs) const {
-    if (pairs) {
-      const auto* src = static_cast<const uint16_t*>(a) + m * s.row + k0 * s.col;
-      return pack_pairs_panel(reinterpret_cast<uint32_t*>(dst), src, s.row, s.col, mr, u_.mr, kc);
-    }
+              DotKind dot) const {
+    if (dot != DotKind::None)
+      return pack_groups(dot, dst, static_cast<const char*>(a) + (m * s.row + k0 * s.col) * es_[0], s.row, s.col, mr,
+                         u_.mr, kc);
     if (with_loader(p_.a_dt, [&](auto l) { pack_a_t<decltype(l)>(dst, a, s, m, mr, k0, kc); })) return;
     pack_converted(dst, cvt_[0], a, m, mr, u_.mr, s.row, k0, kc, s.col);
   }
@@ -373,11 +395,10 @@ class GemmKernel final : public CompiledKernel {
   }
   // Packs k [k0, k0 + kc) x columns [n, n + nr) of B as NR-wide slivers (zero columns past nr).
   void pack_b(float* dst, const void* b, const Strides& s, int64_t k0, int64_t kc, int64_t n, int64_t nr,
-              bool pairs) const {
-    if (pairs) {
-      const auto* src = static_cast<const uint16_t*>(b) + k0 * s.row + n * s.col;
-      return pack_pairs_panel(reinterpret_cast<uint32_t*>(dst), src, s.col, s.row, nr, u_.nr, kc);
-    }
+              DotKind dot) const {
+    if (dot != DotKind::None)
+      return pack_groups(dot, dst, static_cast<const char*>(b) + (k0 * s.row + n * s.col) * es_[1], s.col, s.row, nr,
+                         u_.nr, kc);
     if (with_loader(p_.b_dt, [&](auto l) { pack_b_t<decltype(l)>(dst, b, s, k0, kc, n, nr); })) return;
     pack_converted(dst, cvt_[1], b, n, nr, u_.nr, s.col, k0, kc, s.row);
   }
@@ -420,10 +441,10 @@ class GemmKernel final : public CompiledKernel {
   // of columns by the tile's own kernel, a last part-vector by the masked tail kernel (it had
   // gone through a scratch tile and a copy; a whole 32-column scratch tile for N = 1001's last 9
   // columns had cost 5%: 1024^2 x 1001 19.9 ms against 18.95 for N = 1008, Zen 4, 1 thread).
-  // `ks`: the slivers' k steps (pairs of k with `pairs`, gemm_ukrs_bf16's kernels).
+  // `ks`: the slivers' k steps (groups of k with `dot`, gemm_ukrs_dot's kernels).
   void tile_from_slivers(const Task& t, const float* ap, const float* bp, int64_t m, int64_t n, int64_t mr, int64_t nr,
-                         int64_t ks, bool first, bool pairs) const {
-    run_tile(pairs ? gemm_ukrs_bf16() : u_,
+                         int64_t ks, bool first, DotKind dot) const {
+    run_tile(dot != DotKind::None ? gemm_ukrs_dot(dot) : u_,
              UkrArgs{ap, bp, t.c + m * t.c_rs + n, ks, 0, 0, 0, t.c_rs * 4, first ? 0 : 1}, static_cast<int>(mr), nr,
              true);
   }
@@ -447,6 +468,8 @@ class GemmKernel final : public CompiledKernel {
   // Runs the epilogue over rows [m0, m1) x columns [n0, n1) of this task's batch.
   void epilogue(const Launch& L, const Task& t, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t ld) const {
     if (!epi_mem_ || m0 >= m1 || n0 >= n1) return;
+    if (p_.acc_to_f32)
+      for (int64_t m = m0; m < m1; ++m) i32_to_f32(t.c + m * t.c_rs + n0, n1 - n0);
     const ir::LaunchArgs& args = *L.args;
     const int nin = k_.num_inputs();
     void* bufs[64];
@@ -652,23 +675,23 @@ class GemmKernel final : public CompiledKernel {
     const int64_t MC = even_block(m, blk.mc, MR);
     const int64_t NC = even_block(n, blk.nc, NR);
     float* bp = scratch(1, KC * (std::min(NC, ceil_div(n, NR) * NR)));
-    // bf16 pairs: a k step of a sliver holds two of K in the bytes of one f32, so a block of K
-    // twice as long packs into the same panels (and keeps the f32 blocking's footprint in cache).
-    const int64_t KB = L.pairs ? 2 * KC : KC;
+    // Groups of k: a k step of a sliver holds G of K in the bytes of one f32, so a block of K
+    // G times as long packs into the same panels (and keeps the f32 blocking's footprint in cache).
+    const int64_t G = dot_group(L.dot), KB = G * KC;
     for (int64_t jc = n0; jc < n1; jc += NC) {
       const int64_t nc = std::min(NC, n1 - jc);
       for (int64_t pc = 0; pc < K; pc += KB) {
-        const int64_t kc = std::min(KB, K - pc), ks = L.pairs ? pairs_of(kc) : kc;
+        const int64_t kc = std::min(KB, K - pc), ks = groups_of(kc, G);
         const bool first = pc == 0, last = pc + kc == K;
-        pack_b(bp, t.b, sb, pc, kc, jc, nc, L.pairs);
+        pack_b(bp, t.b, sb, pc, kc, jc, nc, L.dot);
         prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           const int64_t mc = std::min(MC, m1 - ic);
-          pack_a(ap, t.a, sa, ic, mc, pc, kc, L.pairs);
+          pack_a(ap, t.a, sa, ic, mc, pc, kc, L.dot);
           prologue(0, ap, ceil_div(mc, MR) * MR * kc);
           auto tile = [&](int64_t ir, int64_t jr) {
             tile_from_slivers(t, ap + ir * ks, bp + jr * ks, ic + ir, jc + jr, std::min(MR, mc - ir),
-                              std::min(NR, nc - jr), ks, first, L.pairs);
+                              std::min(NR, nc - jr), ks, first, L.dot);
           };
           if (!(last && epi_mem_)) {
             for (int64_t jr = 0; jr < nc; jr += NR)
@@ -702,9 +725,9 @@ class GemmKernel final : public CompiledKernel {
   // A in f32 and B in f32, f16 or bf16, without prologues: the GEMV paths may run (they convert
   // half weights as they load them: a linear layer's f16 weights at batch 1 are not packed).
   bool gemv_ok_ = true;
-  // bf16 A and B without prologues, AVX-512 kernels: the packed path may pack pairs of k for
-  // gemm_ukrs_bf16 (when bf16_dot_gemm(), read per launch).
-  bool pairs_ok_ = false;
+  // The dot-product kernels the operands allow: bf16 A and B without prologues on AVX-512
+  // kernels (when dot_gemm(Bf16), read per launch), u8 x i8 with i32 sums (always).
+  DotKind dot_ = DotKind::None;
   std::unique_ptr<ExecMem> pro_mem_[2];
   const Ukrs& u_;
   GemmBlocking blk_;

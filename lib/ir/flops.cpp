@@ -25,8 +25,11 @@ double kernel_flops(const Kernel& k, const std::vector<int64_t>& params) {
     int64_t n = 0;
     for (const Store& s : ph.stores) count_ops(s.value, seen, n);
     for (int a : ph.accs) {
-      count_ops(k.accs[static_cast<size_t>(a)].value, seen, n);
+      const ExprRef& v = k.accs[static_cast<size_t>(a)].value;
+      count_ops(v, seen, n);
       ++n;  // the fold itself (+, *, max, min, compare)
+      // an integer contraction's product (u8 x i8 into i32: the work of its dot products)
+      if (k.kind == KernelKind::Contraction && !is_float(v->dtype)) ++n;
     }
     per_point += static_cast<double>(n) * (ph.over_reduce ? reduce : 1.0);
   }

@@ -103,7 +103,8 @@ json cpu_json(const CpuRoofs& c) {
           {"triad_gbps", c.triad_gbps},
           {"fma_f32_gflops", c.fma_f32_gflops},
           {"fma_f64_gflops", c.fma_f64_gflops},
-          {"dot_bf16_gflops", c.dot_bf16_gflops}};
+          {"dot_bf16_gflops", c.dot_bf16_gflops},
+          {"dot_u8s8_gops", c.dot_u8s8_gops}};
 }
 
 struct State {
@@ -132,6 +133,7 @@ CpuRoofs measure_cpu_roofs(int threads, bool quick) {
   c.fma_f32_gflops = probe::fma_peak_gflops(DType::F32, threads, 3, iters);
   c.fma_f64_gflops = probe::fma_peak_gflops(DType::F64, threads, 3, iters);
   c.dot_bf16_gflops = probe::fma_peak_gflops(DType::BF16, threads, 3, iters);
+  c.dot_u8s8_gops = probe::fma_peak_gflops(DType::I8, threads, 3, iters);
   return c;
 }
 
@@ -188,6 +190,7 @@ MachineModel MachineModel::from_json(const std::string& text) {
       r.fma_f32_gflops = c.at("fma_f32_gflops").get<double>();
       r.fma_f64_gflops = c.value("fma_f64_gflops", 0.0);
       r.dot_bf16_gflops = c.value("dot_bf16_gflops", 0.0);
+      r.dot_u8s8_gops = c.value("dot_u8s8_gops", 0.0);
       m.cpu_roofs.push_back(r);
     }
     for (const json& d : j.value("devices", json::array()))
@@ -205,11 +208,11 @@ std::string MachineModel::text() const {
   std::ostringstream os;
   char b[256];
   os << "machine: " << cpu << ", FMA " << isa << ", measured " << measured << (quick ? " (quick)" : "") << "\n";
-  os << "threads    read   write  write-nt    copy   triad  (GB/s)   FMA f32   FMA f64  dot bf16 (GFLOP/s)\n";
+  os << "threads    read   write  write-nt    copy   triad  (GB/s)   FMA f32   FMA f64  dot bf16  dot u8s8 (G/s)\n";
   for (const CpuRoofs& c : cpu_roofs) {
-    std::snprintf(b, sizeof b, "%7d %7.1f %7.1f %9.1f %7.1f %7.1f %18.1f %9.1f %9.1f\n", c.threads, c.read_gbps,
+    std::snprintf(b, sizeof b, "%7d %7.1f %7.1f %9.1f %7.1f %7.1f %18.1f %9.1f %9.1f %9.1f\n", c.threads, c.read_gbps,
                   c.write_gbps, c.write_nt_gbps, c.copy_gbps, c.triad_gbps, c.fma_f32_gflops, c.fma_f64_gflops,
-                  c.dot_bf16_gflops);
+                  c.dot_bf16_gflops, c.dot_u8s8_gops);
     os << b;
   }
   for (const DeviceRoofs& d : devices) {
@@ -317,6 +320,7 @@ double Roof::gbps(double read_bytes, double write_bytes) const {
 Roof roof_of(const CpuRoofs& c, DType dtype) {
   const double flops = dtype == DType::F64                             ? c.fma_f64_gflops
                        : dtype == DType::BF16 && c.dot_bf16_gflops > 0 ? c.dot_bf16_gflops
+                       : dtype == DType::I32 && c.dot_u8s8_gops > 0    ? c.dot_u8s8_gops
                                                                        : c.fma_f32_gflops;
   return {c.read_gbps, std::max(c.write_gbps, c.write_nt_gbps), flops};
 }

@@ -204,6 +204,15 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_loop_avx512_bf16(int64_t 
                : KFUSE_FMA512_CLOBBERS);
 }
 
+// vpdpbusd (AVX-512 VNNI): each lane adds four u8 x i8 products (8 integer ops) to its i32 chain.
+__attribute__((target("avx512f,avx512vnni"))) void dot_loop_avx512_u8s8(int64_t iters) {
+  asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(
+                   "vpdpbusd") "dec %0\n jnz 1b\n vzeroupper\n"
+               : "+r"(iters)
+               :
+               : KFUSE_FMA512_CLOBBERS);
+}
+
 // Runs fn(t) on `threads` threads (the caller's thread is one of them) and returns the seconds.
 template <typename Fn>
 double timed_on_threads(int threads, Fn fn) {
@@ -250,21 +259,23 @@ double stream_gbps(Stream kind, int threads, int64_t n, int passes) {
 double triad_gbps(int threads, int64_t n, int passes) { return stream_gbps(Stream::Triad, threads, n, passes); }
 
 double fma_peak_gflops(DType dtype, int threads, int trials, int64_t iters) {
-  if (dtype != DType::F32 && dtype != DType::F64 && dtype != DType::BF16)
+  if (dtype != DType::F32 && dtype != DType::F64 && dtype != DType::BF16 && dtype != DType::I8)
     throw UserError("probe::fma_peak_gflops: dtype " + std::string(dtype_name(dtype)) +
-                    " has no FMA probe; use f32, f64 or bf16");
+                    " has no FMA probe; use f32, f64, bf16 or i8");
   if (!has_avx2()) return 0;  // no FMA instructions: the caller's roof stays unknown
   const bool z = avx512();
-  const bool f64 = dtype == DType::F64, bf16 = dtype == DType::BF16;
+  const bool f64 = dtype == DType::F64, bf16 = dtype == DType::BF16, i8 = dtype == DType::I8;
   static const bool dot = z && __builtin_cpu_supports("avx512bf16");
-  if (bf16 && !dot) return 0;
+  static const bool vnni = z && __builtin_cpu_supports("avx512vnni");
+  if ((bf16 && !dot) || (i8 && !vnni)) return 0;
   const double lanes = (z ? 64.0 : 32.0) / (f64 ? 8.0 : 4.0);
-  const double flops_per_iter = (z ? 16 : 12) * lanes * (bf16 ? 4 : 2);
+  const double flops_per_iter = (z ? 16 : 12) * lanes * (i8 ? 8 : bf16 ? 4 : 2);
   threads = std::max(1, threads);
   double best = 0;
   for (int trial = 0; trial < std::max(1, trials); ++trial) {
     double s = timed_on_threads(threads, [&](int) {
       if (bf16) dot_loop_avx512_bf16(iters);
+      else if (i8) dot_loop_avx512_u8s8(iters);
       else if (z) f64 ? fma_loop_avx512_pd(iters) : fma_loop_avx512_ps(iters);
       else f64 ? fma_loop_avx2_pd(iters) : fma_loop_avx2_ps(iters);
     });

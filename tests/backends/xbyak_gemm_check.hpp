@@ -31,9 +31,16 @@ struct Spec {
   std::vector<bool> a_bcast, b_bcast;  // per batch dim: the operand does not move along it
   // epilogue: out = f(acc, bias_n[n], bias_m[m], res[m, n]) (inputs 2, 3, 4 when used)
   std::function<ExprRef(ExprRef acc, const std::vector<ExprRef>& in)> epi;
-  int extra_outputs = 0;     // more stores of epi2(acc) (temp C path)
-  DType ab_dt = DType::F32;  // A's and B's storage (f32 or bf16: loads cast to f32)
+  int extra_outputs = 0;  // more stores of epi2(acc) (temp C path)
+  // A's and B's storage: f32, bf16 (loads cast to f32), or u8: A u8 times B i8, cast to i32,
+  // i32 sums and outputs (the epilogue then sees an i32 accumulator)
+  DType ab_dt = DType::F32;
 };
+
+// The storage of A and B and the dtype of the sums and outputs of a Spec.
+inline DType a_dtype(const Spec& s) { return s.ab_dt; }
+inline DType b_dtype(const Spec& s) { return s.ab_dt == DType::U8 ? DType::I8 : s.ab_dt; }
+inline DType sum_dtype(const Spec& s) { return s.ab_dt == DType::U8 ? DType::I32 : DType::F32; }
 
 inline int64_t prod(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -84,15 +91,18 @@ inline Kernel build(const Spec& s) {
   ExprRef ai = iadd(boff(sa), s.ta ? iadd(imul(kk, M), m) : iadd(imul(m, iconst(s.K)), kk));
   ExprRef bi = iadd(boff(sb), s.tb ? iadd(imul(n, iconst(s.K)), kk) : iadd(imul(kk, N), n));
   ExprRef ci = iadd(boff(sc), iadd(imul(m, N), n));
-  auto operand = [&](int buf, const ExprRef& idx) {
-    ExprRef l = load(buf, s.ab_dt, idx);
-    return s.ab_dt == DType::F32 ? l : op(Op::Cast, DType::F32, {l});
+  const DType st = sum_dtype(s);
+  auto operand = [&](int buf, DType dt, const ExprRef& idx) {
+    ExprRef l = load(buf, dt, idx);
+    return dt == st ? l : op(Op::Cast, st, {l});
   };
-  k.buffers[0].dtype = k.buffers[1].dtype = s.ab_dt;
-  k.accs.push_back({AccKind::Sum, DType::F32, bin(Op::Mul, operand(0, ai), operand(1, bi))});
+  k.buffers[0].dtype = a_dtype(s);
+  k.buffers[1].dtype = b_dtype(s);
+  for (size_t b = 5; b < k.buffers.size(); ++b) k.buffers[b].dtype = st;
+  k.accs.push_back({AccKind::Sum, st, op(Op::Mul, st, {operand(0, a_dtype(s), ai), operand(1, b_dtype(s), bi)})});
   k.phases.push_back(reduce_phase({0}));
   Phase once;
-  ExprRef a = acc(0, DType::F32);
+  ExprRef a = acc(0, st);
   std::vector<ExprRef> in = {load(2, DType::F32, n), load(3, DType::F32, m), load(4, DType::F32, ci)};
   once.stores.push_back({5, ci, s.epi ? s.epi(a, in) : a});
   for (int o = 0; o < s.extra_outputs; ++o) once.stores.push_back({6 + o, ci, bin(Op::Mul, a, f32c(o + 2.0))});
@@ -101,8 +111,8 @@ inline Kernel build(const Spec& s) {
 }
 
 struct Data {
-  std::vector<std::vector<float>> bufs;     // (A and B stored as bf16: the values, rounded to bf16)
-  std::vector<std::vector<uint16_t>> bf16;  // A and B as stored, when Spec::ab_dt is bf16
+  std::vector<std::vector<float>> bufs;   // (A and B stored narrower: their values as floats)
+  std::vector<std::vector<uint8_t>> raw;  // A and B as stored, when Spec::ab_dt is not f32
 };
 
 inline Data make_data(const Spec& s, uint64_t seed) {
@@ -123,10 +133,20 @@ inline Data make_data(const Spec& s, uint64_t seed) {
   for (int o = 0; o <= s.extra_outputs; ++o) d.bufs.push_back(std::vector<float>(std::max<int64_t>(c, 1), NAN));
   if (s.ab_dt == DType::BF16)
     for (int i = 0; i < 2; ++i) {
-      auto& st = d.bf16.emplace_back();
+      auto& st = d.raw.emplace_back();
       for (float& x : d.bufs[static_cast<size_t>(i)]) {
-        st.push_back(float_to_bf16_bits(x));
-        x = bf16_bits_to_float(st.back());
+        const uint16_t h = float_to_bf16_bits(x);
+        st.insert(st.end(), {static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8)});
+        x = bf16_bits_to_float(h);
+      }
+    }
+  if (s.ab_dt == DType::U8)  // A: u8 across its range, B: i8 across its range (x in [-1, 1))
+    for (int i = 0; i < 2; ++i) {
+      auto& st = d.raw.emplace_back();
+      for (float& x : d.bufs[static_cast<size_t>(i)]) {
+        const int v = i == 0 ? static_cast<int>((x + 1) * 127.99f) : static_cast<int>(std::floor(x * 128));
+        st.push_back(static_cast<uint8_t>(v));
+        x = static_cast<float>(v);
       }
     }
   return d;
@@ -143,7 +163,7 @@ inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
   Data d = make_data(s, seed);
   LaunchArgs args;
   for (auto& b : d.bufs) args.buffers.push_back(b.data());
-  for (size_t i = 0; i < d.bf16.size(); ++i) args.buffers[i] = d.bf16[i].data();
+  for (size_t i = 0; i < d.raw.size(); ++i) args.buffers[i] = d.raw[i].data();
   args.params = k.param_values();
   cr.kernel->run(args);
   const int nb = static_cast<int>(s.batch.size());
@@ -169,7 +189,12 @@ inline std::vector<float> run_check(const Spec& s, Isa isa, uint64_t seed = 1,
         const int64_t ci = (bi * s.M + m) * s.N + n;
         double want = epi64 ? epi64(acc, d.bufs[2][n], d.bufs[3][m], d.bufs[4][ci]) : acc;
         double tol = 4.0 * (s.K + 2) * 6e-8 * (mag + std::fabs(want) + 1.0);
-        float got = d.bufs[5][ci];
+        double got = d.bufs[5][ci];
+        if (sum_dtype(s) == DType::I32) {  // exact (the sums fit: K * 255 * 128 < 2^31)
+          int32_t i;
+          std::memcpy(&i, &d.bufs[5][ci], 4);
+          got = i, tol = 0;
+        }
         if (!(std::fabs(got - want) <= tol) && bad++ < 5)
           ADD_FAILURE() << detail::xb::isa_name(isa) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta
                         << " tb=" << s.tb << " batch " << bi << " [" << m << "," << n << "]: got " << got << " want "

@@ -184,6 +184,28 @@ TEST_P(Contraction, HalfPrecisionProductsAreExactAndRoundOnce) {
   }
 }
 
+// A quantised linear layer: u8 activations times i8 weights, summed in i32 (exact; the xbyak
+// GEMM's vpdpbusd kernels where the CPU has AVX512_VNNI), then dequantised in the epilogue.
+// Sizes cross the kernels' quads of k (K = 1, 3, 70, 131) and their tiles.
+TEST_P(Contraction, QuantisedU8TimesI8SumsInI32) {
+  uint64_t seed = 140;
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {5, 3, 3}, {37, 29, 70}, {20, 67, 131}}) {
+    SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+    Tensor a = make_tensor(random_ints(static_cast<size_t>(M * K), ++seed, 0, 255), {M, K}, DType::U8);
+    Tensor w = make_tensor(random_ints(static_cast<size_t>(K * N), ++seed, -128, 127), {K, N}, DType::I8);
+    // (the dequantised result first: evaluated, y would be an input of z's kernel, not fused)
+    Tensor bias = rnd({N}, ++seed);
+    Tensor z = matmul(a, w).cast(DType::F32) * 0.002 + bias;  // i32 -> f32 rounds once, as the cast does
+    EXPECT_TRUE(all_close(values(z), reference_values(z), 1e-6, 1e-6));
+    Tensor y = matmul(a, w);
+    ASSERT_EQ(y.dtype(), DType::I32);
+    EXPECT_TRUE(matmul_close(y, y, K));  // (integers: equal)
+    Tensor wt = make_tensor(random_ints(static_cast<size_t>(K * N), ++seed, -128, 127), {N, K}, DType::I8);
+    Tensor yt = matmul(a, transpose(wt));  // W stored [N, K], as a linear layer keeps it
+    EXPECT_TRUE(matmul_close(yt, yt, K));
+  }
+}
+
 TEST_P(Contraction, FusedEpilogues) {
   Tensor x = rnd({19, 33}, 41), w = rnd({33, 21}, 42), bias = rnd({21}, 43);
   Tensor s = matmul(abs(x), abs(w));
@@ -411,6 +433,20 @@ TEST(ContractionPlans, StoredDtypesAndProloguesRunOnTheGemmPath) {
     Explanation e = explain(make());  // the cached program of the evaluation: its backends
     ASSERT_EQ(e.kernel_count(), 1u) << e.text();
     if (xbyak) { EXPECT_EQ(e.kernels[0].backend, "xbyak") << e.text(); }
+  }
+}
+
+// The dequantising epilogue fuses: one kernel, on the xbyak GEMM where the CPU has VNNI.
+TEST(ContractionPlans, QuantisedLinearLayerIsOneKernel) {
+  Tensor a = make_tensor(random_ints(40 * 64, 150, 0, 255), {40, 64}, DType::U8);
+  Tensor w = make_tensor(random_ints(64 * 48, 151, -128, 127), {64, 48}, DType::I8);
+  Tensor b = rnd({48}, 152);
+  auto make = [&] { return relu(matmul(a, w).cast(DType::F32) * 0.01 + b); };
+  EXPECT_TRUE(all_close(values(make()), reference_values(make()), 1e-6, 1e-6));
+  Explanation e = explain(make());
+  ASSERT_EQ(e.kernel_count(), 1u) << e.text();
+  if (detail::find_backend("xbyak") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    EXPECT_EQ(e.kernels[0].backend, "xbyak") << e.text();
   }
 }
 

@@ -70,6 +70,11 @@ std::vector<Workload> standard_workloads(Device dev) {
          return matmul(in({8, 16}, s), in({16, 4}, s + 100));
        },
        2.0 * 8 * 16 * 4},
+      {"matmul u8 x i8 (i32 sums: its integer products count)",
+       [=](uint64_t s) {
+         return matmul(in({8, 16}, s).cast(DType::U8), in({16, 4}, s + 100).cast(DType::I8));
+       },
+       2.0 * 8 * 16 * 4},
       {"log_softmax",
        [=](uint64_t s) {
          return log_softmax(in({64, 10}, s));
