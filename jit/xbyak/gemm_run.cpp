@@ -740,6 +740,10 @@ class GemmKernel final : public CompiledKernel {
 
 std::shared_ptr<CompiledKernel> make_gemm_kernel(const ir::Kernel& k, GemmPlan plan, Isa isa, const GemmForce& force,
                                                  std::string* why, Code* epi_code) {
+  if (plan.acc_dt == DType::I32 && isa != Isa::Avx512) {  // (a CPU with VNNI running the AVX2 kernels: tests)
+    *why = "xbyak: contraction: i32 sums run on the AVX-512 VNNI kernels only";
+    return nullptr;
+  }
   auto g = std::make_shared<GemmKernel>(k, std::move(plan), isa, force);
   if (!g->compile_prologues(isa, why) || !g->compile_epilogue(isa, why, epi_code)) return nullptr;
   return g;
