@@ -180,38 +180,21 @@ __attribute__((target("avx2,fma"))) void fma_loop_avx2_pd(int64_t iters) {
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
       "xmm14", "xmm15", "xmm30", "xmm31", "cc"
 
-__attribute__((target("avx512f"))) void fma_loop_avx512_ps(int64_t iters) {
-  asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(
-                   "vfmadd231ps") "dec %0\n jnz 1b\n vzeroupper\n"
-               : "+r"(iters)
-               :
-               : KFUSE_FMA512_CLOBBERS);
-}
-__attribute__((target("avx512f"))) void fma_loop_avx512_pd(int64_t iters) {
-  asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(
-                   "vfmadd231pd") "dec %0\n jnz 1b\n vzeroupper\n"
-               : "+r"(iters)
-               :
-               : KFUSE_FMA512_CLOBBERS);
-}
-
+// A function NAME(iters) of 16 independent chains of OP on zmm registers, compiled for TARGET.
+#define KFUSE_ZMM_CHAINS(NAME, TARGET, OP)                                                                    \
+  __attribute__((target(TARGET))) void NAME(int64_t iters) {                                                  \
+    asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512( \
+                     OP) "dec %0\n jnz 1b\n vzeroupper\n"                                                     \
+                 : "+r"(iters)                                                                                \
+                 :                                                                                            \
+                 : KFUSE_FMA512_CLOBBERS);                                                                    \
+  }
+KFUSE_ZMM_CHAINS(fma_loop_avx512_ps, "avx512f", "vfmadd231ps")
+KFUSE_ZMM_CHAINS(fma_loop_avx512_pd, "avx512f", "vfmadd231pd")
 // vdpbf16ps (AVX-512 BF16): each lane adds two bf16 products (4 FLOPs) to its f32 chain.
-__attribute__((target("avx512f,avx512bf16"))) void dot_loop_avx512_bf16(int64_t iters) {
-  asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(
-                   "vdpbf16ps") "dec %0\n jnz 1b\n vzeroupper\n"
-               : "+r"(iters)
-               :
-               : KFUSE_FMA512_CLOBBERS);
-}
-
+KFUSE_ZMM_CHAINS(dot_loop_avx512_bf16, "avx512f,avx512bf16", "vdpbf16ps")
 // vpdpbusd (AVX-512 VNNI): each lane adds four u8 x i8 products (8 integer ops) to its i32 chain.
-__attribute__((target("avx512f,avx512vnni"))) void dot_loop_avx512_u8s8(int64_t iters) {
-  asm volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n1:\n" KFUSE_FMA16_512(
-                   "vpdpbusd") "dec %0\n jnz 1b\n vzeroupper\n"
-               : "+r"(iters)
-               :
-               : KFUSE_FMA512_CLOBBERS);
-}
+KFUSE_ZMM_CHAINS(dot_loop_avx512_u8s8, "avx512f,avx512vnni", "vpdpbusd")
 
 // Runs fn(t) on `threads` threads (the caller's thread is one of them) and returns the seconds.
 template <typename Fn>
