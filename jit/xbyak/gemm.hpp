@@ -132,7 +132,9 @@ const Ukrs& gemm_ukrs_dot(DotKind d);
 /// are added in turn) and the instruction flushes subnormal inputs and results to zero
 /// (docs/semantics.md). U8S8: four times, exact (the i32 path of the LLVM backend, bit for bit).
 /// Tests force both off (nullopt: back to the CPU's answer; forcing on where the CPU lacks the
-/// instruction does nothing). Defined in backend.cpp, beside the other answers read from CPUID.
+/// instruction does nothing): Bf16 per launch (the f32 kernels run instead), U8S8 when a kernel
+/// is compiled (i32 sums have no other xbyak kernels: it declines to LLVM). Defined in
+/// backend.cpp, beside the other answers read from CPUID.
 bool dot_gemm(DotKind d);
 void set_dot_gemm(std::optional<bool> on);
 

@@ -128,7 +128,7 @@ class UkrGen : public Xbyak::CodeGenerator {
           continue;
         }
         Vmm bc = Vmm(mr * nv_ + nv_ + (i & 1));
-        vbroadcastss(bc, a_addr(i, u));  // (dot: the row's pair, as one 32-bit lane)
+        vbroadcastss(bc, a_addr(i, u));  // (dot: the row's group of k, as one 32-bit lane)
         for (int v = 0; v < nv_; ++v) madd(acc(i * nv_ + v), bvec(v), bc);
       }
     };
