@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -138,6 +139,36 @@ const Ukrs& gemm_ukrs_dot(DotKind d);
 bool dot_gemm(DotKind d);
 void set_dot_gemm(std::optional<bool> on);
 
+/// The GEMM kernels' code generation (gemm_kernel.cpp): every kernel is generated into one reused
+/// buffer of kGemmGenBytes under gemm_gen_mutex(), then copied to executable pages kept for the
+/// process by keep_gemm_code (which returns its entry).
+constexpr size_t kGemmGenBytes = 1 << 16;
+std::mutex& gemm_gen_mutex();
+uint8_t* gemm_gen_buffer();
+const void* keep_gemm_code(const uint8_t* code, size_t size, const std::string& name);
+
+/// u8 x i8 products with both operands contiguous along K (gemm_dot_rows.cpp): x @ W^T of a
+/// quantised linear layer, W [N, K] as stored. C[r, j] = sum_k A[r, k] * W[j, k] (i32, wrapping),
+/// A (u8) at a + r * a_rs + k, W (i8) at w + j * w_rs + k, C at c + r * c_rs + j * 4 (bytes);
+/// rows [0, m), columns [0, n), all of K in one call. Both operands are read in place, 64 k at
+/// a time (`vpdpbusd` of a row of A and a row of W into a register of 16 partial sums per C
+/// element), no packing: the packed path transposes all of W into quads of k every call, three
+/// passes over W where this reads it once. Integer sums are exact, so the order is free: the
+/// same values as the packed path.
+struct DotRowsArgs {
+  const uint8_t* a;
+  const int8_t* w;
+  int32_t* c;
+  int64_t k, a_rs, w_rs, c_rs;
+  const int8_t* pf = nullptr;  ///< (per tile, gemm_dot_rows.cpp: the next tile's rows of W)
+  int64_t skew = 0;            ///< (per tile: the operands' offset in their 64-byte lines)
+};
+/// `at`: 64-byte aligned scratch of m * dot_rows_a_stride(k) bytes (A is copied there).
+void gemm_dot_rows(const DotRowsArgs& s, int64_t m, int64_t n, uint8_t* at);
+int64_t dot_rows_a_stride(int64_t K);
+/// The most rows of A the dot-rows path takes (gemm_path; past it the packed path's panels pay).
+constexpr int64_t kDotRowsLimit = 64;
+
 /// GEMV (gemv.cpp): rows 1 .. gemv_rows_per_sweep (`gemv`) or gemv_t_rows_per_sweep (`gemv_t`) of A at
 /// a + r * a_rs + k * a_ks (f32) against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16
 /// (with F16C) converted as loaded, exactly as the packers convert them). `gemv`: B contiguous along N (element
@@ -225,7 +256,8 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 /// The loop an m x n block of a launch runs: GEMV (a few rows: B streamed once per group of rows,
 /// along N, or transposed in registers for B contiguous along K: GemvT), swapped (x @ W^T as
 /// W x^T, W read in place), direct (f32 operands in place, B contiguous along N) or packed.
-enum class GemmPath { Gemv, GemvT, Swapped, Direct, Packed };
+/// DotRows: u8 x i8 with A and B contiguous along K (gemm_dot_rows).
+enum class GemmPath { Gemv, GemvT, Swapped, Direct, Packed, DotRows };
 /// Columns of a block up to which AVX-512's direct kernel runs on AMD whatever M and K; such
 /// blocks run by rows of tiles (gemm_run.cpp).
 constexpr int64_t kDirectNarrowColumns = 256;
@@ -237,6 +269,8 @@ struct GemmPathQuery {
   bool plain;     ///< both operands f32 without prologues (the direct kernels' input)
   bool b_unit_n;  ///< B contiguous along N
   bool b_unit_k;  ///< B contiguous along K (x @ W^T)
+  bool a_unit_k;  ///< A contiguous along K
+  DotKind dot;    ///< the launch's dot-product kernels (Launch::dot)
   DType b_dt;
   int64_t b_bytes;  ///< bytes of one element of B as stored
   int64_t m, n, K, kc;

@@ -226,27 +226,9 @@ class UkrGen : public Xbyak::CodeGenerator {
   DotKind dot_;
 };
 
-// Every kernel is generated into one reused buffer, under gen_mutex, then copied to its own
-// executable pages (ExecMem's arena: a memcpy and an mprotect). The buffer is page-aligned and
-// not zero-filled (xbyak writes what it emits): a CodeGenerator of its own had cost each kernel a
-// 68 KiB zero-filled buffer. The kernels, the buffer and the lock are kept for the process
-// (leaked on purpose: contractions held by static objects may run after this TU's statics die).
-constexpr size_t kGenBytes = 1 << 16;
-
-std::mutex& gen_mutex() {
-  static auto* m = new std::mutex;
-  return *m;
-}
-
-uint8_t* gen_buffer() {
-  static uint8_t* raw = new uint8_t[kGenBytes + 4096];
-  return raw + (4096 - reinterpret_cast<uintptr_t>(raw) % 4096) % 4096;
-}
-
 template <class Vmm>
 UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot) {
-  static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
-  UkrGen<Vmm> g(gen_buffer(), kGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
+  UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
@@ -255,8 +237,7 @@ UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool 
                            (dot == DotKind::Bf16   ? "_bf16"
                             : dot == DotKind::U8S8 ? "_u8s8"
                                                    : "");
-  mems->push_back(std::make_unique<ExecMem>(g.getCode(), g.getSize(), name));
-  return reinterpret_cast<UkrFn>(const_cast<void*>(mems->back()->entry()));
+  return reinterpret_cast<UkrFn>(keep_gemm_code(g.getCode(), g.getSize(), name));
 }
 
 template <class Vmm>
@@ -273,13 +254,34 @@ const Ukrs& make_ukrs(int mr, int nv, DotKind dot = DotKind::None) {
 
 }  // namespace
 
+// Every kernel is generated into one reused buffer, under gemm_gen_mutex, then copied to its own
+// executable pages (ExecMem's arena: a memcpy and an mprotect). The buffer is page-aligned and
+// not zero-filled (xbyak writes what it emits): a CodeGenerator of its own had cost each kernel a
+// 68 KiB zero-filled buffer. The kernels, the buffer and the lock are kept for the process
+// (leaked on purpose: contractions held by static objects may run after this TU's statics die).
+std::mutex& gemm_gen_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+uint8_t* gemm_gen_buffer() {
+  static uint8_t* raw = new uint8_t[kGemmGenBytes + 4096];
+  return raw + (4096 - reinterpret_cast<uintptr_t>(raw) % 4096) % 4096;
+}
+
+const void* keep_gemm_code(const uint8_t* code, size_t size, const std::string& name) {
+  static auto* mems = new std::vector<std::unique_ptr<ExecMem>>;
+  mems->push_back(std::make_unique<ExecMem>(code, size, name));
+  return mems->back()->entry();
+}
+
 UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   const bool tail = kind > 0, narrow = kind == 2;
   if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16) ||
       (dot != DotKind::None && (!packed_form || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
-  std::lock_guard<std::mutex> lock(gen_mutex());
+  std::lock_guard<std::mutex> lock(gemm_gen_mutex());
   std::atomic<UkrFn>& slot = tiles_[kind][packed_form][rows][nv];
   if (UkrFn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w

@@ -44,6 +44,16 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc) {
 
 GemmPath gemm_path(const Ukrs& u, const GemmPathQuery& q) {
   const int64_t l2 = probe::cache_sizes().l2, l3 = probe::cache_sizes().l3;
+  // u8 x i8 with both operands along K (a quantised linear layer): read in place, W once per
+  // column of tiles, for up to 16 rows whatever W's size, up to 64 once W is past half of L2
+  // (a W in L2 is packed cheaply, and the packed kernels' tiles do more per load). Intel Xeon
+  // (model 207), 1 thread, [M,K]x[N,K]^T, packed -> dot rows: [16,4096]x[4096,4096]^T 2.85 ->
+  // 1.25 ms (oneDNN 1.63), 1 row 2.40 -> 0.58, 32 rows 3.66 -> 2.02, 64 4.90 -> 3.67, 128
+  // 8.25 -> 8.29 (not taken); [32,1024]x[1024,1024]^T 0.164 -> 0.119, [16,256]x[256,256]^T
+  // 8 -> 7 us; lost: [64,512]x[512,512]^T 56 -> 70 us, [32,256]x[256,256]^T 10 -> 12 us.
+  if (q.forced != 1 && q.dot == DotKind::U8S8 && q.a_unit_k && q.b_unit_k &&
+      (q.m <= 16 || (q.m <= kDotRowsLimit && q.K * q.n * q.b_bytes >= l2 / 2)))
+    return GemmPath::DotRows;
   if (q.forced == 1 || !q.gemv_ok) return GemmPath::Packed;
   const int64_t bytes = (q.m * q.K + q.m * q.n) * 4 + q.K * q.n * q.b_bytes;  // A, C and B as stored
   if (q.b_unit_n) {

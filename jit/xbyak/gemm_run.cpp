@@ -307,7 +307,8 @@ class GemmKernel final : public CompiledKernel {
 
   // The path of an m x n block (gemm_policy.cpp).
   GemmPath path_for(const Launch& L, int64_t m, int64_t n) const {
-    return gemm_path(u_, {L.path, gemv_ok_, plain_, L.b.col == 1, L.b.row == 1, p_.b_dt, es_[1], m, n, p_.K, L.blk.kc});
+    return gemm_path(u_, {L.path, gemv_ok_, plain_, L.b.col == 1, L.b.row == 1, L.a.col == 1, L.dot, p_.b_dt, es_[1], m,
+                          n, p_.K, L.blk.kc});
   }
 
   // Strides of an affine index: `row` and `col` are the var positions (kMaxOuterDims: the reduce var).
@@ -565,6 +566,13 @@ class GemmKernel final : public CompiledKernel {
     const char* bb = static_cast<const char*>(t.b);    // (GEMV: f32, f16 or bf16)
     const int64_t eb = es_[1];
     const GemmPath path = path_for(L, m, n);
+    if (path == GemmPath::DotRows) {  // (u8 A and i8 B, both along K: element sizes 1)
+      gemm_dot_rows({static_cast<const uint8_t*>(t.a) + m0 * sa.row, static_cast<const int8_t*>(t.b) + n0 * sb.col,
+                     reinterpret_cast<int32_t*>(t.c + m0 * t.c_rs + n0), K, sa.row, sb.col, t.c_rs * 4},
+                    m, n, reinterpret_cast<uint8_t*>(scratch(0, ceil_div(m * dot_rows_a_stride(K), 4))));
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
     if (path == GemmPath::GemvT) {
       const GemvTForm form = gemv_t_form(u_.w == 16);
       const int64_t most = gemv_t_rows_per_sweep(form);

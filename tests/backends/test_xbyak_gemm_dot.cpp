@@ -150,5 +150,38 @@ TEST_F(XbyakGemmU8S8, RandomSizesAndLayouts) { check_random_sizes_and_layouts(DT
 TEST_F(XbyakGemmU8S8, BlockEdgesAndPartQuads) { check_block_edges(DType::U8); }
 TEST_F(XbyakGemmU8S8, BatchesAndThreads) { check_batches_and_threads(DType::U8); }
 
+// x @ W^T with both operands along K runs on the dot-rows kernels (gemm_dot_rows.cpp: rows of A
+// and W read in place, 64 k a vector) up to 16 rows, and up to 64 with W past half of L2: every
+// tile shape (4 x 4, and 2 x 8, 1 x 16 for one or two rows in all) and its edges, K around the
+// 64-byte vector (the last under a byte mask), exact and equal to the packed path's values.
+TEST_F(XbyakGemmU8S8, DotRowsEveryTileAndTail) {
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 16})
+    for (int64_t N : {1, 5, 8, 16, 17, 33})
+      for (int64_t K : {1, 3, 63, 64, 65, 130}) {
+        const Spec s = dot_spec(DType::U8, M, N, K, false, true);
+        expect_paths_agree(s, Isa::Avx512, 0, 1, M * 1000 + N * 10 + K,
+                           "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+      }
+  // W past half of L2: up to 64 rows; a batch of activations over one W folds into M.
+  const int64_t K = 1031, N = probe::cache_sizes().l2 / 2 / K + 3;
+  for (int64_t M : {17, 38, 64})
+    expect_paths_agree(dot_spec(DType::U8, M, N, K, false, true), Isa::Avx512, 0, 1, M, "M " + std::to_string(M));
+  Spec s = dot_spec(DType::U8, 9, N, K, false, true);
+  s.batch = {3};
+  s.b_bcast = {true};
+  expect_paths_agree(s, Isa::Avx512, 0, 1, 7, "batched");
+  // 1 and 2 threads bit for bit (the dequantising epilogue on these kernels:
+  // Contraction.QuantisedU8TimesI8SumsInI32).
+  const Options saved = options();
+  std::vector<float> outs[2];
+  for (int threads : {1, 2}) {
+    set_threads(saved, threads);
+    outs[threads - 1] = run_check(dot_spec(DType::U8, 12, 301, 517, false, true), Isa::Avx512, 5);
+  }
+  set_options(saved);
+  ASSERT_EQ(outs[0].size(), outs[1].size());
+  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
+}
+
 }  // namespace
 }  // namespace kfuse::xbt

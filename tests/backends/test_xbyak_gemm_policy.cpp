@@ -14,7 +14,7 @@
 namespace kfuse::detail::xb {
 // (GoogleTest prints a path by its name)
 inline void PrintTo(GemmPath p, std::ostream* os) {
-  static const char* const names[] = {"Gemv", "GemvT", "Swapped", "Direct", "Packed"};
+  static const char* const names[] = {"Gemv", "GemvT", "Swapped", "Direct", "Packed", "DotRows"};
   *os << names[static_cast<int>(p)];
 }
 }  // namespace kfuse::detail::xb
@@ -28,7 +28,7 @@ using detail::xb::GemmPathQuery;
 
 // An f32 x f32 block of m x n over K, B contiguous along N (x @ W), nothing forced.
 GemmPathQuery plain(int64_t m, int64_t n, int64_t K) {
-  return {0, true, true, true, false, DType::F32, 4, m, n, K, 512};
+  return {0, true, true, true, false, true, detail::xb::DotKind::None, DType::F32, 4, m, n, K, 512};
 }
 
 TEST(XbyakGemmPolicy, PathsOfTheRulesWithoutThresholds) {
@@ -78,6 +78,33 @@ TEST(XbyakGemmPolicy, PathsOfTheRulesWithoutThresholds) {
     q.b_unit_n = false;
     EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
   }
+}
+
+// u8 x i8 (the VNNI kernels) with A and B both along K: the dot-rows kernels up to 16 rows
+// whatever W's size, up to kDotRowsLimit past half of L2; more rows, a transposed A or a W along
+// N (or forced packing) pack.
+TEST(XbyakGemmPolicy, QuantisedLinearLayersReadBothOperandsInPlace) {
+  const int64_t big = 4096;
+  const detail::xb::Ukrs& u = detail::xb::gemm_ukrs(Isa::Avx512);
+  auto quads = [](int64_t m, int64_t n, int64_t K) {
+    GemmPathQuery q{0, false, false, false, true, true, detail::xb::DotKind::U8S8, DType::I8, 1, m, n, K, 512};
+    return q;
+  };
+  EXPECT_EQ(gemm_path(u, quads(1, 8, 8)), GemmPath::DotRows);
+  EXPECT_EQ(gemm_path(u, quads(16, 16, 16)), GemmPath::DotRows);
+  EXPECT_EQ(gemm_path(u, quads(17, 16, 16)), GemmPath::Packed);
+  EXPECT_EQ(gemm_path(u, quads(detail::xb::kDotRowsLimit, big, big)), GemmPath::DotRows);
+  EXPECT_EQ(gemm_path(u, quads(detail::xb::kDotRowsLimit + 1, big, big)), GemmPath::Packed);
+  GemmPathQuery q = quads(4, big, big);
+  q.a_unit_k = false;
+  EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+  q = quads(4, big, big);
+  q.b_unit_k = false;
+  q.b_unit_n = true;
+  EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+  q = quads(4, big, big);
+  q.forced = 1;
+  EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
 }
 
 }  // namespace

@@ -186,10 +186,12 @@ TEST_P(Contraction, HalfPrecisionProductsAreExactAndRoundOnce) {
 
 // A quantised linear layer: u8 activations times i8 weights, summed in i32 (exact; the xbyak
 // GEMM's vpdpbusd kernels where the CPU has AVX512_VNNI), then dequantised in the epilogue.
-// Sizes cross the kernels' quads of k (K = 1, 3, 70, 131) and their tiles.
+// Sizes cross the kernels' quads of k (K = 1, 3, 70, 131), the dot-rows kernels' 64 k (55, 64,
+// 200) and their tiles.
 TEST_P(Contraction, QuantisedU8TimesI8SumsInI32) {
   uint64_t seed = 140;
-  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {5, 3, 3}, {37, 29, 70}, {20, 67, 131}}) {
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 1}, {5, 3, 3}, {37, 29, 70}, {20, 67, 131}, {3, 21, 200}, {16, 40, 64}, {5, 19, 55}}) {
     SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
     Tensor a = make_tensor(random_ints(static_cast<size_t>(M * K), ++seed, 0, 255), {M, K}, DType::U8);
     Tensor w = make_tensor(random_ints(static_cast<size_t>(K * N), ++seed, -128, 127), {K, N}, DType::I8);
@@ -203,6 +205,17 @@ TEST_P(Contraction, QuantisedU8TimesI8SumsInI32) {
     Tensor wt = make_tensor(random_ints(static_cast<size_t>(K * N), ++seed, -128, 127), {N, K}, DType::I8);
     Tensor yt = matmul(a, transpose(wt));  // W stored [N, K], as a linear layer keeps it
     EXPECT_TRUE(matmul_close(yt, yt, K));
+    // Both operands slices of wider rows, read in place (xbyak's dot-rows kernels for up to 16
+    // rows; at K = 55 W's rows are 64 bytes apart, 5 past a line: the kernels' head of 59 k
+    // covers all of K), dequantised in the epilogue.
+    Tensor aw = make_tensor(random_ints(static_cast<size_t>(M * (K + 7)), ++seed, 0, 255), {M, K + 7}, DType::U8);
+    Tensor ww =
+        make_tensor(random_ints(static_cast<size_t>((N + 2) * (K + 9)), ++seed, -128, 127), {N + 2, K + 9}, DType::I8);
+    Tensor as = aw.slice({{0, M}, {3, K + 3}}), ws = ww.slice({{1, N + 1}, {5, K + 5}});
+    Tensor ys = matmul(as, transpose(ws));
+    EXPECT_TRUE(matmul_close(ys, ys, K));
+    Tensor zs = matmul(as, transpose(ws)).cast(DType::F32) * 0.002 + bias;
+    EXPECT_TRUE(all_close(values(zs), reference_values(zs), 1e-6, 1e-6));
   }
 }
 
