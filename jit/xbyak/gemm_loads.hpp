@@ -57,6 +57,22 @@ struct LoadBF16 {
   static float one(const T* p) { return bf16_bits_to_float(*p); }
 };
 
+/// Rows [0, rows) x k [0, n) of an operand stored as L::T, element (r, k) at src + r * rs + k * ks,
+/// as f32 into dst (row stride ld): a half A converted once so that the paths reading f32 A in
+/// place take it (gemm_run.cpp).
+template <class L>
+__attribute__((target("avx2,f16c"))) void load_rows(float* dst, int64_t ld, const typename L::T* src, int64_t rs,
+                                                    int64_t ks, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const typename L::T* s = src + r * rs;
+    float* d = dst + r * ld;
+    int64_t k = 0;
+    if (ks == 1)
+      for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, L::load8(s + k));
+    for (; k < n; ++k) d[k] = L::one(s + k * ks);
+  }
+}
+
 #undef KFUSE_XB_LOAD16
 
 /// Calls f(Loader{}) for a dtype the loaders read: f32, bf16, and f16 where the CPU has F16C

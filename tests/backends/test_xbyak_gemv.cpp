@@ -178,93 +178,110 @@ TEST_F(XbyakGemm, SeveralOutputsOnEveryPath) {
 // one KC block and not a multiple of 16, N with a part-vector tail, one and several rows. With more rows and W past
 // half of L2 the swapped form (gemm_swapped.cpp) converts W a tile of rows at a time: the same bits too (N not a
 // multiple of MR, rows padded to whole vectors). Along K, every transposed-GEMV form the CPU runs (gemv_t_forms: up
-// to 12 rows in one sweep in the AVX-512VL form).
+// to 12 rows in one sweep in the AVX-512VL form). A in the weights' dtype too (bf16 or f16 activations): each task's
+// rows of A are converted to f32 once and these paths run on them, again the packed path's bits (the pairs kernels of
+// AVX512_BF16 forced off).
 TEST_F(XbyakGemm, HalfWeightsReadInPlaceByTheGemvPaths) {
   const Options saved = options();
+  detail::xb::set_dot_gemm(false);  // (bf16 x bf16 on AVX512_BF16: the pairs kernels, test_xbyak_gemm_dot.cpp)
   for (Isa isa : isas()) {
     const int64_t kc = detail::xb::gemm_blocking(detail::xb::gemm_ukrs(isa)).kc;
     const int64_t mr = detail::xb::gemm_ukrs(isa).mr, l2 = probe::cache_sizes().l2;
     auto past_half_l2 = [&](int64_t K) { return (l2 / 2 / (2 * K) + mr) / mr * mr + 3; };
     for (DType b_dt : {DType::F16, DType::BF16})
-      for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 203, 7, false},
-                                 {2, 4099, kc + 6, false},
-                                 {1, 40, 2 * kc + 3, false},
-                                 {3, 1001, kc + 6, false},
-                                 {5, 1001, 2 * kc + 3, false},
-                                 {8, 517, kc + 6, false},
-                                 {6, 1043, 2 * kc + 3, false},
-                                 {12, 1061, 2 * kc + 3, false},
-                                 {14, 1040, 2 * kc + 3, false},
-                                 {21, 1045, 2 * kc + 3, false},
-                                 {29, 1037, kc + 6, false},
-                                 {1, 203, 7, true},
-                                 {2, 37, kc + 6, true},
-                                 {3, 1027, 2 * kc + 3, true},
-                                 {4, 19, 13, true},
-                                 {1, 64, 2 * kc + 16, true},
-                                 {6, 203, kc + 6, true},
-                                 {8, 40, 13, true},
-                                 {10, 1003, kc + 6, true},
-                                 {16, past_half_l2(kc + 6), kc + 6, true},
-                                 {33, past_half_l2(2 * kc + 3), 2 * kc + 3, true}}) {
-        Spec s;
-        s.M = M, s.N = N, s.K = K, s.tb = tb;
-        Kernel k = build(s);
-        k.buffers[1].dtype = b_dt;
-        const auto& v = k.accs[0].value;
-        k.accs[0].value = bin(Op::Mul, v->args[0], op(Op::Cast, DType::F32, {load(1, b_dt, v->args[1]->args[0])}));
-        std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
-        std::uniform_real_distribution<float> u(-1, 1);
-        std::vector<float> a(static_cast<size_t>(M * K));
-        for (auto& x : a) x = u(rng);
-        std::vector<uint16_t> b(static_cast<size_t>(K * N));
-        std::vector<double> bv(b.size());
-        for (size_t i = 0; i < b.size(); ++i) {
-          b[i] = b_dt == DType::F16 ? float_to_f16_bits(u(rng)) : float_to_bf16_bits(u(rng));
-          bv[i] = b_dt == DType::F16 ? f16_bits_to_float(b[i]) : bf16_bits_to_float(b[i]);
-        }
-        std::vector<float> unused(static_cast<size_t>(M * N + N + M + 1), 0.0f), outs[2][2];
-        const std::string what = std::string(detail::xb::isa_name(isa)) + " " + dtype_name(b_dt) + " " +
-                                 std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
-                                 (tb ? " B^T" : "");
-        for (auto form : gemv_t_forms(tb)) {
-          detail::xb::set_gemv_t_form(form);
-          for (int path : {0, 1}) {
-            set_gemm_path(path);
-            auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
-            ASSERT_TRUE(cr.kernel) << cr.declined;
-            for (int threads : {1, 2}) {
-              set_threads(saved, threads);
-              std::vector<float>& out = outs[path][threads - 1];
-              out.assign(static_cast<size_t>(M * N), NAN);
-              LaunchArgs args;
-              args.buffers = {a.data(), b.data(), unused.data(), unused.data(), unused.data(), out.data()};
-              args.params = k.param_values();
-              cr.kernel->run(args);
-            }
+      for (DType a_dt : {DType::F32, b_dt})
+        for (auto [M, N, K, tb] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 203, 7, false},
+                                   {2, 4099, kc + 6, false},
+                                   {1, 40, 2 * kc + 3, false},
+                                   {3, 1001, kc + 6, false},
+                                   {5, 1001, 2 * kc + 3, false},
+                                   {8, 517, kc + 6, false},
+                                   {6, 1043, 2 * kc + 3, false},
+                                   {12, 1061, 2 * kc + 3, false},
+                                   {14, 1040, 2 * kc + 3, false},
+                                   {21, 1045, 2 * kc + 3, false},
+                                   {29, 1037, kc + 6, false},
+                                   {1, 203, 7, true},
+                                   {2, 37, kc + 6, true},
+                                   {3, 1027, 2 * kc + 3, true},
+                                   {4, 19, 13, true},
+                                   {1, 64, 2 * kc + 16, true},
+                                   {6, 203, kc + 6, true},
+                                   {8, 40, 13, true},
+                                   {10, 1003, kc + 6, true},
+                                   {16, past_half_l2(kc + 6), kc + 6, true},
+                                   {33, past_half_l2(2 * kc + 3), 2 * kc + 3, true}}) {
+          Spec s;
+          s.M = M, s.N = N, s.K = K, s.tb = tb;
+          Kernel k = build(s);
+          k.buffers[1].dtype = b_dt;
+          const auto& v = k.accs[0].value;
+          ExprRef av = v->args[0];
+          if (a_dt != DType::F32) {
+            k.buffers[0].dtype = a_dt;
+            av = op(Op::Cast, DType::F32, {load(0, a_dt, av->args[0])});
           }
-          set_options(saved);
-          // by size (GEMV up to its row limits) on 2 threads, packed on 1 and 2: the bits of by size on 1
-          for (const std::vector<float>* other : {&outs[0][1], &outs[1][0], &outs[1][1]})
-            EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), outs[0][0].size() * 4))
-                << what << " form " << (form ? static_cast<int>(*form) : -1);
-        }
-        detail::xb::set_gemv_t_form(std::nullopt);
-        int bad = 0;
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) {
-            double want = 0, mag = 0;
-            for (int64_t kk = 0; kk < K; ++kk) {
-              const double x = a[m * K + kk] * bv[tb ? n * K + kk : kk * N + n];
-              want += x;
-              mag += std::fabs(x);
-            }
-            const float got = outs[0][0][m * N + n];
-            if (!(std::fabs(got - want) <= 4.0 * (K + 2) * 6e-8 * (mag + 1.0)) && bad++ < 5)
-              ADD_FAILURE() << what << " [" << m << "," << n << "]: got " << got << " want " << want;
+          k.accs[0].value = bin(Op::Mul, av, op(Op::Cast, DType::F32, {load(1, b_dt, v->args[1]->args[0])}));
+          std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
+          std::uniform_real_distribution<float> u(-1, 1);
+          std::vector<float> a(static_cast<size_t>(M * K));
+          std::vector<uint16_t> ah(a.size());  // (a half A: its bits; a holds their values)
+          for (size_t i = 0; i < a.size(); ++i) {
+            a[i] = u(rng);
+            if (a_dt == DType::F32) continue;
+            ah[i] = a_dt == DType::F16 ? float_to_f16_bits(a[i]) : float_to_bf16_bits(a[i]);
+            a[i] = a_dt == DType::F16 ? f16_bits_to_float(ah[i]) : bf16_bits_to_float(ah[i]);
           }
-      }
+          std::vector<uint16_t> b(static_cast<size_t>(K * N));
+          std::vector<double> bv(b.size());
+          for (size_t i = 0; i < b.size(); ++i) {
+            b[i] = b_dt == DType::F16 ? float_to_f16_bits(u(rng)) : float_to_bf16_bits(u(rng));
+            bv[i] = b_dt == DType::F16 ? f16_bits_to_float(b[i]) : bf16_bits_to_float(b[i]);
+          }
+          std::vector<float> unused(static_cast<size_t>(M * N + N + M + 1), 0.0f), outs[2][2];
+          const std::string what = std::string(detail::xb::isa_name(isa)) + " " + dtype_name(a_dt) + " x " +
+                                   dtype_name(b_dt) + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                   std::to_string(K) + (tb ? " B^T" : "");
+          for (auto form : gemv_t_forms(tb)) {
+            detail::xb::set_gemv_t_form(form);
+            for (int path : {0, 1}) {
+              set_gemm_path(path);
+              auto cr = detail::xb::make_backend(isa)->compile(k, g_knobs);
+              ASSERT_TRUE(cr.kernel) << cr.declined;
+              for (int threads : {1, 2}) {
+                set_threads(saved, threads);
+                std::vector<float>& out = outs[path][threads - 1];
+                out.assign(static_cast<size_t>(M * N), NAN);
+                LaunchArgs args;
+                void* ap = a_dt == DType::F32 ? static_cast<void*>(a.data()) : ah.data();
+                args.buffers = {ap, b.data(), unused.data(), unused.data(), unused.data(), out.data()};
+                args.params = k.param_values();
+                cr.kernel->run(args);
+              }
+            }
+            set_options(saved);
+            // by size (GEMV up to its row limits) on 2 threads, packed on 1 and 2: the bits of by size on 1
+            for (const std::vector<float>* other : {&outs[0][1], &outs[1][0], &outs[1][1]})
+              EXPECT_EQ(0, std::memcmp(outs[0][0].data(), other->data(), outs[0][0].size() * 4))
+                  << what << " form " << (form ? static_cast<int>(*form) : -1);
+          }
+          detail::xb::set_gemv_t_form(std::nullopt);
+          int bad = 0;
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double want = 0, mag = 0;
+              for (int64_t kk = 0; kk < K; ++kk) {
+                const double x = a[m * K + kk] * bv[tb ? n * K + kk : kk * N + n];
+                want += x;
+                mag += std::fabs(x);
+              }
+              const float got = outs[0][0][m * N + n];
+              if (!(std::fabs(got - want) <= 4.0 * (K + 2) * 6e-8 * (mag + 1.0)) && bad++ < 5)
+                ADD_FAILURE() << what << " [" << m << "," << n << "]: got " << got << " want " << want;
+            }
+        }
   }
+  detail::xb::set_dot_gemm(std::nullopt);
 }
 
 }  // namespace
