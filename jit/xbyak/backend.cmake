@@ -25,6 +25,7 @@ kfuse_stage(jit/xbyak
   ${CMAKE_CURRENT_LIST_DIR}/gemm_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_swapped.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_dot_rows.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_dot_cols.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
 target_link_libraries(kfuse_jit_xbyak PRIVATE xbyak::xbyak)

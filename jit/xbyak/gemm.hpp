@@ -8,7 +8,9 @@
 //   gemm_run.cpp     blocking from the cache sizes, packing, threads, the epilogue calls;
 //   gemm_pack.hpp    the packers' sliver copies (8 x 8 register transposes, dtype converters);
 //   gemv.cpp         the GEMV path: a few rows of A, B streamed once (along N, or transposed);
-//   gemm_swapped.cpp x @ W^T for a few dozen rows of x: C^T = W A^T, W read in place.
+//   gemm_swapped.cpp x @ W^T for a few dozen rows of x: C^T = W A^T, W read in place;
+//   gemm_dot_rows.cpp u8 x i8 x @ W^T for up to 64 rows: rows of A and W read in place, vpdpbusd;
+//   gemm_dot_cols.cpp u8 x i8 x @ W for a few rows: W's quads of k interleaved in registers.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -146,6 +148,17 @@ constexpr size_t kGemmGenBytes = 1 << 16;
 std::mutex& gemm_gen_mutex();
 uint8_t* gemm_gen_buffer();
 const void* keep_gemm_code(const uint8_t* code, size_t size, const std::string& name);
+/// The kernel in `slot`, made by `emit()` (which generates it into gemm_gen_buffer() and returns
+/// keep_gemm_code's entry) under gemm_gen_mutex() the first time any thread asks.
+template <class Fn, class Emit>
+Fn generated_once(std::atomic<Fn>& slot, Emit&& emit) {
+  if (Fn f = slot.load(std::memory_order_acquire)) return f;
+  std::lock_guard<std::mutex> lock(gemm_gen_mutex());
+  if (Fn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
+  const Fn f = reinterpret_cast<Fn>(const_cast<void*>(emit()));
+  slot.store(f, std::memory_order_release);
+  return f;
+}
 
 /// u8 x i8 products with both operands contiguous along K (gemm_dot_rows.cpp): x @ W^T of a
 /// quantised linear layer, W [N, K] as stored. C[r, j] = sum_k A[r, k] * W[j, k] (i32, wrapping),
@@ -168,6 +181,25 @@ void gemm_dot_rows(const DotRowsArgs& s, int64_t m, int64_t n, uint8_t* at);
 int64_t dot_rows_a_stride(int64_t K);
 /// The most rows of A the dot-rows path takes (gemm_path; past it the packed path's panels pay).
 constexpr int64_t kDotRowsLimit = 64;
+
+/// u8 x i8 with A along K and W stored [K, N] (gemm_dot_cols.cpp): C[r, j] = sum_k A[r, k] *
+/// W[k, j], A at a + r * a_rs + k, W at w + k * w_rs + j, C at c + r * c_rs + j * 4 (bytes);
+/// W read in place, its quads of k interleaved in registers (the packed path's panel per call
+/// is a read and a write of all of W). `at`: 64-byte aligned scratch of m *
+/// dot_cols_a_stride(k) bytes. The same values as the packed path (exact integer sums).
+struct DotColsArgs {
+  const uint8_t* a;
+  const int8_t* w;
+  int32_t* c;
+  int64_t k, a_rs, w_rs, c_rs;
+};
+void gemm_dot_cols(const DotColsArgs& s, int64_t m, int64_t n, uint8_t* at);
+int64_t dot_cols_a_stride(int64_t K);
+/// Rows of W per block (a multiple of 4): their pages stay in the TLB while the block's strips of
+/// 64 columns are read.
+constexpr int64_t kDotColsRows = 256;
+/// The most rows of A the dot-cols path takes (gemm_path).
+constexpr int64_t kDotColsLimit = 32;
 
 /// GEMV (gemv.cpp): rows 1 .. gemv_rows_per_sweep (`gemv`) or gemv_t_rows_per_sweep (`gemv_t`) of A at
 /// a + r * a_rs + k * a_ks (f32) against all of B, streamed once, B stored as `b_dt` (gemv_reads: f32, or bf16 / f16
@@ -256,8 +288,9 @@ int64_t gemm_epilogue_columns(const Ukrs& u, int64_t kc);
 /// The loop an m x n block of a launch runs: GEMV (a few rows: B streamed once per group of rows,
 /// along N, or transposed in registers for B contiguous along K: GemvT), swapped (x @ W^T as
 /// W x^T, W read in place), direct (f32 operands in place, B contiguous along N) or packed.
-/// DotRows: u8 x i8 with A and B contiguous along K (gemm_dot_rows).
-enum class GemmPath { Gemv, GemvT, Swapped, Direct, Packed, DotRows };
+/// DotRows: u8 x i8 with A and B contiguous along K (gemm_dot_rows); DotCols: u8 x i8 with A
+/// along K and B along N (gemm_dot_cols).
+enum class GemmPath { Gemv, GemvT, Swapped, Direct, Packed, DotRows, DotCols };
 /// Columns of a block up to which AVX-512's direct kernel runs on AMD whatever M and K; such
 /// blocks run by rows of tiles (gemm_run.cpp).
 constexpr int64_t kDirectNarrowColumns = 256;

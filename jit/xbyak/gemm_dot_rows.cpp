@@ -235,17 +235,13 @@ class DotRowsGen : public Xbyak::CodeGenerator {
 std::atomic<DotRowsFn> g_tiles[2][5][kLanes + 1];  // [prefetch][rows][rows of W]
 
 DotRowsFn tile_kernel(int mt, int nt, bool prefetch) {
-  std::atomic<DotRowsFn>& slot = g_tiles[prefetch][mt][nt];
-  if (DotRowsFn f = slot.load(std::memory_order_acquire)) return f;
-  std::lock_guard<std::mutex> lock(gemm_gen_mutex());
-  if (DotRowsFn f = slot.load(std::memory_order_relaxed)) return f;
-  DotRowsGen g(gemm_gen_buffer(), kGemmGenBytes, mt, nt, prefetch);
-  g.ready();
-  const std::string name =
-      "kfuse_gemm_dot_rows_" + std::to_string(mt) + "x" + std::to_string(nt) + (prefetch ? "_u8s8_pf" : "_u8s8");
-  const auto f = reinterpret_cast<DotRowsFn>(keep_gemm_code(g.getCode(), g.getSize(), name));
-  slot.store(f, std::memory_order_release);
-  return f;
+  return generated_once(g_tiles[prefetch][mt][nt], [&] {
+    DotRowsGen g(gemm_gen_buffer(), kGemmGenBytes, mt, nt, prefetch);
+    g.ready();
+    return keep_gemm_code(
+        g.getCode(), g.getSize(),
+        "kfuse_gemm_dot_rows_" + std::to_string(mt) + "x" + std::to_string(nt) + (prefetch ? "_u8s8_pf" : "_u8s8"));
+  });
 }
 
 }  // namespace

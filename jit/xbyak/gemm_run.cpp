@@ -567,7 +567,7 @@ class GemmKernel final : public CompiledKernel {
     // GEMV (a few rows): B streamed once per group of up to gemv_rows_per_sweep() of them, no packing.
     const float* af = static_cast<const float*>(t.a);  // (read in place only when gemv_ok_)
     const GemmPath path = path_for(L, m, n);
-    if (!gemv_ok_ && path != GemmPath::Packed && path != GemmPath::DotRows) {
+    if (!gemv_ok_ && a_half_ && (path == GemmPath::Gemv || path == GemmPath::GemvT || path == GemmPath::Swapped)) {
       // A half A on the paths that read f32 A in place (a linear layer's bf16 activations and
       // weights on a CPU without AVX512_BF16): its rows of this task converted once (the values
       // packing gives them), then read as an f32 A of row stride K. Intel Xeon (model 207), 1
@@ -587,6 +587,13 @@ class GemmKernel final : public CompiledKernel {
       gemm_dot_rows({static_cast<const uint8_t*>(t.a) + m0 * sa.row, static_cast<const int8_t*>(t.b) + n0 * sb.col,
                      reinterpret_cast<int32_t*>(t.c + m0 * t.c_rs + n0), K, sa.row, sb.col, t.c_rs * 4},
                     m, n, reinterpret_cast<uint8_t*>(scratch(0, ceil_div(m * dot_rows_a_stride(K), 4))));
+      epilogue(L, t, m0, m1, n0, n1, ld);
+      return;
+    }
+    if (path == GemmPath::DotCols) {
+      gemm_dot_cols({static_cast<const uint8_t*>(t.a) + m0 * sa.row, static_cast<const int8_t*>(t.b) + n0,
+                     reinterpret_cast<int32_t*>(t.c + m0 * t.c_rs + n0), K, sa.row, sb.row, t.c_rs * 4},
+                    m, n, reinterpret_cast<uint8_t*>(scratch(0, ceil_div(m * dot_cols_a_stride(K), 4))));
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }

@@ -183,5 +183,26 @@ TEST_F(XbyakGemmU8S8, DotRowsEveryTileAndTail) {
   EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
 }
 
+// x @ W with W stored [K, N] (ONNX's MatMulInteger layout) past half of L2 runs on the
+// dot-cols kernels (gemm_dot_cols.cpp: W's quads of k interleaved in registers) up to 32 rows:
+// tiles of 1-6 rows, strips of 64 columns and their masked last vectors, blocks of
+// kDotColsRows rows of W added into C, and a last part-quad (K % 4 = 1, 3); exact and equal to
+// the packed path's values.
+TEST_F(XbyakGemmU8S8, DotColsEveryTileAndTail) {
+  const int64_t half_l2 = probe::cache_sizes().l2 / 2, B = detail::xb::kDotColsRows;
+  for (auto [M, N, r] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {7, 1, 3},
+                         {6, 17, 0},
+                         {7, 17, 2},
+                         {1, 65, 1},
+                         {32, 65, 3},
+                         {5, 130, 0},
+                         {32, 130, 1}}) {
+    const int64_t K = (half_l2 / N + B - 1) / B * B + r;
+    expect_paths_agree(dot_spec(DType::U8, M, N, K, false, false), Isa::Avx512, 0, 1, M + N + K,
+                       "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+  }
+}
+
 }  // namespace
 }  // namespace kfuse::xbt

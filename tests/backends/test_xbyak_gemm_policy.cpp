@@ -14,7 +14,7 @@
 namespace kfuse::detail::xb {
 // (GoogleTest prints a path by its name)
 inline void PrintTo(GemmPath p, std::ostream* os) {
-  static const char* const names[] = {"Gemv", "GemvT", "Swapped", "Direct", "Packed", "DotRows"};
+  static const char* const names[] = {"Gemv", "GemvT", "Swapped", "Direct", "Packed", "DotRows", "DotCols"};
   *os << names[static_cast<int>(p)];
 }
 }  // namespace kfuse::detail::xb
@@ -81,8 +81,8 @@ TEST(XbyakGemmPolicy, PathsOfTheRulesWithoutThresholds) {
 }
 
 // u8 x i8 (the VNNI kernels) with A and B both along K: the dot-rows kernels up to 16 rows
-// whatever W's size, up to kDotRowsLimit past half of L2; more rows, a transposed A or a W along
-// N (or forced packing) pack.
+// whatever W's size, up to kDotRowsLimit past half of L2; with B along N the dot-cols kernels
+// past half of L2; more rows, a transposed A (or forced packing) pack.
 TEST(XbyakGemmPolicy, QuantisedLinearLayersReadBothOperandsInPlace) {
   const int64_t big = 4096;
   const detail::xb::Ukrs& u = detail::xb::gemm_ukrs(Isa::Avx512);
@@ -98,7 +98,14 @@ TEST(XbyakGemmPolicy, QuantisedLinearLayersReadBothOperandsInPlace) {
   GemmPathQuery q = quads(4, big, big);
   q.a_unit_k = false;
   EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+  // W stored [K, N] past half of L2: the dot-cols kernels up to kDotColsLimit rows.
   q = quads(4, big, big);
+  q.b_unit_k = false;
+  q.b_unit_n = true;
+  EXPECT_EQ(gemm_path(u, q), GemmPath::DotCols);
+  q.m = detail::xb::kDotColsLimit + 1;
+  EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);
+  q = quads(4, 8, 8);
   q.b_unit_k = false;
   q.b_unit_n = true;
   EXPECT_EQ(gemm_path(u, q), GemmPath::Packed);

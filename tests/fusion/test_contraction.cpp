@@ -187,11 +187,17 @@ TEST_P(Contraction, HalfPrecisionProductsAreExactAndRoundOnce) {
 // A quantised linear layer: u8 activations times i8 weights, summed in i32 (exact; the xbyak
 // GEMM's vpdpbusd kernels where the CPU has AVX512_VNNI), then dequantised in the epilogue.
 // Sizes cross the kernels' quads of k (K = 1, 3, 70, 131), the dot-rows kernels' 64 k (55, 64,
-// 200) and their tiles.
+// 200) and their tiles; [8201, 261] (each thread's half past half of L2) takes the dot-cols kernels for W [K, N].
 TEST_P(Contraction, QuantisedU8TimesI8SumsInI32) {
   uint64_t seed = 140;
-  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{
-           {1, 1, 1}, {5, 3, 3}, {37, 29, 70}, {20, 67, 131}, {3, 21, 200}, {16, 40, 64}, {5, 19, 55}}) {
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1},
+                                                            {5, 3, 3},
+                                                            {37, 29, 70},
+                                                            {20, 67, 131},
+                                                            {3, 21, 200},
+                                                            {16, 40, 64},
+                                                            {5, 19, 55},
+                                                            {2, 261, 8201}}) {
     SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
     Tensor a = make_tensor(random_ints(static_cast<size_t>(M * K), ++seed, 0, 255), {M, K}, DType::U8);
     Tensor w = make_tensor(random_ints(static_cast<size_t>(K * N), ++seed, -128, 127), {K, N}, DType::I8);
