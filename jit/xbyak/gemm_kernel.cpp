@@ -227,7 +227,7 @@ class UkrGen : public Xbyak::CodeGenerator {
 };
 
 template <class Vmm>
-UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot) {
+const void* emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot) {
   UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
@@ -237,7 +237,7 @@ UkrFn emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool 
                            (dot == DotKind::Bf16   ? "_bf16"
                             : dot == DotKind::U8S8 ? "_u8s8"
                                                    : "");
-  return reinterpret_cast<UkrFn>(keep_gemm_code(g.getCode(), g.getSize(), name));
+  return keep_gemm_code(g.getCode(), g.getSize(), name);
 }
 
 template <class Vmm>
@@ -281,18 +281,15 @@ UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
       (dot != DotKind::None && (!packed_form || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
-  std::lock_guard<std::mutex> lock(gemm_gen_mutex());
-  std::atomic<UkrFn>& slot = tiles_[kind][packed_form][rows][nv];
-  if (UkrFn f = slot.load(std::memory_order_relaxed)) return f;  // another thread made it meanwhile
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
   // vectors of B per k); a direct one reads through strides, its tile's own size.
   // A narrow tail counts its sliver of B in 8-float vectors (twice as many).
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
-  const UkrFn f = narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
-                  : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot)
-                            : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None);
-  slot.store(f, std::memory_order_release);
-  return f;
+  return generated_once(tiles_[kind][packed_form][rows][nv], [&] {
+    return narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
+           : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot)
+                     : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None);
+  });
 }
 
 const Ukrs& gemm_ukrs(Isa isa) {
