@@ -78,6 +78,9 @@ struct UkrArgs {
   int64_t kc, a_rs, a_ks, b_ks, c_rs;
   int64_t accumulate;  ///< 0: C = acc; 1: C = C + acc
   int64_t tail = 0;    ///< tail kernels (one vector): the columns of C (1 .. w - 1) read and written
+  /// Streaming kernels (Ukrs::direct_streaming): the first of the lines they ask into L2 while
+  /// they run, one 64-byte line every two k, in address order.
+  const void* pf = nullptr;
 };
 using UkrFn = void (*)(const UkrArgs*);
 
@@ -111,17 +114,22 @@ struct Ukrs {
   /// `narrow` (AVX-512 only, tail <= 8): the same on 8-float ymm registers, EVEX-encoded (32
   /// registers, opmasks): half the FMA work where a 512-bit FMA costs two 256-bit ones (AMD).
   UkrFn direct_tail(int rows, bool narrow = false) const { return tile(false, rows, 1, narrow ? 2 : 1); }
+  /// The direct kernel of a tile of whole vectors that also prefetches a stream of lines into L2
+  /// (UkrArgs::pf: kc / 2 lines, one every two k), spread over its k loop: data a later step
+  /// reads arrives while the FMAs run, not in a burst that waits on memory (gemm_swapped.cpp).
+  UkrFn direct_streaming(int rows, int nv) const { return tile(false, rows, nv, 3); }
   UkrFn packed_tail(int rows, bool narrow = false) const { return tile(true, rows, 1, narrow ? 2 : 1); }
 
  private:
-  /// kind: 0 a tile of whole vectors, 1 a masked tail, 2 a narrow masked tail.
+  /// kind: 0 a tile of whole vectors, 1 a masked tail, 2 a narrow masked tail, 3 a direct tile of
+  /// whole vectors with a prefetch stream.
   UkrFn tile(bool packed_form, int rows, int nv, int kind = 0) const {
     const UkrFn f = tiles_[kind][packed_form][rows][nv].load(std::memory_order_acquire);
     return f ? f : generate(packed_form, rows, nv, kind);
   }
   /// Generates the kernel (gemm_kernel.cpp), once per process whichever threads ask.
   UkrFn generate(bool packed_form, int rows, int nv, int kind) const;
-  mutable std::atomic<UkrFn> tiles_[3][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
+  mutable std::atomic<UkrFn> tiles_[4][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
@@ -254,8 +262,8 @@ void gemv_t(GemvTForm form, DType b_dt, int rows, const float* a, int64_t a_rs, 
 /// in [0, m), j in [0, n), A (f32) at a + r * a_rs + k * a_ks, W (`w_dt`: what gemv_reads takes)
 /// at element j * w_rs + k, C at c + r * c_rs + j; computed as C^T = W A^T by the direct kernels,
 /// per KC block as the other paths sum (the same bits). `xt`: kb * swapped_width(m) floats (A^T,
-/// a chunk of kb of K); `ct`: MR * width floats when kb >= K, else n * width; `wt`: MR * KC
-/// floats (half weights, converted a tile of rows at a time), else unused.
+/// a chunk of kb of K); `ct`: MR * width floats when kb >= K, else n * width; `wt`: MR *
+/// swapped_stage_ld(KC) floats (half weights, converted a tile of rows at a time), else unused.
 struct SwappedArgs {
   const float* a;
   int64_t a_rs, a_ks;
@@ -270,6 +278,8 @@ struct SwappedArgs {
 constexpr int64_t kSwappedRows = 128;
 /// Rows of x padded to whole vectors (the direct kernels' columns).
 int64_t swapped_width(const Ukrs& u, int64_t m);
+/// The row stride (floats) of a staged block of half weights: KC padded past a multiple of 4 KiB.
+int64_t swapped_stage_ld(int64_t KC);
 /// The chunk of K whose A^T is packed at a time: whole KC blocks in half of `l2` (at least one).
 int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t KC);
 void gemm_swapped(const Ukrs& u, const SwappedArgs& s);

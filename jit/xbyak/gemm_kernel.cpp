@@ -35,7 +35,7 @@ using Xbyak::Reg64;
 static_assert(offsetof(UkrArgs, a) == 0 && offsetof(UkrArgs, b) == 8 && offsetof(UkrArgs, c) == 16 &&
                   offsetof(UkrArgs, kc) == 24 && offsetof(UkrArgs, a_rs) == 32 && offsetof(UkrArgs, a_ks) == 40 &&
                   offsetof(UkrArgs, b_ks) == 48 && offsetof(UkrArgs, c_rs) == 56 &&
-                  offsetof(UkrArgs, accumulate) == 64 && offsetof(UkrArgs, tail) == 72,
+                  offsetof(UkrArgs, accumulate) == 64 && offsetof(UkrArgs, tail) == 72 && offsetof(UkrArgs, pf) == 80,
               "UkrArgs layout");
 
 template <class Vmm>
@@ -58,8 +58,10 @@ class UkrGen : public Xbyak::CodeGenerator {
   // unsigned operand is A's broadcast: never the embedded broadcast, which is the signed one;
   // C is added as integers). The same registers, loads and loop as the FMA kernels
   // (gemm_pack_groups.hpp packs the groups; UkrArgs::kc counts groups).
+  // streaming (direct only): prefetcht1 of UkrArgs::pf's lines, one every two k (the loop
+  // unrolled by 2 around it), in rbp.
   UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl,
-         DotKind dot)
+         DotKind dot, bool streaming = false)
       : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl), dot_(dot) {
     const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
@@ -157,6 +159,24 @@ class UkrGen : public Xbyak::CodeGenerator {
       dec(rdx);
       jnz(top, T_NEAR);
     }
+    if (streaming) {
+      mov(rbp, qword[rdi + 80]);
+      mov(rdx, rcx);
+      shr(rdx, 1);
+      and_(rcx, 1);
+      test(rdx, rdx);
+      jz(k_rest, T_NEAR);
+      Xbyak::Label top;
+      L(top);
+      prefetcht1(ptr[rbp]);
+      add(rbp, 64);
+      body(0);
+      advance(1);
+      body(0);
+      advance(1);
+      dec(rdx);
+      jnz(top, T_NEAR);
+    }
     L(k_rest);
     test(rcx, rcx);
     jle(store_c, T_NEAR);
@@ -227,13 +247,14 @@ class UkrGen : public Xbyak::CodeGenerator {
 };
 
 template <class Vmm>
-const void* emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot) {
-  UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot);
+const void* emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot,
+                      bool streaming = false) {
+  UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot, streaming);
   g.ready();
   const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
                            std::to_string(mr) + "x" + std::to_string(nv) +
                            (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "") +
-                           (vl ? "_ymm" : "") +
+                           (vl ? "_ymm" : "") + (streaming ? "_streaming" : "") +
                            (dot == DotKind::Bf16   ? "_bf16"
                             : dot == DotKind::U8S8 ? "_u8s8"
                                                    : "");
@@ -276,9 +297,9 @@ const void* keep_gemm_code(const uint8_t* code, size_t size, const std::string& 
 }
 
 UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
-  const bool tail = kind > 0, narrow = kind == 2;
+  const bool tail = kind == 1 || kind == 2, narrow = kind == 2, streaming = kind == 3;
   if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16) ||
-      (dot != DotKind::None && (!packed_form || w != 16)))
+      (streaming && packed_form) || (dot != DotKind::None && (!packed_form || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
@@ -287,8 +308,8 @@ UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
   const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
   return generated_once(tiles_[kind][packed_form][rows][nv], [&] {
     return narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
-           : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot)
-                     : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None);
+           : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot, streaming)
+                     : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None, streaming);
   });
 }
 

@@ -637,7 +637,7 @@ class GemmKernel final : public CompiledKernel {
                     kb,
                     scratch(0, kb * wd),
                     scratch(1, kb >= K ? u_.mr * wd : n * wd),
-                    scratch(2, u_.mr * KC)};
+                    scratch(2, u_.mr * swapped_stage_ld(KC))};
       gemm_swapped(u_, s);
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;

@@ -9,7 +9,9 @@
 //
 // f16 and bf16 weights: each KC block of a tile's rows is converted into an f32 block in L1 by
 // the packers' loaders (gemm_loads.hpp), then read by the same kernels: W converted once, not
-// transposed, and the f32 values the packed path sums.
+// transposed, and the f32 values the packed path sums. The conversion's loads would wait on
+// memory with no FMAs beside them: the kernels of each tile ask the next tile's rows into L2 as
+// they run (a prefetch stream spread over their k loop), and the staging reads them from there.
 //
 // Summation order: every C element is summed per KC block, k ascending from 0 in one register,
 // then added to C in block order, as on the packed path (fma(w, x, acc) is fma(x, w, acc)): the
@@ -27,13 +29,13 @@ namespace kfuse::detail::xb {
 
 namespace {
 
-// Rows [0, rows) x k [0, kc) of W (row stride w_rs) as f32 into dst (row stride kc); AVX2.
+// Rows [0, rows) x k [0, kc) of W (row stride w_rs) as f32 into dst (row stride ld); AVX2.
 template <class L>
-__attribute__((target("avx2,f16c"))) void stage_rows(float* dst, const typename L::T* w, int64_t w_rs, int rows,
-                                                     int64_t kc) {
+__attribute__((target("avx2,f16c"))) void stage_rows(float* dst, int64_t ld, const typename L::T* w, int64_t w_rs,
+                                                     int rows, int64_t kc) {
   for (int r = 0; r < rows; ++r) {
     const typename L::T* s = w + r * w_rs;
-    float* d = dst + r * kc;
+    float* d = dst + r * ld;
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
       if (k % (64 / sizeof(typename L::T)) == 0) _mm_prefetch(reinterpret_cast<const char*>(s + k + kc), _MM_HINT_T0);
@@ -44,25 +46,18 @@ __attribute__((target("avx2,f16c"))) void stage_rows(float* dst, const typename 
 }
 
 // The same with AVX-512 (the zmm kernels' blocks): 16 elements per conversion, half the
-// instructions of the ymm loop, and each line of the next tile's rows (`next` elements on, same
-// k) asked into L2, a whole tile ahead of its staging. Intel Xeon (model 207), 1 thread,
-// [16,4096]x[4096,4096]^T bf16 x bf16, 38 interleaved calls of each, medians: ymm 6.90 /
-// 11.07 / 8.72 ms, zmm 6.43 / 9.77 / 7.68, zmm with the next tile's prefetch 6.21 / 9.43 / 7.48
-// (three runs on a noisy host; the minima 6.27-6.54, 5.79-6.41, 5.66-6.11). The loads of a
-// staging wait on memory and the kernels' FMAs do not overlap them; the prefetch lets the next
-// staging read L2.
+// instructions of the ymm loop. Intel Xeon (model 207), 1 thread, [16,4096]x[4096,4096]^T bf16
+// x bf16, 38 interleaved calls of each, medians of three runs on a noisy host: ymm 6.90 / 11.07
+// / 8.72 ms, zmm 6.43 / 9.77 / 7.68.
 template <class L>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) void stage_rows_z(float* dst, const typename L::T* w,
-                                                                                 int64_t w_rs, int rows, int64_t kc,
-                                                                                 int64_t next) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) void stage_rows_z(float* dst, int64_t ld,
+                                                                                 const typename L::T* w, int64_t w_rs,
+                                                                                 int rows, int64_t kc) {
   for (int r = 0; r < rows; ++r) {
     const typename L::T* s = w + r * w_rs;
-    float* d = dst + r * kc;
+    float* d = dst + r * ld;
     int64_t k = 0;
-    for (; k + 16 <= kc; k += 16) {
-      if (k % (64 / sizeof(typename L::T)) == 0) _mm_prefetch(reinterpret_cast<const char*>(s + next + k), _MM_HINT_T1);
-      _mm512_storeu_ps(d + k, L::load16(s + k));
-    }
+    for (; k + 16 <= kc; k += 16) _mm512_storeu_ps(d + k, L::load16(s + k));
     if (k < kc) {
       const __mmask16 m = static_cast<__mmask16>((1u << (kc - k)) - 1);
       _mm512_mask_storeu_ps(d + k, m, L::load16(m, s + k));
@@ -74,6 +69,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))) void stage_rows_z
 
 int64_t swapped_width(const Ukrs& u, int64_t m) { return (m + u.w - 1) / u.w * u.w; }
 
+// A line past KC: at KC = 1024 rows 4 KiB apart had put the tile's 14 rows into one L1 set, more
+// than its 12 ways, and the kernel's reads of them missed L1 every 16 k (Intel Xeon, model 207, a
+// 14 x 1 direct kernel over a staged 14 x 1024 block: 134-144 -> 154-161 GFLOP/s, the best of 7).
+int64_t swapped_stage_ld(int64_t KC) { return (KC + 15) / 16 * 16 + 16; }
+
 int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t KC) {
   // Whole KC blocks of A^T that take at most half of L2: a chunk is read once per tile of W rows.
   const int64_t per_block = KC * swapped_width(u, m) * 4;
@@ -83,6 +83,16 @@ int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t K
 void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
   const int64_t mp = swapped_width(u, s.m), MR = u.mr, NR = u.nr, W = u.w;
   const bool one_chunk = s.kb >= s.K;
+  // Half weights: while a tile's kernels run, its first column of kernels asks the next tile's
+  // rows into L2 (direct_streaming), so that their staging reads L2. The rows of a dense W are
+  // one range (K elements apart), and over a tile the stream covers 32 bytes per k, a 14-row
+  // tile's 28 of bf16 or f16. Intel Xeon (model 207), 1 thread, [16,4096]x[4096,4096]^T bf16,
+  // 38 interleaved calls of each, medians (two runs): no prefetch 6.09 / 6.11 ms; the staging
+  // asking for the next tile's lines as it converts (a burst that waits on memory) 5.80 / 5.82;
+  // the stream 4.81 / 4.90; both 5.23 / 5.42. (An f32 W, read in place by the kernels, gained
+  // 3-6% from the same stream, which covers half of its next tile: not taken.)
+  const int64_t esz = static_cast<int64_t>(dtype_size(s.w_dt));
+  const bool stream = s.w_dt != DType::F32 && one_chunk && s.w_rs == s.K;
   // C'^T tile by tile (rows of W x the padded rows of x): into C at once when K is one chunk,
   // else kept whole (ct holds n x mp floats) until the last chunk has been added.
   auto ct_at = [&](int64_t i) { return one_chunk ? s.ct : s.ct + i * mp; };
@@ -111,7 +121,7 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
       for (int64_t pc = k0; pc < k0 + kn; pc += s.KC) {
         const int64_t kc = std::min(s.KC, k0 + kn - pc);
         const float* wf = s.wt;
-        int64_t w_rs = kc;
+        int64_t w_rs = swapped_stage_ld(s.KC);
         if (s.w_dt == DType::F32) {
           wf = static_cast<const float*>(s.w) + i * s.w_rs + pc;
           w_rs = s.w_rs;
@@ -119,14 +129,19 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
           with_loader(s.w_dt, [&](auto l) {
             using L = decltype(l);
             const auto* w = static_cast<const typename L::T*>(s.w) + i * s.w_rs + pc;
-            if (W == 16) stage_rows_z<L>(s.wt, w, s.w_rs, mr, kc, MR * s.w_rs);
-            else stage_rows<L>(s.wt, w, s.w_rs, mr, kc);
+            if (W == 16) stage_rows_z<L>(s.wt, w_rs, w, s.w_rs, mr, kc);
+            else stage_rows<L>(s.wt, w_rs, w, s.w_rs, mr, kc);
           });
         }
         for (int64_t j = 0; j < mp; j += NR) {
           const int nv = static_cast<int>(std::min(NR, mp - j) / W);
           UkrArgs g{wf, s.xt + (pc - k0) * mp + j, ct_at(i) + j, kc, w_rs * 4, 4, mp * 4, mp * 4, pc == 0 ? 0 : 1};
-          u.direct_tile(mr, nv)(&g);
+          if (stream && j == 0 && i + MR < s.n) {
+            g.pf = static_cast<const char*>(s.w) + ((i + MR) * s.w_rs) * esz + (pc - k0) * 32;
+            u.direct_streaming(mr, nv)(&g);
+          } else {
+            u.direct_tile(mr, nv)(&g);
+          }
         }
       }
       if (one_chunk) to_c(i, mr);
