@@ -17,6 +17,7 @@
 // then added to C in block order, as on the packed path (fma(w, x, acc) is fma(x, w, acc)): the
 // same bits whichever path or thread split computes it.
 #include <algorithm>
+#include "kfuse/profile.hpp"
 
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
@@ -81,7 +82,13 @@ int64_t swapped_chunk(const Ukrs& u, int64_t l2, int64_t m, int64_t K, int64_t K
 }
 
 void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
-  const int64_t mp = swapped_width(u, s.m), MR = u.mr, NR = u.nr, W = u.w;
+  const int64_t mp = swapped_width(u, s.m), NR = u.nr, W = u.w;
+  // An f32 W is read in place: as many rows per tile as fit the ways of an L1 set (rows 4 KiB
+  // apart share one set; staged half rows are padded instead). Intel Xeon (model 207), 1 thread,
+  // [16,4096]x[4096,4096]^T f32, 38 interleaved calls of each, medians (two runs): 14 rows 5.07
+  // / 4.44 ms, 12 rows 4.66 / 4.26. (The next tile's rows streamed into L2 as for half weights,
+  // two lines per two k, lost: 12 rows 5.59 / 4.99, 14 rows 5.48 / 4.97.)
+  const int64_t MR = s.w_dt == DType::F32 ? gemm_direct_tile_rows(s.w_rs * 4, u.mr, probe::cache_sizes().l1d) : u.mr;
   const bool one_chunk = s.kb >= s.K;
   // Half weights: while a tile's kernels run, its first column of kernels asks the next tile's
   // rows into L2 (direct_streaming), so that their staging reads L2. The rows of a dense W are
@@ -90,7 +97,8 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
   // 38 interleaved calls of each, medians (two runs): no prefetch 6.09 / 6.11 ms; the staging
   // asking for the next tile's lines as it converts (a burst that waits on memory) 5.80 / 5.82;
   // the stream 4.81 / 4.90; both 5.23 / 5.42. (An f32 W, read in place by the kernels, gained
-  // 3-6% from the same stream, which covers half of its next tile: not taken.)
+  // 3-6% from the same stream, which covers half of its next tile, and lost with two lines per
+  // two k: not taken.)
   const int64_t esz = static_cast<int64_t>(dtype_size(s.w_dt));
   const bool stream = s.w_dt != DType::F32 && one_chunk && s.w_rs == s.K;
   // C'^T tile by tile (rows of W x the padded rows of x): into C at once when K is one chunk,

@@ -85,8 +85,9 @@ TEST_F(XbyakGemm, GemvMatchesPackedPathBitwise) {
 // (gemm_swapped.cpp): W read in place by the direct kernels, x packed. The same FMA chain per
 // element, so it equals the packed path bit for bit, and the fp64 reference within tolerance:
 // rows padded to whole vectors (9, 17, 33, tb), tiles of W rows with an edge (N not a multiple
-// of MR), K past KC and in several chunks of A^T (kb < K: the whole C^T kept until the last
-// chunk), a transposed (strided) x, a batch with W broadcast, an epilogue, 1 and 2 threads.
+// of MR; with K = kc on AVX-512, rows 4 KiB apart, tiles of the rows an L1 set's ways hold), K past KC and in several
+// chunks of A^T (kb < K: the whole C^T kept until the last chunk), a transposed (strided) x, a batch with W broadcast,
+// an epilogue, 1 and 2 threads.
 TEST_F(XbyakGemm, SwappedLinearMatchesPackedPathBitwise) {
   const Options saved = options();
   const int64_t l2 = probe::cache_sizes().l2;
