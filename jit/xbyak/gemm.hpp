@@ -84,9 +84,14 @@ struct UkrArgs {
 };
 using UkrFn = void (*)(const UkrArgs*);
 
-/// The microkernels of one ISA: `packed` reads packed panels (A: MR floats per k, B: NR floats
-/// per k); `direct` reads A and B through their strides (B contiguous along N). (A few rows of A
-/// take the GEMV path instead, gemv below, which streams B along its rows.)
+/// Where a microkernel reads its operands: both through their strides (Direct: B contiguous
+/// along N), both from packed slivers (Packed: A MR floats per k, B NR floats per k), or A in
+/// place, contiguous along K (UkrArgs::a_ks is 4 bytes), and B from a packed sliver (PackedB: the
+/// packed path with an f32 A that needs no packing, gemm_run.cpp).
+enum class UkrForm { Direct = 0, Packed = 1, PackedB = 2 };
+
+/// The microkernels of one ISA: `packed` reads packed panels; `direct` reads A and B in place.
+/// (A few rows of A take the GEMV path instead, gemv below, which streams B along its rows.)
 ///
 /// The full tiles are generated with the set; every smaller tile the first time a launch asks for
 /// it (a shape uses a few: 64 rows on AVX-512 take the 8-row edge only). Generating all 56 of
@@ -99,37 +104,39 @@ struct Ukrs {
   /// Groups of k per lane (gemm_ukrs_dot): packed kernels only, UkrArgs::kc counting groups.
   DotKind dot = DotKind::None;
   UkrFn packed = nullptr, direct = nullptr;
-  /// The direct kernel of a tile of `rows` x `nv` vectors (1..mr, 1..nr / w; (mr, nr / w) is
-  /// `direct`): the edges of a small problem run in place too instead of through packed scratch
-  /// tiles (at 64^3 the 4 edge rows' packing was a fifth of the call).
-  UkrFn direct_tile(int rows, int nv) const { return tile(false, rows, nv); }
-  /// The packed kernel of a smaller tile over full-size slivers ((mr, nr / w) is `packed`): the M
-  /// edge and the whole-vector N edge of the packed path store into C directly instead of
-  /// computing a full tile into a scratch tile and copying its live part (for 512 rows and
-  /// AVX-512's 14-row tile, the last 8 rows of every panel went through scratch).
-  UkrFn packed_tile(int rows, int nv) const { return tile(true, rows, nv); }
+  /// The kernel of a tile of `rows` x `nv` vectors (1..mr, 1..nr / w) in `form`. Direct: the
+  /// edges of a small problem run in place too instead of through packed scratch tiles (at 64^3
+  /// the 4 edge rows' packing was a fifth of the call). Packed and PackedB over full-size slivers
+  /// of B (and of A, Packed): the M edge and the whole-vector N edge of the packed path store into
+  /// C directly instead of computing a full tile into a scratch tile and copying its live part
+  /// (for 512 rows and AVX-512's 14-row tile, the last 8 rows of every panel went through
+  /// scratch). ((mr, nr / w) Direct is `direct`, Packed `packed`.)
+  UkrFn tile(UkrForm form, int rows, int nv) const { return get(form, rows, nv, 0); }
+  UkrFn direct_tile(int rows, int nv) const { return tile(UkrForm::Direct, rows, nv); }
+  UkrFn packed_tile(int rows, int nv) const { return tile(UkrForm::Packed, rows, nv); }
   /// One vector of `rows` rows of which only the first UkrArgs::tail columns are C's, read and
   /// written in place through masks (the last part-vector of columns; the direct form loads only
-  /// those columns of B, the packed form reads its zero-padded sliver at b).
+  /// those columns of B, the packed forms read their zero-padded sliver at b).
   /// `narrow` (AVX-512 only, tail <= 8): the same on 8-float ymm registers, EVEX-encoded (32
   /// registers, opmasks): half the FMA work where a 512-bit FMA costs two 256-bit ones (AMD).
-  UkrFn direct_tail(int rows, bool narrow = false) const { return tile(false, rows, 1, narrow ? 2 : 1); }
+  UkrFn tail(UkrForm form, int rows, bool narrow = false) const { return get(form, rows, 1, narrow ? 2 : 1); }
+  UkrFn direct_tail(int rows, bool narrow = false) const { return tail(UkrForm::Direct, rows, narrow); }
+  UkrFn packed_tail(int rows, bool narrow = false) const { return tail(UkrForm::Packed, rows, narrow); }
   /// The direct kernel of a tile of whole vectors that also prefetches a stream of lines into L2
   /// (UkrArgs::pf: kc / 2 lines, one every two k), spread over its k loop: data a later step
   /// reads arrives while the FMAs run, not in a burst that waits on memory (gemm_swapped.cpp).
-  UkrFn direct_streaming(int rows, int nv) const { return tile(false, rows, nv, 3); }
-  UkrFn packed_tail(int rows, bool narrow = false) const { return tile(true, rows, 1, narrow ? 2 : 1); }
+  UkrFn direct_streaming(int rows, int nv) const { return get(UkrForm::Direct, rows, nv, 3); }
 
  private:
   /// kind: 0 a tile of whole vectors, 1 a masked tail, 2 a narrow masked tail, 3 a direct tile of
   /// whole vectors with a prefetch stream.
-  UkrFn tile(bool packed_form, int rows, int nv, int kind = 0) const {
-    const UkrFn f = tiles_[kind][packed_form][rows][nv].load(std::memory_order_acquire);
-    return f ? f : generate(packed_form, rows, nv, kind);
+  UkrFn get(UkrForm form, int rows, int nv, int kind) const {
+    const UkrFn f = tiles_[kind][static_cast<int>(form)][rows][nv].load(std::memory_order_acquire);
+    return f ? f : generate(form, rows, nv, kind);
   }
   /// Generates the kernel (gemm_kernel.cpp), once per process whichever threads ask.
-  UkrFn generate(bool packed_form, int rows, int nv, int kind) const;
-  mutable std::atomic<UkrFn> tiles_[4][2][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
+  UkrFn generate(UkrForm form, int rows, int nv, int kind) const;
+  mutable std::atomic<UkrFn> tiles_[4][3][kMaxMr + 1][kMaxNv + 1];  // (value-initialised: null)
 };
 /// Generated on first use, kept for the process (they do not depend on any kernel).
 const Ukrs& gemm_ukrs(Isa isa);
@@ -326,6 +333,9 @@ GemmPath gemm_path(const Ukrs& u, const GemmPathQuery& q);
 /// multiple of 4 KiB apart (K = 1024 f32) all share one set: Zen 4 (8 ways), [1024,1024]x[1024,64]
 /// in place, tiles of 14 rows 76-88 GFLOP/s, 12 rows 103-104, 10 113-114, 8 and 7 115.
 int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes);
+/// Whether the packed path packs an f32 A it could read in place (UkrForm::PackedB) in tiles of
+/// `in_place_rows` rows (gemm_direct_tile_rows), on kernels `u` (gemm_policy.cpp).
+bool gemm_packs_a(const Ukrs& u, int64_t in_place_rows);
 /// Whether AVX-512's direct (unpacked) kernel beats packing for problems of up to 3 L2s with K
 /// in one KC block (gemm_path): on AMD (Zen 4), not on Intel (a Sapphire Rapids
 /// class Xeon). Defined in backend.cpp, beside the other answers read from CPUID.

@@ -60,10 +60,13 @@ class UkrGen : public Xbyak::CodeGenerator {
   // (gemm_pack_groups.hpp packs the groups; UkrArgs::kc counts groups).
   // streaming (direct only): prefetcht1 of UkrArgs::pf's lines, one every two k (the loop
   // unrolled by 2 around it), in rbp.
-  UkrGen(uint8_t* buf, size_t size, int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl,
+  // form PackedB (A in place, B packed): A's k step is 4 bytes (UkrArgs::a_ks is not read), so
+  // the packed loop's unrolled steps read A at constant offsets too.
+  UkrGen(uint8_t* buf, size_t size, int mr, int nv, UkrForm form, int sliver_mr, int sliver_nv, bool tail, bool vl,
          DotKind dot, bool streaming = false)
       : CodeGenerator(size, buf), mr_(mr), nv_(nv), evex_(Z || vl), dot_(dot) {
-    const int smr = packed ? sliver_mr : mr, snv = packed ? sliver_nv : nv;
+    const bool a_packed = form == UkrForm::Packed, b_packed = form != UkrForm::Direct;
+    const int smr = a_packed ? sliver_mr : mr, snv = b_packed ? sliver_nv : nv;
     const Reg64 bases[] = {rax, r13, r14, r15, rbx};  // A rows 3j .. 3j + 2 (direct)
     const int nbases = (mr + 2) / 3;
     for (const auto& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
@@ -86,7 +89,7 @@ class UkrGen : public Xbyak::CodeGenerator {
     mov(r9, qword[rdi + 32]);   // a_rs
     mov(r10, qword[rdi + 40]);  // a_ks
     mov(r11, qword[rdi + 48]);  // b_ks
-    if (!packed)
+    if (!a_packed)
       for (int j = 1; j < nbases; ++j) {  // base j = a + 3j * a_rs
         mov(bases[j], bases[j - 1]);
         lea(bases[j], ptr[bases[j] + r9 * 2]);
@@ -100,7 +103,7 @@ class UkrGen : public Xbyak::CodeGenerator {
     // store read them (Zen 4, 1 thread, 2048^3: 177 -> 166 ms at KC = 128, 159 -> 155 at 512).
     mov(rdx, qword[rdi + 16]);
     mov(r8, qword[rdi + 56]);
-    const bool c_to_l2 = packed && Z;
+    const bool c_to_l2 = b_packed && Z;
     for (int i = 0; i < mr; ++i) {
       for (int off : {0, nv_ * VB - 4}) {
         if (c_to_l2) prefetcht1(ptr[rdx + off]);
@@ -110,17 +113,17 @@ class UkrGen : public Xbyak::CodeGenerator {
     }
     for (int i = 0; i < mr * nv_; ++i) vxorps(acc(i), acc(i), acc(i));
     Xbyak::Label k_rest, k_rest_top, store_c;
-    auto a_addr = [&](int i, int u) -> Xbyak::Address {
-      if (packed) return ptr[rax + (u * smr + i) * 4];
+    auto a_addr = [&](int i, int u) -> Xbyak::Address {  // (u > 0: PackedB, A's k contiguous)
+      if (a_packed) return ptr[rax + (u * smr + i) * 4];
       const Reg64& b = bases[i / 3];
-      if (i % 3 == 0) return ptr[b];
-      return ptr[b + r9 * (i % 3)];
+      if (i % 3 == 0) return ptr[b + u * 4];
+      return ptr[b + r9 * (i % 3) + u * 4];
     };
     auto body = [&](int u) {
-      const int boff = packed ? u * snv * VB : 0;
+      const int boff = b_packed ? u * snv * VB : 0;
       for (int v = 0; v < nv_; ++v) {
         const Xbyak::Address b = ptr[rsi + boff + v * VB];
-        if (!tail || packed) vmovups(bvec(v), b);  // (packed slivers are zero-padded)
+        if (!tail || b_packed) vmovups(bvec(v), b);  // (packed slivers are zero-padded)
         else if (evex_) vmovups(bvec(v) | k1 | T_z, b);
         else vmaskmovps(bvec(v), mask(), b);
       }
@@ -135,15 +138,15 @@ class UkrGen : public Xbyak::CodeGenerator {
       }
     };
     auto advance = [&](int ks) {
-      if (packed) {
-        add(rax, ks * smr * 4);
-        add(rsi, ks * snv * VB);
-      } else {
-        for (int j = 0; j < nbases; ++j) add(bases[j], r10);
-        add(rsi, r11);
-      }
+      if (a_packed) add(rax, ks * smr * 4);
+      else if (b_packed)
+        for (int j = 0; j < nbases; ++j) add(bases[j], ks * 4);
+      else
+        for (int j = 0; j < nbases; ++j) add(bases[j], r10);  // (one k at a time)
+      if (b_packed) add(rsi, ks * snv * VB);
+      else add(rsi, r11);
     };
-    if (packed) {
+    if (b_packed) {
       mov(rdx, rcx);
       shr(rdx, 2);
       and_(rcx, 3);
@@ -152,8 +155,11 @@ class UkrGen : public Xbyak::CodeGenerator {
       Xbyak::Label top;
       L(top);
       // the A sliver streams from L2 (B's sliver stays in L1): 8 k ahead, two lines per 4 k
-      prefetcht0(ptr[rax + 8 * smr * 4]);
-      prefetcht0(ptr[rax + 8 * smr * 4 + 64]);
+      // (A in place: its rows' streams, which the hardware prefetchers follow)
+      if (a_packed) {
+        prefetcht0(ptr[rax + 8 * smr * 4]);
+        prefetcht0(ptr[rax + 8 * smr * 4 + 64]);
+      }
       for (int u = 0; u < 4; ++u) body(u);
       advance(4);
       dec(rdx);
@@ -247,12 +253,12 @@ class UkrGen : public Xbyak::CodeGenerator {
 };
 
 template <class Vmm>
-const void* emit_tile(int mr, int nv, bool packed, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot,
+const void* emit_tile(int mr, int nv, UkrForm form, int sliver_mr, int sliver_nv, bool tail, bool vl, DotKind dot,
                       bool streaming = false) {
-  UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, packed, sliver_mr, sliver_nv, tail, vl, dot, streaming);
+  UkrGen<Vmm> g(gemm_gen_buffer(), kGemmGenBytes, mr, nv, form, sliver_mr, sliver_nv, tail, vl, dot, streaming);
   g.ready();
-  const std::string name = std::string(packed ? "kfuse_gemm_ukr_packed_" : "kfuse_gemm_ukr_direct_") +
-                           std::to_string(mr) + "x" + std::to_string(nv) +
+  static const char* const forms[] = {"kfuse_gemm_ukr_direct_", "kfuse_gemm_ukr_packed_", "kfuse_gemm_ukr_packed_b_"};
+  const std::string name = std::string(forms[static_cast<int>(form)]) + std::to_string(mr) + "x" + std::to_string(nv) +
                            (sliver_mr != mr || sliver_nv != nv ? "_edge" : "") + (tail ? "_tail" : "") +
                            (vl ? "_ymm" : "") + (streaming ? "_streaming" : "") +
                            (dot == DotKind::Bf16   ? "_bf16"
@@ -296,20 +302,21 @@ const void* keep_gemm_code(const uint8_t* code, size_t size, const std::string& 
   return mems->back()->entry();
 }
 
-UkrFn Ukrs::generate(bool packed_form, int rows, int nv, int kind) const {
+UkrFn Ukrs::generate(UkrForm form, int rows, int nv, int kind) const {
+  const bool packed_form = form != UkrForm::Direct;  // (B's sliver; A's too when Packed)
   const bool tail = kind == 1 || kind == 2, narrow = kind == 2, streaming = kind == 3;
   if (rows < 1 || rows > mr || nv < 1 || nv > nr / w || (tail && nv != 1) || (narrow && w != 16) ||
-      (streaming && packed_form) || (dot != DotKind::None && (!packed_form || w != 16)))
+      (streaming && packed_form) || (dot != DotKind::None && (form != UkrForm::Packed || w != 16)))
     throw BackendError("xbyak: no GEMM microkernel of " + std::to_string(rows) + " x " + std::to_string(nv) +
                        " vectors (internal error)");
   // A packed kernel of fewer rows or vectors reads full-size slivers (mr floats of A, nr / w
   // vectors of B per k); a direct one reads through strides, its tile's own size.
   // A narrow tail counts its sliver of B in 8-float vectors (twice as many).
-  const int smr = packed_form ? mr : rows, snv = packed_form ? nr / w : nv;
-  return generated_once(tiles_[kind][packed_form][rows][nv], [&] {
-    return narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, 2 * snv, tail, true, dot)
-           : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, packed_form, smr, snv, tail, false, dot, streaming)
-                     : emit_tile<Xbyak::Ymm>(rows, nv, packed_form, smr, snv, tail, false, DotKind::None, streaming);
+  const int smr = form == UkrForm::Packed ? mr : rows, snv = packed_form ? nr / w : nv;
+  return generated_once(tiles_[kind][static_cast<int>(form)][rows][nv], [&] {
+    return narrow    ? emit_tile<Xbyak::Ymm>(rows, nv, form, smr, 2 * snv, tail, true, dot)
+           : w == 16 ? emit_tile<Xbyak::Zmm>(rows, nv, form, smr, snv, tail, false, dot, streaming)
+                     : emit_tile<Xbyak::Ymm>(rows, nv, form, smr, snv, tail, false, DotKind::None, streaming);
   });
 }
 

@@ -125,6 +125,20 @@ GemmPath gemm_path(const Ukrs& u, const GemmPathQuery& q) {
   return GemmPath::Packed;
 }
 
+bool gemm_packs_a(const Ukrs& u, int64_t in_place_rows) {
+  // The packed path reads an f32 A in place on the AVX-512 kernels when its tiles keep all but
+  // two of their rows (12 of 14 with rows 4 KiB apart on a 48 KiB L1): the packing had taken
+  // 2-7% of one thread's time (perf, Intel Xeon model 207: 1024^3 2.3%, 512^3 4.2%), and each of
+  // two threads splitting N packed all of A. Same Xeon, A packed -> in place, one process
+  // alternating them call by call, medians: 1 thread 512^3 1.74 -> 1.67 ms, 384^3 722 -> 694 us,
+  // 1024^3 13.36 -> 13.11 ms, [1000,999]x[999,1001] 12.96 -> 12.47, [512,1024]x[1024,4096] and
+  // 2048^3 level; 2 threads 512^3 891 -> 856 us, 1024^3 6.86 -> 6.62 ms, 2048^3 level. The AVX2
+  // kernels (KFUSE_ISA=avx2 on that Xeon) lost at 1024^3 (25.0-25.8 -> 25.9-26.5 ms) and gained
+  // at 512^3 (2 threads 1.64 -> 1.59 ms): they keep packing, as does a tile cut shorter (an 8-way
+  // L1 holds 8 rows 4 KiB apart, not measured).
+  return u.w != 16 || in_place_rows < u.mr - 2;
+}
+
 // (gemm.hpp) An x86 L1D's set is address bits 6-11 (virtually indexed within a 4 KiB page).
 // Rows within one line (a stride under 64 bytes, or 0: a broadcast A) count as that one line.
 int gemm_direct_tile_rows(int64_t row_bytes, int mr, int64_t l1d_bytes) {

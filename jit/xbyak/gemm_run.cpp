@@ -450,23 +450,22 @@ class GemmKernel final : public CompiledKernel {
                          int64_t ks, bool first, DotKind dot) const {
     run_tile(dot != DotKind::None ? gemm_ukrs_dot(dot) : u_,
              UkrArgs{ap, bp, t.c + m * t.c_rs + n, ks, 0, 0, 0, t.c_rs * 4, first ? 0 : 1}, static_cast<int>(mr), nr,
-             true);
+             UkrForm::Packed);
   }
 
   // An mr x nr tile at a (packed slivers or operands in place): its whole vectors of columns by
   // the tile's kernel, a last part-vector by the masked tail kernel, the narrow (ymm) one for up
   // to 8 columns where narrow_gemm_tails() says so (Zen 4, 1 thread, kfuse_gemm, zmm -> narrow
   // tails: 67^3 85-88 -> 92-94 GFLOP/s, 100^3 94 -> 99-102).
-  void run_tile(const Ukrs& u, UkrArgs a, int mr, int64_t nr, bool packed) const {
+  void run_tile(const Ukrs& u, UkrArgs a, int mr, int64_t nr, UkrForm form) const {
     const int64_t W = u.w, whole = nr / W;
-    if (whole > 0)
-      (packed ? u.packed_tile(mr, static_cast<int>(whole)) : u.direct_tile(mr, static_cast<int>(whole)))(&a);
+    if (whole > 0) u.tile(form, mr, static_cast<int>(whole))(&a);
     if (nr % W == 0) return;
     a.b += whole * W;
     a.c += whole * W;
     a.tail = nr % W;
     const bool narrow = W == 16 && a.tail <= 8 && narrow_gemm_tails();
-    (packed ? u.packed_tail(mr, narrow) : u.direct_tail(mr, narrow))(&a);
+    u.tail(form, mr, narrow)(&a);
   }
 
   // Runs the epilogue over rows [m0, m1) x columns [n0, n1) of this task's batch.
@@ -681,7 +680,7 @@ class GemmKernel final : public CompiledKernel {
           run_tile(u_,
                    UkrArgs{af + i * sa.row + pc * sa.col, bf + pc * sb.row + j, t.c + i * t.c_rs + j, kc, sa.row * 4,
                            sa.col * 4, sb.row * 4, t.c_rs * 4, first ? 0 : 1},
-                   static_cast<int>(std::min(TR, m1 - i)), std::min(NR, n1 - j), false);
+                   static_cast<int>(std::min(TR, m1 - i)), std::min(NR, n1 - j), UkrForm::Direct);
         };
         // Narrow blocks (AVX-512 on AMD) by rows of tiles: each row of A's tiles is read once,
         // and the epilogue follows it on the last k block while its C is in L1 (not after the
@@ -701,7 +700,13 @@ class GemmKernel final : public CompiledKernel {
       epilogue(L, t, m0, m1, n0, n1, ld);
       return;
     }
-    float* ap = scratch(0, blk.mc * KC);
+    // An f32 A along K without a prologue (not the dot kernels' groups of k) may be read in place
+    // (UkrForm::PackedB, gemm_packs_a), in tiles of the rows an L1 set's ways hold.
+    const int64_t in_place_rows = gemm_direct_tile_rows(sa.row * 4, MR, probe::cache_sizes().l1d);
+    const bool a_in_place = !cvt_[0] && es_[0] == 4 && !p_.a_pro && L.dot == DotKind::None && sa.col == 1 &&
+                            !gemm_packs_a(u_, in_place_rows);
+    const int64_t AR = a_in_place ? in_place_rows : MR;
+    float* ap = a_in_place ? nullptr : scratch(0, blk.mc * KC);
     // Blocks of M and N as even as whole tiles allow, at most mc and nc: 266 rows at mc = 252 made
     // a 252-row panel and a 14-row one that streamed all of B's panel for a single tile.
     const int64_t MC = even_block(m, blk.mc, MR);
@@ -719,15 +724,23 @@ class GemmKernel final : public CompiledKernel {
         prologue(1, bp, ceil_div(nc, NR) * NR * kc);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           const int64_t mc = std::min(MC, m1 - ic);
-          pack_a(ap, t.a, sa, ic, mc, pc, kc, L.dot);
-          prologue(0, ap, ceil_div(mc, MR) * MR * kc);
+          if (!a_in_place) {
+            pack_a(ap, t.a, sa, ic, mc, pc, kc, L.dot);
+            prologue(0, ap, ceil_div(mc, MR) * MR * kc);
+          }
           auto tile = [&](int64_t ir, int64_t jr) {
-            tile_from_slivers(t, ap + ir * ks, bp + jr * ks, ic + ir, jc + jr, std::min(MR, mc - ir),
-                              std::min(NR, nc - jr), ks, first, L.dot);
+            if (a_in_place)
+              run_tile(u_,
+                       UkrArgs{af + (ic + ir) * sa.row + pc, bp + jr * ks, t.c + (ic + ir) * t.c_rs + jc + jr, ks,
+                               sa.row * 4, 4, 0, t.c_rs * 4, first ? 0 : 1},
+                       static_cast<int>(std::min(AR, mc - ir)), std::min(NR, nc - jr), UkrForm::PackedB);
+            else
+              tile_from_slivers(t, ap + ir * ks, bp + jr * ks, ic + ir, jc + jr, std::min(MR, mc - ir),
+                                std::min(NR, nc - jr), ks, first, L.dot);
           };
           if (!(last && epi_mem_)) {
             for (int64_t jr = 0; jr < nc; jr += NR)
-              for (int64_t ir = 0; ir < mc; ir += MR) tile(ir, jr);
+              for (int64_t ir = 0; ir < mc; ir += AR) tile(ir, jr);
             continue;
           }
           // On the last k block the epilogue follows each row of tiles across a group of
@@ -739,9 +752,9 @@ class GemmKernel final : public CompiledKernel {
           const int64_t ew = gemm_epilogue_columns(u_, kc);
           for (int64_t j0 = 0; j0 < nc; j0 += ew) {
             const int64_t j1 = std::min(nc, j0 + ew);
-            for (int64_t ir = 0; ir < mc; ir += MR) {
+            for (int64_t ir = 0; ir < mc; ir += AR) {
               for (int64_t jr = j0; jr < j1; jr += NR) tile(ir, jr);
-              epilogue(L, t, ic + ir, ic + std::min(mc, ir + MR), jc + j0, jc + j1, ld);
+              epilogue(L, t, ic + ir, ic + std::min(mc, ir + AR), jc + j0, jc + j1, ld);
             }
           }
         }

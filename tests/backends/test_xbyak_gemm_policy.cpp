@@ -83,6 +83,25 @@ TEST(XbyakGemmPolicy, PathsOfTheRulesWithoutThresholds) {
 // u8 x i8 (the VNNI kernels) with A and B both along K: the dot-rows kernels up to 16 rows
 // whatever W's size, up to kDotRowsLimit past half of L2; with B along N the dot-cols kernels
 // past half of L2; more rows, a transposed A (or forced packing) pack.
+// The packed path reads an f32 A in place (UkrForm::PackedB) on the AVX-512 kernels while its
+// tiles keep all but two rows of MR (the rows an L1 set holds: gemm_direct_tile_rows); the AVX2
+// kernels always pack it.
+TEST(XbyakGemmPolicy, PackedPathReadsAInPlaceOnTheZmmKernels) {
+  using detail::xb::gemm_packs_a;
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(detail::xb::isa_name(isa));
+    const detail::xb::Ukrs& u = detail::xb::gemm_ukrs(isa);
+    const bool zmm = u.w == 16;
+    EXPECT_EQ(gemm_packs_a(u, u.mr), !zmm);
+    EXPECT_EQ(gemm_packs_a(u, u.mr - 2), !zmm);
+    EXPECT_TRUE(gemm_packs_a(u, u.mr - 3));
+    EXPECT_TRUE(gemm_packs_a(u, 1));
+  }
+  // Rows 4 KiB apart: 12 of 14 on a 48 KiB L1 (in place), 8 on a 32 KiB one (packed).
+  EXPECT_EQ(detail::xb::gemm_direct_tile_rows(4096, 14, 48 << 10), 12);
+  EXPECT_EQ(detail::xb::gemm_direct_tile_rows(4096, 14, 32 << 10), 8);
+}
+
 TEST(XbyakGemmPolicy, QuantisedLinearLayersReadBothOperandsInPlace) {
   const int64_t big = 4096;
   const detail::xb::Ukrs& u = detail::xb::gemm_ukrs(Isa::Avx512);

@@ -41,13 +41,19 @@ TEST(XbyakMicrokernels, EveryTileAssembles) {
     EXPECT_EQ(u.direct_tile(u.mr, u.nr / u.w), u.direct);
     for (int r = 1; r <= u.mr; ++r)
       for (int v = 1; v <= u.nr / u.w; ++v) {
-        const auto direct = u.direct_tile(r, v), packed = u.packed_tile(r, v);
-        EXPECT_TRUE(direct && packed && direct != packed) << r << " x " << v;
+        using detail::xb::UkrForm;
+        const auto direct = u.direct_tile(r, v), packed = u.packed_tile(r, v),
+                   packed_b = u.tile(UkrForm::PackedB, r, v);
+        EXPECT_TRUE(direct && packed && packed_b && direct != packed && packed_b != packed && packed_b != direct)
+            << r << " x " << v;
         EXPECT_EQ(u.direct_tile(r, v), direct) << "generated again";
+        EXPECT_TRUE(u.direct_streaming(r, v)) << r << " x " << v;
       }
     for (int r = 1; r <= u.mr; ++r)  // the masked tails of a part-vector, narrow ones on AVX-512
       for (bool narrow : {false, isa == Isa::Avx512})
-        EXPECT_TRUE(u.direct_tail(r, narrow) && u.packed_tail(r, narrow)) << r << (narrow ? " narrow" : "");
+        EXPECT_TRUE(u.direct_tail(r, narrow) && u.packed_tail(r, narrow) &&
+                    u.tail(detail::xb::UkrForm::PackedB, r, narrow))
+            << r << (narrow ? " narrow" : "");
   }
   // A tile past the set's rows is an internal error, never a call through a null pointer.
   EXPECT_THROW(detail::xb::gemm_ukrs(Isa::Avx2).direct_tile(7, 1), BackendError);
