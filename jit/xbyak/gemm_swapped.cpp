@@ -17,10 +17,10 @@
 // then added to C in block order, as on the packed path (fma(w, x, acc) is fma(x, w, acc)): the
 // same bits whichever path or thread split computes it.
 #include <algorithm>
-#include "kfuse/profile.hpp"
 
 #include "gemm.hpp"
 #include "gemm_loads.hpp"
+#include "kfuse/profile.hpp"
 
 // GCC 12 warns inside its AVX-512 intrinsics (gemv.cpp says why).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -98,9 +98,9 @@ void gemm_swapped(const Ukrs& u, const SwappedArgs& s) {
   // asking for the next tile's lines as it converts (a burst that waits on memory) 5.80 / 5.82;
   // the stream 4.81 / 4.90; both 5.23 / 5.42. (An f32 W, read in place by the kernels, gained
   // 3-6% from the same stream, which covers half of its next tile, and lost with two lines per
-  // two k: not taken.)
+  // two k: not taken.) The AVX2 kernels, not measured with it, stage as before.
   const int64_t esz = static_cast<int64_t>(dtype_size(s.w_dt));
-  const bool stream = s.w_dt != DType::F32 && one_chunk && s.w_rs == s.K;
+  const bool stream = W == 16 && s.w_dt != DType::F32 && one_chunk && s.w_rs == s.K;
   // C'^T tile by tile (rows of W x the padded rows of x): into C at once when K is one chunk,
   // else kept whole (ct holds n x mp floats) until the last chunk has been added.
   auto ct_at = [&](int64_t i) { return one_chunk ? s.ct : s.ct + i * mp; };
